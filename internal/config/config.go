@@ -1,0 +1,278 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"time"
+)
+
+// Config is a loaded and validated configuration. Named things keep the order
+// they were declared in, so logs and status pages list them as the file does.
+//
+// A Config is read-only once Load or Parse returns it, which makes it safe to
+// share between goroutines.
+type Config struct {
+	// File is the name the configuration was loaded from, as given to Load or
+	// Parse.
+	File string
+
+	Cluster      Cluster
+	Channels     []Channel
+	Handlers     []Handler
+	Destinations []Destination
+
+	// Warnings lists problems that don't stop mefor from running but are
+	// probably mistakes, such as a destination no route sends to.
+	Warnings []Error
+
+	sum [sha256.Size]byte
+}
+
+// Hash returns the hex SHA-256 of the raw file content. Nodes compare it to
+// detect that they were started with different files. It is taken before
+// environment interpolation, so two nodes with the same file but different
+// environments have the same hash.
+func (c *Config) Hash() string {
+	return hex.EncodeToString(c.sum[:])
+}
+
+// Channel returns the channel with the given name, or nil.
+func (c *Config) Channel(name string) *Channel {
+	return find(c.Channels, func(ch *Channel) bool { return ch.Name == name })
+}
+
+// Destination returns the destination with the given name, or nil.
+func (c *Config) Destination(name string) *Destination {
+	return find(c.Destinations, func(d *Destination) bool { return d.Name == name })
+}
+
+// Handler returns the handler with the given name, or nil. The built-in
+// passthrough handler is returned for "passthrough" even though it isn't
+// declared in the file.
+func (c *Config) Handler(name string) *Handler {
+	if h := find(c.Handlers, func(h *Handler) bool { return h.Name == name }); h != nil {
+		return h
+	}
+	if name == string(HandlerPassthrough) {
+		return &Handler{Name: name, Type: HandlerPassthrough}
+	}
+	return nil
+}
+
+func find[T any](items []T, match func(*T) bool) *T {
+	if i := slices.IndexFunc(items, func(item T) bool { return match(&item) }); i >= 0 {
+		return &items[i]
+	}
+	return nil
+}
+
+// Cluster holds the timings that keep exactly one node in charge of each
+// piece of work. Load guarantees Heartbeat < FenceTimeout < LeaseTTL <
+// NodeTimeout.
+type Cluster struct {
+	// Heartbeat is how often a node renews its leases.
+	Heartbeat time.Duration
+	// FenceTimeout is how long a node keeps working without a successful
+	// renewal before it stops on its own. It is shorter than LeaseTTL so a
+	// node has always stopped before another one may take its lease over.
+	FenceTimeout time.Duration
+	// LeaseTTL is how long a lease stays valid after its last renewal.
+	LeaseTTL time.Duration
+	// NodeTimeout is how long a node may stay silent before the cluster
+	// considers it gone. Defaults to 3 × LeaseTTL.
+	NodeTimeout time.Duration
+}
+
+// Channel receives messages on one inbound connection and routes them.
+type Channel struct {
+	Name     string
+	Inbound  Inbound
+	AckAfter AckAfter
+	// Routes are evaluated in order and every matching route fires. A
+	// message no route matches is stored as unrouted.
+	Routes []Route
+}
+
+// Route returns the channel's route with the given name, or nil.
+func (ch *Channel) Route(name string) *Route {
+	return find(ch.Routes, func(r *Route) bool { return r.Name == name })
+}
+
+// Inbound says where a channel's messages come from. Exactly one field is
+// set after loading; MLLP is the only kind today.
+type Inbound struct {
+	MLLP *MLLPInbound
+}
+
+// MLLPInbound is an MLLP listener.
+type MLLPInbound struct {
+	// Listen is the host:port to listen on.
+	Listen string
+	// MaxFrameSize is the largest message accepted, in bytes. Bigger frames
+	// are rejected so one sender can't exhaust memory.
+	MaxFrameSize int64
+	// ReadTimeout bounds how long reading one frame may take once it has
+	// started.
+	ReadTimeout time.Duration
+	// IdleTimeout is how long a connection may stay silent between frames
+	// before it is closed.
+	IdleTimeout time.Duration
+}
+
+// AckAfter says when a channel acknowledges a message to its sender.
+type AckAfter string
+
+// AckAfterReceived acknowledges once the message is durably stored, before
+// it is routed or delivered.
+const AckAfterReceived AckAfter = "received"
+
+// Route sends the messages it matches through a handler to destinations.
+type Route struct {
+	// Name is unique within the channel. Unnamed routes are called
+	// "<channel>#<index>", index counting from 0.
+	Name  string
+	Match Match
+	// Handler names the handler applied before delivery. It defaults to the
+	// built-in passthrough.
+	Handler      string
+	Destinations []string
+}
+
+// Match selects messages by MSH fields. Every non-empty list must contain the
+// message's value; empty lists accept anything, so a zero Match accepts every
+// message. Comparison is exact and case-sensitive, as HL7 codes are.
+type Match struct {
+	MessageType          []string // MSH-9.1
+	TriggerEvent         []string // MSH-9.2
+	SendingApplication   []string // MSH-3.1
+	SendingFacility      []string // MSH-4.1
+	ReceivingApplication []string // MSH-5.1
+	ReceivingFacility    []string // MSH-6.1
+	ProcessingID         []string // MSH-11.1
+	Version              []string // MSH-12.1
+}
+
+// MessageHeader holds the MSH values a Match looks at. It lets callers match
+// without this package depending on an HL7 parser.
+type MessageHeader struct {
+	MessageType          string
+	TriggerEvent         string
+	SendingApplication   string
+	SendingFacility      string
+	ReceivingApplication string
+	ReceivingFacility    string
+	ProcessingID         string
+	Version              string
+}
+
+// Matches reports whether a message with header h is selected by m.
+func (m *Match) Matches(h MessageHeader) bool {
+	accepts := func(values []string, v string) bool {
+		return len(values) == 0 || slices.Contains(values, v)
+	}
+	return accepts(m.MessageType, h.MessageType) &&
+		accepts(m.TriggerEvent, h.TriggerEvent) &&
+		accepts(m.SendingApplication, h.SendingApplication) &&
+		accepts(m.SendingFacility, h.SendingFacility) &&
+		accepts(m.ReceivingApplication, h.ReceivingApplication) &&
+		accepts(m.ReceivingFacility, h.ReceivingFacility) &&
+		accepts(m.ProcessingID, h.ProcessingID) &&
+		accepts(m.Version, h.Version)
+}
+
+// HandlerType is the kind of a handler.
+type HandlerType string
+
+const (
+	// HandlerPassthrough forwards messages unchanged. A handler called
+	// "passthrough" of this type is always available.
+	HandlerPassthrough HandlerType = "passthrough"
+	// HandlerMap applies an ordered list of field edits.
+	HandlerMap HandlerType = "map"
+)
+
+// Handler transforms messages on their way to destinations.
+type Handler struct {
+	Name string
+	Type HandlerType
+	// Map holds the edits of a HandlerMap, applied in order.
+	Map []MapOp
+}
+
+// MapOpKind is the kind of one map edit.
+type MapOpKind string
+
+const (
+	MapSet   MapOpKind = "set"   // write Value to Target
+	MapCopy  MapOpKind = "copy"  // copy From to Target
+	MapClear MapOpKind = "clear" // empty Target
+)
+
+// MapOp is one edit of a map handler. Paths are HL7 locations such as
+// PID-3.1, OBX(2)-5 or PID-3[2].1, checked for syntax at load time.
+type MapOp struct {
+	Kind MapOpKind
+	// Target is the location written: set's path, copy's to, clear's path.
+	Target string
+	// Value is the text set writes.
+	Value string
+	// From is the location copy reads.
+	From string
+}
+
+// DestinationType is the kind of a destination.
+type DestinationType string
+
+const (
+	DestinationMLLP DestinationType = "mllp"
+	DestinationFile DestinationType = "file"
+)
+
+// Destination is somewhere messages are delivered. Exactly one of the
+// kind-specific fields is set, matching Type.
+type Destination struct {
+	Name string
+	Type DestinationType
+	MLLP *MLLPDestination
+	File *FileDestination
+
+	Ordering Ordering
+	Retry    Retry
+}
+
+// MLLPDestination delivers to an MLLP receiver and waits for its ACK.
+type MLLPDestination struct {
+	// Address is the receiver's host:port.
+	Address        string
+	ConnectTimeout time.Duration
+	AckTimeout     time.Duration
+	// AEIsFailure makes an AE (application error) ACK count as a failed
+	// delivery to retry. AR is always a failure.
+	AEIsFailure bool
+}
+
+// OrderingMode says how strictly a destination preserves message order.
+type OrderingMode string
+
+const (
+	// OrderFIFO delivers one message at a time in arrival order; a message
+	// that keeps failing holds up the ones behind it.
+	OrderFIFO OrderingMode = "fifo"
+	// OrderParallel delivers on several lanes with no ordering guarantee.
+	OrderParallel OrderingMode = "parallel"
+	// OrderPartitioned keeps order per key (say, per patient) and spreads
+	// keys over lanes.
+	OrderPartitioned OrderingMode = "partitioned"
+)
+
+// Ordering configures a destination's delivery lanes.
+type Ordering struct {
+	Mode OrderingMode
+	// Lanes is the number of concurrent deliveries: 1 for fifo, 2–256
+	// otherwise.
+	Lanes int
+	// Key is the HL7 path whose value picks the lane of a partitioned
+	// destination; empty for other modes.
+	Key string
+}

@@ -1,0 +1,38 @@
+package config
+
+import "time"
+
+// Defaults for settings the file leaves out.
+const (
+	// Cluster timings keep the ratio heartbeat:fence:lease at 1:3:5, so a
+	// node survives two missed heartbeats and has stopped well before its
+	// lease can pass to another node.
+	defaultHeartbeat    = 1 * time.Second
+	defaultFenceTimeout = 3 * time.Second
+	defaultLeaseTTL     = 5 * time.Second
+
+	defaultMaxFrameSize = 1 << 20
+	defaultReadTimeout  = 30 * time.Second
+	defaultIdleTimeout  = 5 * time.Minute
+
+	defaultConnectTimeout = 5 * time.Second
+	defaultAckTimeout     = 30 * time.Second
+
+	// Retrying forever is what integration engines do by default: a
+	// receiver that is down for a weekend must get its messages on Monday,
+	// not have them silently dropped.
+	defaultMaxAttempts = 0
+	defaultBackoff     = 1 * time.Second
+	defaultMultiplier  = 2
+	defaultMaxBackoff  = 5 * time.Minute
+)
+
+// Limits on settings.
+const (
+	// maxFrameSize bounds max_frame_size: frames are held in memory, and
+	// even documents embedded in OBX segments stay far below this.
+	maxFrameSize = 1 << 30
+	// maxLanes bounds ordering lanes: each lane is a queue with its own
+	// worker and connection to the receiver.
+	maxLanes = 256
+)

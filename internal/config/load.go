@@ -1,0 +1,189 @@
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads, interpolates and validates the configuration file at path,
+// taking ${VAR} values from the process environment. Problems with the
+// content are returned as Errors.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data, os.LookupEnv)
+}
+
+// Parse is Load for content already in memory. name is used in messages;
+// getenv resolves ${VAR} references and may be nil for an empty
+// environment. Problems with the content are returned as Errors.
+func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Config, error) {
+	if getenv == nil {
+		getenv = func(string) (string, bool) { return "", false }
+	}
+	l := &loader{
+		file:   name,
+		getenv: getenv,
+		lines:  make(map[path]int),
+		bad:    make(map[path]bool),
+	}
+	root, err := parseYAML(data)
+	if err != nil {
+		return nil, Errors{l.syntaxError(err)}
+	}
+	c := l.decode(root)
+	l.validate(c)
+	if len(l.errs) > 0 {
+		return nil, Errors(sortByLine(l.errs))
+	}
+	c.File = name
+	c.Warnings = sortByLine(l.warnings)
+	c.sum = sha256.Sum256(data)
+	return c, nil
+}
+
+// parseYAML returns the file's single document, or nil for an empty file.
+func parseYAML(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		// A trailing "---" is harmless, but silently ignoring a second
+		// document with content would hide half of a file that was
+		// concatenated by mistake.
+		if len(next.Content) > 0 && !isNull(next.Content[0]) {
+			return nil, fmt.Errorf("yaml: line %d: a second YAML document starts here; a configuration file holds exactly one", next.Line)
+		}
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	return doc.Content[0], nil
+}
+
+// loader decodes and validates one file, collecting every problem instead of
+// stopping at the first.
+type loader struct {
+	file   string
+	getenv func(string) (string, bool)
+
+	// lines says where each given field is written. A field missing from
+	// it was left to its default.
+	lines map[path]int
+	// bad holds fields that failed to decode. Validation stays quiet about
+	// them and everything below them, so one typo yields one error rather
+	// than a cascade of "is required".
+	bad map[path]bool
+
+	errs     Errors
+	warnings []Error
+}
+
+// syntaxError turns a YAML parser error into an Error, pulling the line out
+// of the parser's "yaml: line N: problem" text.
+func (l *loader) syntaxError(err error) Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, problem, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				line, msg = n, problem
+			}
+		}
+	}
+	return Error{File: l.file, Line: line, Message: "invalid YAML: " + msg}
+}
+
+func (l *loader) problem(line int, p path, format string, args ...any) Error {
+	return Error{
+		File:    l.file,
+		Line:    line,
+		Field:   p.String(),
+		Message: fmt.Sprintf(format, args...),
+		prefix:  p.prefix(),
+	}
+}
+
+// errorAt records a decoding problem with the field at p, found on line.
+func (l *loader) errorAt(line int, p path, format string, args ...any) {
+	l.errs = append(l.errs, l.problem(line, p, format, args...))
+}
+
+// errorf records a validation problem with the field at p, on the line of p
+// or of the closest enclosing field written in the file. It does nothing if
+// p already failed to decode.
+func (l *loader) errorf(p path, format string, args ...any) {
+	if l.failed(p) {
+		return
+	}
+	l.errs = append(l.errs, l.problem(l.line(p), p, format, args...))
+}
+
+// warnf records a warning, located like errorf.
+func (l *loader) warnf(p path, format string, args ...any) {
+	l.warnings = append(l.warnings, l.problem(l.line(p), p, format, args...))
+}
+
+// given reports whether the field at p is written in the file.
+func (l *loader) given(p path) bool {
+	_, ok := l.lines[p]
+	return ok
+}
+
+// line returns the line of p, or of its closest enclosing field written in
+// the file: a missing required key is reported where it should have been.
+func (l *loader) line(p path) int {
+	for {
+		if n, ok := l.lines[p]; ok {
+			return n
+		}
+		var ok bool
+		if p, ok = p.parent(); !ok {
+			return 1
+		}
+	}
+}
+
+// failed reports whether p or a field enclosing it failed to decode.
+func (l *loader) failed(p path) bool {
+	for {
+		if l.bad[p] {
+			return true
+		}
+		var ok bool
+		if p, ok = p.parent(); !ok {
+			return false
+		}
+	}
+}
+
+func sortByLine(errs []Error) []Error {
+	// Stable, so problems on one line keep the order they were found in.
+	slices.SortStableFunc(errs, func(a, b Error) int { return cmp.Compare(a.Line, b.Line) })
+	return errs
+}
