@@ -1,0 +1,48 @@
+//go:build linux || darwin || dragonfly || freebsd || netbsd || openbsd || solaris || illumos || aix
+
+package mllp
+
+import (
+	"errors"
+	"io"
+	"net"
+	"syscall"
+)
+
+var errUnexpectedRead = errors.New("mllp: unexpected data on idle connection")
+
+// connCheck reports whether an idle connection has been closed or reset by
+// the peer, or has received data nobody asked for, without blocking: Go
+// keeps sockets in non-blocking mode, so a direct read returns EAGAIN when
+// the connection is merely quiet. Connections that do not expose a file
+// descriptor (TLS, pipes) are assumed healthy.
+func connCheck(conn net.Conn) error {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var checkErr error
+	err = raw.Read(func(fd uintptr) bool {
+		var buf [1]byte
+		n, err := syscall.Read(int(fd), buf[:])
+		switch {
+		case n == 0 && err == nil:
+			checkErr = io.EOF
+		case n > 0:
+			checkErr = errUnexpectedRead
+		case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK):
+			checkErr = nil
+		default:
+			checkErr = err
+		}
+		return true // never wait for readability
+	})
+	if err != nil {
+		return err
+	}
+	return checkErr
+}
