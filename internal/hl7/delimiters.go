@@ -35,24 +35,25 @@ func (d Delimiters) EncodingCharacters() string {
 	return string(b)
 }
 
-// problem returns why d is unusable, or "" if it is usable. The description
-// names positions, not characters, so it is safe in errors.
-func (d Delimiters) problem() string {
+// problem returns why d is unusable, or "" if it is usable, and the index of
+// the offending character in MSH-1 followed by MSH-2. The description names
+// positions, not characters, so it is safe in errors.
+func (d Delimiters) problem() (int, string) {
 	all := []byte{d.Field, d.Component, d.Repetition, d.Escape, d.Subcomponent}
 	if d.Truncation != 0 {
 		all = append(all, d.Truncation)
 	}
 	for i, c := range all {
 		if !validDelimiter(c) {
-			return delimiterNames[i] + " is not a printable, non-alphanumeric ASCII character"
+			return i, delimiterNames[i] + " is not a printable, non-alphanumeric ASCII character"
 		}
 		for j := range i {
 			if all[j] == c {
-				return delimiterNames[i] + " is the same character as the " + delimiterNames[j]
+				return i, delimiterNames[i] + " is the same character as the " + delimiterNames[j]
 			}
 		}
 	}
-	return ""
+	return 0, ""
 }
 
 var delimiterNames = [...]string{

@@ -114,8 +114,8 @@ func parseMSH(line string, off int) (Delimiters, segment, *ParseError) {
 	if len(enc) == 5 {
 		d.Truncation = enc[4]
 	}
-	if p := d.problem(); p != "" {
-		return fail(ErrBadDelimiters, 3, p)
+	if at, p := d.problem(); p != "" {
+		return fail(ErrBadDelimiters, 3+at, p)
 	}
 
 	n := 3
