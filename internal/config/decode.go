@@ -45,7 +45,7 @@ func (l *loader) decodeCluster(n *yaml.Node, p path, c *Cluster) {
 	decodeScalar(l, m, p, "lease_ttl", &c.LeaseTTL, parseDuration)
 	decodeScalar(l, m, p, "node_timeout", &c.NodeTimeout, parseDuration)
 	if !l.given(p.key("node_timeout")) {
-		c.NodeTimeout = 3 * c.LeaseTTL
+		c.NodeTimeout = 3 * c.LeaseTTL // checkCluster reports a bad lease_ttl
 	}
 }
 
@@ -222,7 +222,7 @@ func (l *loader) named(n *yaml.Node, p path, each func(name string, n *yaml.Node
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		l.errorAt(n.Line, p, "must map names to definitions, not %s", describe(n))
+		l.errorAt(n, p, "must map names to definitions, not %s", describe(n))
 		l.bad[p] = true
 		return
 	}
@@ -232,14 +232,14 @@ func (l *loader) named(n *yaml.Node, p path, each func(name string, n *yaml.Node
 		ep := p.entity(name)
 		if first, dup := seen[name]; dup {
 			if !e.merged {
-				l.errorAt(e.key.Line, ep, "is defined twice (first on line %d); names must be unique", first)
+				l.errorAt(e.key, ep, "is defined twice (first on line %d); names must be unique", first)
 			}
 			continue
 		}
 		seen[name] = e.key.Line
-		l.lines[ep] = e.key.Line
+		l.record(ep, e.key)
 		if !namePattern.MatchString(name) {
-			l.errorAt(e.key.Line, ep, "%s", badName(name))
+			l.errorAt(e.key, ep, "%s", badName(name))
 		}
 		each(name, resolve(e.value), ep)
 	}
@@ -257,7 +257,7 @@ func badName(name string) string {
 			b.WriteRune('-')
 		}
 	}
-	if fix := strings.TrimRight(b.String(), "-"); namePattern.MatchString(fix) {
+	if fix := strings.Trim(b.String(), "_.-"); namePattern.MatchString(fix) {
 		msg += fmt.Sprintf("; e.g. %q", fix)
 	}
 	return msg
@@ -295,7 +295,7 @@ func (l *loader) mergeEntries(v *yaml.Node, p path) []entry {
 	var out []entry
 	for _, s := range sources {
 		if s.Kind != yaml.MappingNode {
-			l.errorAt(s.Line, p, "has a << merge key that doesn't refer to a mapping; use <<: *anchor with an anchor on a mapping")
+			l.errorAt(s, p, "has a << merge key that doesn't refer to a mapping; use <<: *anchor with an anchor on a mapping")
 			continue
 		}
 		for _, e := range l.entries(s, p) {
@@ -318,9 +318,9 @@ func (l *loader) mapping(n *yaml.Node, p path, known ...string) map[string]*yaml
 	}
 	if n.Kind != yaml.MappingNode {
 		if p == (path{}) {
-			l.errorAt(n.Line, p, "the file must be a block of settings such as cluster: and channels:, not %s", describe(n))
+			l.errorAt(n, p, "the file must be a block of settings such as cluster: and channels:, not %s", describe(n))
 		} else {
-			l.errorAt(n.Line, p, "must be a block of settings (key: value), not %s", describe(n))
+			l.errorAt(n, p, "must be a block of settings (key: value), not %s", describe(n))
 		}
 		l.bad[p] = true
 		return m
@@ -330,21 +330,21 @@ func (l *loader) mapping(n *yaml.Node, p path, known ...string) map[string]*yaml
 		k := e.key.Value
 		kp := p.key(k)
 		if e.key.Kind != yaml.ScalarNode {
-			l.errorAt(e.key.Line, p, "has a key that is %s; keys are plain words", describe(e.key))
+			l.errorAt(e.key, p, "has a key that is %s; keys are plain words", describe(e.key))
 			continue
 		}
 		if first, dup := seen[k]; dup {
 			if !e.merged {
-				l.errorAt(e.key.Line, kp, "is set twice (first on line %d); remove one", first)
+				l.errorAt(e.key, kp, "is set twice (first on line %d); remove one", first)
 			}
 			continue
 		}
 		seen[k] = e.key.Line
 		if !slices.Contains(known, k) {
-			l.errorAt(e.key.Line, kp, "is not a known key%s (allowed here: %s)", didYouMean(k, known, "%s"), strings.Join(known, ", "))
+			l.errorAt(e.key, kp, "is not a known key%s (allowed here: %s)", didYouMean(k, known, "%s"), strings.Join(known, ", "))
 			continue
 		}
-		l.lines[kp] = e.key.Line
+		l.record(kp, e.key)
 		m[k] = resolve(e.value)
 	}
 	return m
@@ -358,14 +358,14 @@ func (l *loader) sequence(n *yaml.Node, p path) []*yaml.Node {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		l.errorAt(n.Line, p, "must be a list, not %s", describe(n))
+		l.errorAt(n, p, "must be a list, not %s", describe(n))
 		l.bad[p] = true
 		return nil
 	}
 	items := make([]*yaml.Node, len(n.Content))
 	for i, item := range n.Content {
 		items[i] = resolve(item)
-		l.lines[p.index(i)] = items[i].Line
+		l.record(p.index(i), items[i])
 	}
 	return items
 }
@@ -375,15 +375,15 @@ func (l *loader) sequence(n *yaml.Node, p path) []*yaml.Node {
 func (l *loader) text(n *yaml.Node, p path) (s string, ok bool) {
 	switch {
 	case n.Kind != yaml.ScalarNode:
-		l.errorAt(n.Line, p, "must be a single value, not %s", describe(n))
+		l.errorAt(n, p, "must be a single value, not %s", describe(n))
 	case isNull(n):
-		l.errorAt(n.Line, p, "has no value")
+		l.errorAt(n, p, "has no value")
 	default:
 		s, err := expand(n.Value, l.getenv)
 		if err == nil {
 			return s, true
 		}
-		l.errorAt(n.Line, p, "%v", err)
+		l.errorAt(n, p, "%v", err)
 	}
 	l.bad[p] = true
 	return "", false
@@ -403,7 +403,7 @@ func decodeScalar[T any](l *loader, m map[string]*yaml.Node, p path, k string, d
 	}
 	v, err := parse(s)
 	if err != nil {
-		l.errorAt(n.Line, kp, "%v", err)
+		l.errorAt(n, kp, "%v", err)
 		l.bad[kp] = true
 		return
 	}
@@ -428,9 +428,14 @@ func (l *loader) strings(m map[string]*yaml.Node, p path, k string, dst *[]strin
 	items := l.sequence(n, kp)
 	values := make([]string, 0, len(items))
 	for i, item := range items {
-		if s, ok := l.text(item, kp.index(i)); ok {
-			values = append(values, s)
+		s, ok := l.text(item, kp.index(i))
+		if !ok {
+			// The list as a whole is unusable: checking what's left
+			// of it would only produce misleading follow-on errors.
+			l.bad[kp] = true
+			continue
 		}
+		values = append(values, s)
 	}
 	*dst = values
 }

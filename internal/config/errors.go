@@ -24,6 +24,8 @@ type Error struct {
 	// prefix is Field as people read it, with its separator, such as
 	// `destination "lab": retry.backoff `.
 	prefix string
+	// column orders problems on the same line.
+	column int
 }
 
 func (e Error) Error() string {

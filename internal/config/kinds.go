@@ -148,12 +148,13 @@ func (l *loader) checkMapPath(p path, k, location string, written bool) {
 		l.errorf(kp, "is required: an HL7 location such as PID-3.1")
 		return
 	}
-	if err := checkHL7Path(location); err != nil {
+	loc, err := parseHL7Path(location)
+	if err != nil {
 		l.errorf(kp, "%q is not a valid HL7 location: %v", location, err)
 		return
 	}
-	if written && writesEncodingCharacters(location) {
-		l.errorf(kp, "%s can't be changed: MSH-1 and MSH-2 define the message's delimiters", location)
+	if why := loc.readOnly(); written && why != "" {
+		l.errorf(kp, "%s can't be changed: %s", location, why)
 	}
 }
 

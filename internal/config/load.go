@@ -36,7 +36,7 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 	l := &loader{
 		file:   name,
 		getenv: getenv,
-		lines:  make(map[path]int),
+		pos:    make(map[path]position),
 		bad:    make(map[path]bool),
 	}
 	root, err := parseYAML(data)
@@ -46,10 +46,10 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 	c := l.decode(root)
 	l.validate(c)
 	if len(l.errs) > 0 {
-		return nil, Errors(sortByLine(l.errs))
+		return nil, Errors(sortByPosition(l.errs))
 	}
 	c.File = name
-	c.Warnings = sortByLine(l.warnings)
+	c.Warnings = sortByPosition(l.warnings)
 	c.sum = sha256.Sum256(data)
 	return c, nil
 }
@@ -92,9 +92,9 @@ type loader struct {
 	file   string
 	getenv func(string) (string, bool)
 
-	// lines says where each given field is written. A field missing from
-	// it was left to its default.
-	lines map[path]int
+	// pos says where each given field is written. A field missing from it
+	// was left to its default.
+	pos map[path]position
 	// bad holds fields that failed to decode. Validation stays quiet about
 	// them and everything below them, so one typo yields one error rather
 	// than a cascade of "is required".
@@ -119,19 +119,30 @@ func (l *loader) syntaxError(err error) Error {
 	return Error{File: l.file, Line: line, Message: "invalid YAML: " + msg}
 }
 
-func (l *loader) problem(line int, p path, format string, args ...any) Error {
+// position is where something is written in the file.
+type position struct {
+	line, column int
+}
+
+func (l *loader) problem(at position, p path, format string, args ...any) Error {
 	return Error{
 		File:    l.file,
-		Line:    line,
+		Line:    at.line,
 		Field:   p.String(),
 		Message: fmt.Sprintf(format, args...),
 		prefix:  p.prefix(),
+		column:  at.column,
 	}
 }
 
-// errorAt records a decoding problem with the field at p, found on line.
-func (l *loader) errorAt(line int, p path, format string, args ...any) {
-	l.errs = append(l.errs, l.problem(line, p, format, args...))
+// errorAt records a decoding problem with the field at p, found at node n.
+func (l *loader) errorAt(n *yaml.Node, p path, format string, args ...any) {
+	l.errs = append(l.errs, l.problem(position{n.Line, n.Column}, p, format, args...))
+}
+
+// record notes that the field at p is written at node n.
+func (l *loader) record(p path, n *yaml.Node) {
+	l.pos[p] = position{n.Line, n.Column}
 }
 
 // errorf records a validation problem with the field at p, on the line of p
@@ -141,30 +152,30 @@ func (l *loader) errorf(p path, format string, args ...any) {
 	if l.failed(p) {
 		return
 	}
-	l.errs = append(l.errs, l.problem(l.line(p), p, format, args...))
+	l.errs = append(l.errs, l.problem(l.position(p), p, format, args...))
 }
 
 // warnf records a warning, located like errorf.
 func (l *loader) warnf(p path, format string, args ...any) {
-	l.warnings = append(l.warnings, l.problem(l.line(p), p, format, args...))
+	l.warnings = append(l.warnings, l.problem(l.position(p), p, format, args...))
 }
 
 // given reports whether the field at p is written in the file.
 func (l *loader) given(p path) bool {
-	_, ok := l.lines[p]
+	_, ok := l.pos[p]
 	return ok
 }
 
-// line returns the line of p, or of its closest enclosing field written in
-// the file: a missing required key is reported where it should have been.
-func (l *loader) line(p path) int {
+// position returns where p is written, or where its closest enclosing field
+// is: a missing required key is reported where it should have been.
+func (l *loader) position(p path) position {
 	for {
-		if n, ok := l.lines[p]; ok {
-			return n
+		if at, ok := l.pos[p]; ok {
+			return at
 		}
 		var ok bool
 		if p, ok = p.parent(); !ok {
-			return 1
+			return position{line: 1, column: 1}
 		}
 	}
 }
@@ -182,8 +193,11 @@ func (l *loader) failed(p path) bool {
 	}
 }
 
-func sortByLine(errs []Error) []Error {
-	// Stable, so problems on one line keep the order they were found in.
-	slices.SortStableFunc(errs, func(a, b Error) int { return cmp.Compare(a.Line, b.Line) })
+// sortByPosition puts problems in file order. The sort is stable so that
+// problems found at the same place keep the order they were found in.
+func sortByPosition(errs []Error) []Error {
+	slices.SortStableFunc(errs, func(a, b Error) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.column, b.column))
+	})
 	return errs
 }

@@ -23,29 +23,46 @@ func (l *loader) validate(c *Config) {
 
 func (l *loader) checkCluster(c Cluster) {
 	p := path{section: "cluster"}
+	hb, fence, lease, node := p.key("heartbeat"), p.key("fence_timeout"), p.key("lease_ttl"), p.key("node_timeout")
 	ok := l.positive(p, "heartbeat", c.Heartbeat, defaultHeartbeat)
 	ok = l.positive(p, "fence_timeout", c.FenceTimeout, defaultFenceTimeout) && ok
 	ok = l.positive(p, "lease_ttl", c.LeaseTTL, defaultLeaseTTL) && ok
-	ok = l.positive(p, "node_timeout", c.NodeTimeout, 3*defaultLeaseTTL) && ok
-	if !ok || l.failed(p.key("heartbeat")) || l.failed(p.key("fence_timeout")) || l.failed(p.key("lease_ttl")) {
+	if l.given(node) {
+		// Otherwise it derives from lease_ttl, checked above.
+		ok = l.positive(p, "node_timeout", c.NodeTimeout, 3*defaultLeaseTTL) && ok
+	}
+	if !ok || l.failed(hb) || l.failed(fence) || l.failed(lease) {
 		return
 	}
-	if c.Heartbeat >= c.FenceTimeout || c.FenceTimeout >= c.LeaseTTL {
-		// Blame the first pair out of order: that's the value to change.
-		field := "heartbeat"
-		if c.Heartbeat < c.FenceTimeout {
-			field = "fence_timeout"
-		}
-		l.errorf(p.key(field), "breaks heartbeat < fence_timeout < lease_ttl (got heartbeat %s, fence_timeout %s, lease_ttl %s): "+
+
+	// Blame a value of the first pair out of order, preferring one that is
+	// written in the file: that is the one to change.
+	var blame path
+	switch {
+	case c.Heartbeat >= c.FenceTimeout:
+		blame = l.preferGiven(hb, fence)
+	case c.FenceTimeout >= c.LeaseTTL:
+		blame = l.preferGiven(fence, lease)
+	}
+	if blame != (path{}) {
+		l.errorf(blame, "breaks heartbeat < fence_timeout < lease_ttl (got heartbeat %s, fence_timeout %s, lease_ttl %s): "+
 			"a node must be able to miss a heartbeat without fencing itself, and must have fenced itself before its lease expires and another node takes over; "+
 			"e.g. heartbeat: %s, fence_timeout: %s, lease_ttl: %s",
-			l.show(p.key("heartbeat"), c.Heartbeat), l.show(p.key("fence_timeout"), c.FenceTimeout), l.show(p.key("lease_ttl"), c.LeaseTTL),
+			l.show(hb, c.Heartbeat), l.show(fence, c.FenceTimeout), l.show(lease, c.LeaseTTL),
 			fmtDuration(c.LeaseTTL/5), fmtDuration(c.LeaseTTL*3/5), fmtDuration(c.LeaseTTL))
 	}
-	if c.NodeTimeout <= c.LeaseTTL && !l.failed(p.key("node_timeout")) {
-		l.errorf(p.key("node_timeout"), "(%s) must be longer than lease_ttl (%s): a node is only considered gone after its leases have expired; e.g. node_timeout: %s",
-			fmtDuration(c.NodeTimeout), l.show(p.key("lease_ttl"), c.LeaseTTL), fmtDuration(3*c.LeaseTTL))
+	if c.NodeTimeout <= c.LeaseTTL && !l.failed(node) {
+		l.errorf(node, "(%s) must be longer than lease_ttl (%s): a node is only considered gone after its leases have expired; e.g. node_timeout: %s",
+			fmtDuration(c.NodeTimeout), l.show(lease, c.LeaseTTL), fmtDuration(3*c.LeaseTTL))
 	}
+}
+
+// preferGiven returns a if it is written in the file or b isn't, else b.
+func (l *loader) preferGiven(a, b path) path {
+	if l.given(a) || !l.given(b) {
+		return a
+	}
+	return b
 }
 
 func (l *loader) checkChannels(c *Config) {
