@@ -105,6 +105,9 @@ func (c *Client) Send(ctx context.Context, msg []byte) ([]byte, error) {
 	if bytes.IndexByte(msg, endBlock) >= 0 {
 		return nil, ErrInvalidMessage
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	c.init()
 	select {
 	case c.sendSem <- struct{}{}:
@@ -137,11 +140,7 @@ func (c *Client) connect(ctx context.Context) (*clientConn, error) {
 	c.mu.Unlock()
 
 	if cc != nil {
-		// The peer may have closed the connection while it sat idle, most
-		// often on its idle timeout. Finding out now costs one non-blocking
-		// read and saves failing the send; anything buffered is a stray
-		// answer that would be mistaken for the next ACK.
-		if cc.r.buffered() == 0 && connCheck(cc.conn) == nil {
+		if c.usable(cc) {
 			return cc, nil
 		}
 		c.drop(cc)
@@ -173,6 +172,23 @@ func (c *Client) connect(ctx context.Context) (*clientConn, error) {
 	return cc, nil
 }
 
+// usable reports whether an idle connection can carry the next message.
+// The peer may have closed it meanwhile, most often on its idle timeout;
+// finding out costs one non-blocking read and saves failing the send.
+// Anything already buffered is a stray answer that would be mistaken for the
+// next ACK.
+func (c *Client) usable(cc *clientConn) bool {
+	if cc.r.buffered() > 0 {
+		return false
+	}
+	// The previous send's deadline has likely passed, and a socket read
+	// with an expired deadline fails without looking at the socket.
+	if err := cc.conn.SetReadDeadline(time.Time{}); err != nil {
+		return false
+	}
+	return connCheck(cc.conn) == nil
+}
+
 // drop closes cc and forgets it if it is still the current connection.
 func (c *Client) drop(cc *clientConn) {
 	c.mu.Lock()
@@ -185,7 +201,7 @@ func (c *Client) drop(cc *clientConn) {
 
 func (c *Client) roundTrip(ctx context.Context, cc *clientConn, msg []byte) (ack []byte, err error) {
 	ackTimeout := timeout(c.AckTimeout, DefaultAckTimeout)
-	if err := cc.conn.SetDeadline(deadline(ackTimeout)); err != nil {
+	if err := cc.conn.SetDeadline(deadlineAfter(ackTimeout)); err != nil {
 		return nil, c.classify(ctx, "setting deadline for", err, ackTimeout)
 	}
 	// Cancelling ctx interrupts the I/O by moving the deadline into the past.

@@ -68,6 +68,22 @@ func TestClientReusesConnection(t *testing.T) {
 	}
 }
 
+// A connection stays in use after sitting idle for longer than the ack
+// timeout, whose deadline has passed by then.
+func TestClientReusesConnectionAfterIdle(t *testing.T) {
+	t.Parallel()
+	h := &addrRecorder{}
+	addr, _ := startServer(t, &Server{Handler: h})
+	c := newClient(t, addr)
+	c.AckTimeout = 20 * time.Millisecond
+	send(t, c, "one")
+	time.Sleep(4 * c.AckTimeout) // a lower bound, so not a source of flakes
+	send(t, c, "two")
+	if n := h.distinct(); n != 1 {
+		t.Fatalf("used %d connections, want 1", n)
+	}
+}
+
 func TestClientConcurrentSends(t *testing.T) {
 	t.Parallel()
 	h := &addrRecorder{}

@@ -80,7 +80,7 @@ func (c *conn) serve(ctx context.Context) {
 			reason = "server shutting down"
 			return
 		}
-		if err := c.rwc.SetReadDeadline(deadline(c.idleTimeout)); err != nil {
+		if err := c.rwc.SetReadDeadline(deadlineAfter(c.idleTimeout)); err != nil {
 			reason = "setting idle deadline failed"
 			return
 		}
@@ -94,7 +94,7 @@ func (c *conn) serve(ctx context.Context) {
 		}
 
 		started := time.Now()
-		if err := c.rwc.SetReadDeadline(deadline(c.readTimeout)); err != nil {
+		if err := c.rwc.SetReadDeadline(deadlineAfter(c.readTimeout)); err != nil {
 			reason = "setting read deadline failed"
 			return
 		}
@@ -239,7 +239,7 @@ func (c *conn) rejectOversize(prefix []byte) {
 }
 
 func (c *conn) writeFrame(msg []byte) error {
-	if err := c.rwc.SetWriteDeadline(deadline(c.writeTimeout)); err != nil {
+	if err := c.rwc.SetWriteDeadline(deadlineAfter(c.writeTimeout)); err != nil {
 		return fmt.Errorf("mllp: setting write deadline: %w", err)
 	}
 	return WriteFrame(c.rwc, msg)

@@ -342,9 +342,9 @@ func timeout(d, def time.Duration) time.Duration {
 	}
 }
 
-// deadline returns the deadline for an operation starting now that may take
+// deadlineAfter returns the deadline for an operation starting now that may take
 // d, or the zero time (no deadline) when d is zero.
-func deadline(d time.Duration) time.Time {
+func deadlineAfter(d time.Duration) time.Time {
 	if d == 0 {
 		return time.Time{}
 	}
