@@ -61,8 +61,10 @@ func (c *Config) Handler(name string) *Handler {
 }
 
 func find[T any](items []T, match func(*T) bool) *T {
-	if i := slices.IndexFunc(items, func(item T) bool { return match(&item) }); i >= 0 {
-		return &items[i]
+	for i := range items {
+		if match(&items[i]) {
+			return &items[i]
+		}
 	}
 	return nil
 }

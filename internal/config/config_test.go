@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -62,6 +63,16 @@ destinations:
     type: mllp
     mllp: {address: 127.0.0.1:2576}
 `
+
+// aliasBomb returns a file of n lines whose aliases expand to 2^n values.
+func aliasBomb(n int) string {
+	var b strings.Builder
+	b.WriteString("\na0: &a0 [x]\n")
+	for i := 1; i < n; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [*a%d, *a%d]\n", i, i, i-1, i-1)
+	}
+	return b.String()
+}
 
 func TestParseDefaults(t *testing.T) {
 	c, err := parse(t, minimal, nil)
@@ -154,7 +165,7 @@ handlers:
 destinations:
   emr:
     type: mllp
-    mllp: {address: emr.example:2576, connect_timeout: 1s, ack_timeout: 1m, ae_is_failure: false}
+    mllp: {address: emr.example:2576, connect_timeout: 1s, ack_timeout: 1m, ae_is_failure: False}
     ordering: {mode: partitioned, lanes: 8, key: PID-3.1}
     retry: {max_attempts: 10, backoff: 250ms, multiplier: 1.5, max_backoff: 1m}
   archive:
@@ -255,6 +266,18 @@ channels: {}
 destinations: {}
 `,
 			want: []wantErr{{2, "", "second YAML document"}},
+		},
+		{
+			name: "alias to its own ancestor",
+			doc: `
+cluster: &x {k: &y {<<: *x}, <<: *y}
+`,
+			want: []wantErr{{1, "", "invalid YAML: alias *x refers to a node that contains it"}},
+		},
+		{
+			name: "alias bomb",
+			doc:  aliasBomb(30),
+			want: []wantErr{{0, "", "invalid YAML: aliases expand the file to more than"}},
 		},
 		{
 			name: "unknown top-level key",
@@ -397,6 +420,9 @@ channels:
   e:
     inbound: {mllp: {listen: "::1:2575"}}
     routes: [{destinations: [out]}]
+  f:
+    inbound: {mllp: {listen: 2575}}
+    routes: [{destinations: [out]}]
 destinations:
   out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
 `,
@@ -406,6 +432,7 @@ destinations:
 				{9, "channels.c.inbound.mllp.listen", `has port "http"; ports are numbers from 1 to 65535`},
 				{12, "channels.d.inbound.mllp.listen", `has port "70000"`},
 				{15, "channels.e.inbound.mllp.listen", "write IPv6 addresses in brackets"},
+				{18, "channels.f.inbound.mllp.listen", `"2575" is only a port; write host:port, e.g. 127.0.0.1:2575, or :2575 for all interfaces`},
 			},
 		},
 		{

@@ -461,10 +461,12 @@ func parseFloat(s string) (float64, error) {
 }
 
 func parseBool(s string) (bool, error) {
-	switch s {
-	case "true":
+	// YAML 1.2 spells booleans true and false, in any case. The YAML 1.1
+	// yes/no/on/off are refused rather than guessed at.
+	switch {
+	case strings.EqualFold(s, "true"):
 		return true, nil
-	case "false":
+	case strings.EqualFold(s, "false"):
 		return false, nil
 	}
 	return false, fmt.Errorf("%q is not true or false", s)

@@ -93,13 +93,14 @@ func decodeMapOps(l *loader, n *yaml.Node, p path, h *Handler) {
 			// Items with only unknown keys were reported by mapping.
 			l.errorf(ip, "is empty; write one of set, copy or clear, e.g. - set: {path: MSH-5, value: LAB}")
 		}
-		op.decode(l, m, ip)
+		decodeMapOp(l, m, ip, &op)
 		h.Map = append(h.Map, op)
 	}
 }
 
-// decode reads the arguments of op from its item m.
-func (op *MapOp) decode(l *loader, m map[string]*yaml.Node, p path) {
+// decodeMapOp reads the arguments of op, whose Kind is set, from its list
+// item m.
+func decodeMapOp(l *loader, m map[string]*yaml.Node, p path, op *MapOp) {
 	if op.Kind == "" {
 		return
 	}
@@ -226,6 +227,12 @@ func checkFileDestination(l *loader, d *Destination, p path) {
 // checkHostPort checks a host:port address. The host may be empty (all
 // interfaces) unless needHost is set.
 func checkHostPort(addr string, needHost bool) error {
+	if _, err := strconv.Atoi(addr); err == nil {
+		if needHost {
+			return fmt.Errorf("is only a port; write host:port, e.g. 127.0.0.1:%s", addr)
+		}
+		return fmt.Errorf("is only a port; write host:port, e.g. 127.0.0.1:%s, or :%s for all interfaces", addr, addr)
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		var aerr *net.AddrError

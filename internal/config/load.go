@@ -40,6 +40,9 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 		bad:    make(map[path]bool),
 	}
 	root, err := parseYAML(data)
+	if err == nil {
+		err = checkExpansion(root)
+	}
 	if err != nil {
 		return nil, Errors{l.syntaxError(err)}
 	}
@@ -84,6 +87,51 @@ func parseYAML(data []byte) (*yaml.Node, error) {
 		return nil, nil
 	}
 	return doc.Content[0], nil
+}
+
+// maxExpandedNodes bounds the size of a document with its aliases expanded.
+// Aliases let a small file describe an exponentially large tree (the
+// "billion laughs"), and decoding walks the expanded tree, so such a file is
+// refused up front rather than hanging the loader. Real configurations are
+// orders of magnitude smaller.
+const maxExpandedNodes = 1 << 20
+
+// checkExpansion returns an error if an alias in root refers to a node that
+// contains it, or if root expands to more than maxExpandedNodes nodes.
+func checkExpansion(root *yaml.Node) error {
+	if root == nil {
+		return nil
+	}
+	const visiting = -1
+	sizes := make(map[*yaml.Node]int) // expanded size of each node seen
+	var size func(n *yaml.Node) (int, error)
+	size = func(n *yaml.Node) (int, error) {
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			if sizes[n.Alias] == visiting {
+				return 0, fmt.Errorf("yaml: line %d: alias *%s refers to a node that contains it", n.Line, n.Value)
+			}
+			n = n.Alias
+		}
+		if s, ok := sizes[n]; ok {
+			return s, nil
+		}
+		sizes[n] = visiting
+		total := 1
+		for _, c := range n.Content {
+			s, err := size(c)
+			if err != nil {
+				return 0, err
+			}
+			total = min(total+s, maxExpandedNodes+1) // saturate: no overflow
+		}
+		sizes[n] = total
+		return total, nil
+	}
+	total, err := size(root)
+	if err == nil && total > maxExpandedNodes {
+		err = fmt.Errorf("yaml: aliases expand the file to more than %d values", maxExpandedNodes)
+	}
+	return err
 }
 
 // loader decodes and validates one file, collecting every problem instead of
