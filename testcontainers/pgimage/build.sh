@@ -36,7 +36,7 @@ root=$work/root
 start=$(date +%s)
 
 echo "pgimage: debootstrap $suite with postgresql into $root" >&2
-debootstrap --variant=minbase --include=postgresql,locales-all \
+debootstrap --variant=minbase --include=postgresql \
 	"$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
 	tail -n 30 "$work/debootstrap.log" >&2
 	exit 1
@@ -57,11 +57,9 @@ chroot "$root" chown -R postgres:postgres /var/lib/postgresql /var/run/postgresq
 
 echo "pgimage: importing as $image" >&2
 tar -C "$root" -c . | docker import \
-	--change 'USER postgres' \
 	--change 'ENV PGDATA=/var/lib/postgresql/data LANG=C.UTF-8' \
 	--change "ENV PATH=/usr/lib/postgresql/$pgver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	--change 'EXPOSE 5432' \
-	--change 'STOPSIGNAL SIGINT' \
 	--change 'ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]' \
 	--change 'CMD ["postgres"]' \
 	- "$image" >/dev/null

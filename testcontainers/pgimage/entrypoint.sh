@@ -5,6 +5,15 @@
 set -eu
 PGBIN=@PGBIN@
 : "${PGDATA:=/var/lib/postgresql/data}"
+
+# Started as root (like the public image) so that a data directory on a fresh
+# volume or tmpfs can be handed to postgres; everything else runs as postgres.
+if [ "$(id -u)" = 0 ]; then
+	mkdir -p "$PGDATA" /var/run/postgresql
+	chown postgres:postgres "$PGDATA" /var/run/postgresql
+	chmod 700 "$PGDATA"
+	exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
+fi
 : "${POSTGRES_USER:=postgres}"
 : "${POSTGRES_DB:=$POSTGRES_USER}"
 

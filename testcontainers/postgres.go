@@ -1,0 +1,368 @@
+// Package testcontainers gives integration tests a real PostgreSQL: one
+// container per test binary (started on first use through testcontainers-go)
+// and one fresh database per test, cloned from a template that already holds
+// mefor's and River's schema. Tests never share a database, so they can run in
+// parallel.
+//
+// The image comes from MEFOR_PG_IMAGE. When it is unset the harness uses the
+// locally built mefor-postgres:15 (see pgimage/build.sh) if present, else the
+// public postgres image. testcontainers' reaper (Ryuk) cannot be pulled on
+// machines without a registry, so it is disabled and the harness cleans up
+// itself: containers carry labels naming the owning process, and every start
+// removes containers whose owner is gone.
+package testcontainers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sethvargo/go-retry"
+	tc "github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/mefor/mefor/migrations"
+)
+
+const (
+	// LocalImage is what pgimage/build.sh builds by default.
+	LocalImage = "mefor-postgres:15"
+	// PublicImage is used where a registry is reachable and no local image exists.
+	PublicImage = "postgres:17"
+
+	labelOwner   = "org.mefor.test"
+	labelPID     = "org.mefor.test.pid"
+	labelHost    = "org.mefor.test.host"
+	labelStarted = "org.mefor.test.started"
+
+	user     = "postgres"
+	password = "mefor-test"
+
+	templateDB = "mefor_template"
+)
+
+// Server is one running PostgreSQL container.
+type Server struct {
+	container *tc.DockerContainer
+	host      string
+	port      string
+
+	createMu sync.Mutex // CREATE DATABASE ... TEMPLATE refuses concurrent use of the template
+	admin    *pgxpool.Pool
+	counter  atomic.Int64
+}
+
+// The per-binary server. Package state is unavoidable here: tests of one
+// binary share one container, and Main must be able to stop it.
+var (
+	mainActive  atomic.Bool
+	serverOnce  sync.Once
+	server      *Server
+	serverErr   error
+	serverMu    sync.Mutex
+	extraOwners []*Server
+)
+
+// configure sets up testcontainers-go for machines without a registry. It
+// must run before testcontainers-go reads its configuration, which it does
+// once, on first use.
+func configure() {
+	// Ryuk's image cannot be pulled without a registry; our labels and sweep
+	// do its job. testcontainers-go reads this once, before its first use.
+	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
+		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+	// Inside a container (/.dockerenv) testcontainers-go assumes the engine
+	// is reached through the default gateway. When the engine runs in this
+	// very network namespace (its docker0 bridge is ours) the mapped ports are
+	// on loopback, and the gateway is some other machine.
+	if os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
+		if _, err := net.InterfaceByName("docker0"); err == nil {
+			os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+		}
+	}
+	// testcontainers-go narrates every step; failures are returned anyway.
+	if os.Getenv("MEFOR_TC_VERBOSE") == "" {
+		tclog.SetDefault(tclog.NewNoopLogger())
+	}
+}
+
+// Main runs the package's tests and stops the container afterwards. Every
+// package that uses NewDB calls it from TestMain:
+//
+//	func TestMain(m *testing.M) { testcontainers.Main(m) }
+func Main(m *testing.M) {
+	configure()
+	mainActive.Store(true)
+	code := m.Run()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	serverMu.Lock()
+	owned := append([]*Server{server}, extraOwners...)
+	serverMu.Unlock()
+	for _, s := range owned {
+		if s != nil {
+			s.Terminate(ctx)
+		}
+	}
+	os.Exit(code)
+}
+
+// DB is one test's own database with mefor's schema applied.
+type DB struct {
+	Name string
+	URL  string
+	Pool *pgxpool.Pool
+	// Server is the container holding it (to stop it or learn its address).
+	Server *Server
+}
+
+type options struct {
+	empty bool
+}
+
+// Option changes what NewDB sets up.
+type Option func(*options)
+
+// Empty gives a database without any migrations applied (for migration tests).
+func Empty() Option { return func(o *options) { o.empty = true } }
+
+// NewDB returns a fresh database for this test, dropped when the test ends.
+func NewDB(t testing.TB, opts ...Option) *DB {
+	t.Helper()
+	if !mainActive.Load() {
+		t.Fatal("testcontainers.NewDB needs TestMain to call testcontainers.Main(m), which stops the container")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	serverOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		server, serverErr = StartServer(ctx)
+		if serverErr == nil {
+			serverErr = server.prepareTemplate(ctx)
+		}
+	})
+	if serverErr != nil {
+		t.Fatalf("start PostgreSQL for tests: %v", serverErr)
+	}
+	db, err := server.CreateDB(context.Background(), !o.empty)
+	if err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		db.Pool.Close()
+		if err := server.DropDB(ctx, db.Name); err != nil {
+			t.Logf("drop test database %s: %v", db.Name, err)
+		}
+	})
+	return db
+}
+
+// NewServer starts a dedicated container for a test that needs one to itself
+// (to stop it, pause it or cut it off). It is stopped when the test ends.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	if !mainActive.Load() {
+		t.Fatal("testcontainers.NewServer needs TestMain to call testcontainers.Main(m)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := StartServer(ctx)
+	if err != nil {
+		t.Fatalf("start PostgreSQL for test: %v", err)
+	}
+	serverMu.Lock()
+	extraOwners = append(extraOwners, s)
+	serverMu.Unlock()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s.Terminate(ctx)
+	})
+	if err := s.prepareTemplate(ctx); err != nil {
+		t.Fatalf("migrate template: %v", err)
+	}
+	return s
+}
+
+// Image is the PostgreSQL image the harness runs.
+func Image(ctx context.Context) string {
+	if img := os.Getenv("MEFOR_PG_IMAGE"); img != "" {
+		return img
+	}
+	if imageExists(ctx, LocalImage) {
+		return LocalImage
+	}
+	return PublicImage
+}
+
+// StartServer starts a labelled PostgreSQL container and waits until it
+// accepts connections. Stale containers of dead test processes are removed
+// first.
+func StartServer(ctx context.Context) (*Server, error) {
+	configure()
+	sweepStale(ctx)
+
+	host, _ := os.Hostname()
+	img := Image(ctx)
+	args := []string{"postgres", "-c", "max_connections=400"}
+	if os.Getenv("MEFOR_PG_DURABLE") == "" {
+		// Tests kill mefor nodes, never the database: durability of the
+		// database itself is not under test, and fsync dominates test time.
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	ctr, err := tc.Run(ctx, img,
+		tc.WithEnv(map[string]string{"POSTGRES_USER": user, "POSTGRES_PASSWORD": password}),
+		tc.WithExposedPorts("5432/tcp"),
+		// The public image's init phase listens on its socket only, so an
+		// answer over TCP means the real server is up. (The port strategy's
+		// in-container probe spins exec calls without pause and is slow on a
+		// busy 2-core machine.)
+		tc.WithWaitStrategy(wait.ForExec([]string{"pg_isready", "-q", "-h", "127.0.0.1", "-U", user}).
+			WithPollInterval(200*time.Millisecond).WithStartupTimeout(90*time.Second)),
+		tc.WithCmd(args...),
+		tc.WithLabels(map[string]string{
+			labelOwner:   "1",
+			labelPID:     strconv.Itoa(os.Getpid()),
+			labelHost:    host,
+			labelStarted: strconv.FormatInt(time.Now().Unix(), 10),
+		}),
+		// Test data lives in memory: it keeps test I/O off the engine's
+		// (often FUSE) storage driver. Both images chown it at start.
+		tc.WithTmpfs(map[string]string{"/var/lib/postgresql/data": "rw"}),
+	)
+	if err != nil {
+		if ctr != nil {
+			_ = ctr.Terminate(context.Background())
+		}
+		return nil, fmt.Errorf("run %s (build it with testcontainers/pgimage/build.sh, or set MEFOR_PG_IMAGE): %w", img, err)
+	}
+	s := &Server{container: ctr}
+	if s.host, err = ctr.Host(ctx); err != nil {
+		s.Terminate(ctx)
+		return nil, fmt.Errorf("container host: %w", err)
+	}
+	mapped, err := ctr.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		s.Terminate(ctx)
+		return nil, fmt.Errorf("container port: %w", err)
+	}
+	s.port = mapped.Port()
+	if s.admin, err = connectWithRetry(ctx, s.URL("postgres")); err != nil {
+		s.Terminate(ctx)
+		return nil, err
+	}
+	return s, nil
+}
+
+// URL is a connection string for database name on this server.
+func (s *Server) URL(name string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(user, password),
+		Host:     net.JoinHostPort(s.host, s.port),
+		Path:     "/" + name,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
+}
+
+// Container is the underlying testcontainers container, for tests that stop,
+// pause or disconnect it.
+func (s *Server) Container() *tc.DockerContainer { return s.container }
+
+// Terminate stops and removes the container.
+func (s *Server) Terminate(ctx context.Context) {
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	if s.container != nil {
+		if err := s.container.Terminate(ctx); err != nil {
+			slog.Warn("terminate test postgres", "container", s.container.GetContainerID(), "error", err)
+		}
+	}
+}
+
+func (s *Server) prepareTemplate(ctx context.Context) error {
+	if _, err := s.admin.Exec(ctx, "CREATE DATABASE "+templateDB); err != nil {
+		return fmt.Errorf("create template database: %w", err)
+	}
+	pool, err := connectWithRetry(ctx, s.URL(templateDB))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrations.Migrate(ctx, pool, nil); err != nil {
+		return fmt.Errorf("migrate template database: %w", err)
+	}
+	return nil
+}
+
+// CreateDB creates a new database, with the schema when migrated is true.
+func (s *Server) CreateDB(ctx context.Context, migrated bool) (*DB, error) {
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), s.counter.Add(1))
+	stmt := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if migrated {
+		stmt += " TEMPLATE " + templateDB
+	}
+	s.createMu.Lock()
+	_, err := s.admin.Exec(ctx, stmt)
+	s.createMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	url := s.URL(name)
+	pool, err := connectWithRetry(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return &DB{Name: name, URL: url, Pool: pool, Server: s}, nil
+}
+
+// DropDB drops a database, disconnecting whoever still uses it.
+func (s *Server) DropDB(ctx context.Context, name string) error {
+	_, err := s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return err
+}
+
+func connectWithRetry(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse test database url: %w", err)
+	}
+	cfg.MaxConns = 20
+	var pool *pgxpool.Pool
+	backoff := retry.WithMaxDuration(30*time.Second, retry.NewConstant(100*time.Millisecond))
+	err = retry.Do(ctx, backoff, func(ctx context.Context) error {
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return retry.RetryableError(err)
+		}
+		if err := p.Ping(ctx); err != nil {
+			p.Close()
+			return retry.RetryableError(err)
+		}
+		pool = p
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to test postgres at %s: %w", cfg.ConnConfig.Host, err)
+	}
+	return pool, nil
+}
