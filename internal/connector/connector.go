@@ -1,0 +1,230 @@
+// Package connector delivers messages to destinations (an MLLP partner, a
+// directory) and classifies each attempt's outcome. Failure descriptions
+// name the failure class and the partner address, never message content.
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/mllp"
+)
+
+// Outcome classes, recorded in mefor_response.outcome and at the start of
+// last_error, so `mefor dead list` tells a refused connection from a partner
+// that rejected the message.
+const (
+	OutcomeDelivered = "delivered"
+	OutcomeRefused   = "refused"  // nothing listening / connection failed
+	OutcomeTimeout   = "timeout"  // no ACK within ack_timeout
+	OutcomeClosed    = "closed"   // partner closed before answering
+	OutcomeAE        = "AE"       // application error ACK
+	OutcomeAR        = "AR"       // application reject ACK
+	OutcomeBadAck    = "bad-ack"  // the reply was not a readable ACK
+	OutcomeIOError   = "io-error" // writing a file failed
+	OutcomeInternal  = "internal" // anything else
+)
+
+// Delivery is one message to deliver and what it is known by.
+type Delivery struct {
+	MessageID   int64
+	WorkID      int64
+	Seq         int64
+	Lane        string
+	Channel     string
+	Destination string
+	ControlID   string
+	MessageType string
+	Received    time.Time
+	Payload     []byte
+}
+
+// Result is the outcome of one attempt.
+type Result struct {
+	OK      bool
+	Outcome string
+	AckCode string
+	Reply   []byte
+	// Error describes a failure for last_error; empty on success.
+	Error string
+}
+
+// Sender delivers to one destination.
+type Sender interface {
+	Send(ctx context.Context, d Delivery) Result
+	Close() error
+}
+
+// Pool keeps one sender per outbound lane: a lane is drained by one drainer
+// at a time, so an MLLP lane reuses one connection, and N lanes of a
+// parallel destination are N connections.
+type Pool struct {
+	mu      sync.Mutex
+	senders map[string]Sender
+}
+
+// NewPool returns an empty pool.
+func NewPool() *Pool { return &Pool{senders: map[string]Sender{}} }
+
+// Get returns the lane's sender, creating it for dest on first use.
+func (p *Pool) Get(lane string, dest *config.Destination) (Sender, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.senders[lane]; ok {
+		return s, nil
+	}
+	s, err := New(dest)
+	if err != nil {
+		return nil, err
+	}
+	p.senders[lane] = s
+	return s, nil
+}
+
+// Close closes every sender.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for lane, s := range p.senders {
+		errs = append(errs, s.Close())
+		delete(p.senders, lane)
+	}
+	return errors.Join(errs...)
+}
+
+// New builds the sender for a destination.
+func New(dest *config.Destination) (Sender, error) {
+	switch dest.Type {
+	case config.DestinationMLLP:
+		return &MLLPSender{
+			client: &mllp.Client{
+				Addr:        dest.MLLP.Address,
+				DialTimeout: dest.MLLP.ConnectTimeout,
+				AckTimeout:  dest.MLLP.AckTimeout,
+			},
+			aeIsFailure: dest.MLLP.AEIsFailure,
+		}, nil
+	case config.DestinationFile:
+		return &FileSender{dest: dest.File}, nil
+	}
+	return nil, fmt.Errorf("destination %q: unsupported type %q", dest.Name, dest.Type)
+}
+
+// MLLPSender delivers over MLLP and reads the partner's ACK.
+type MLLPSender struct {
+	client      *mllp.Client
+	aeIsFailure bool
+}
+
+// Send sends one message and classifies the reply.
+func (s *MLLPSender) Send(ctx context.Context, d Delivery) Result {
+	reply, err := s.client.Send(ctx, d.Payload)
+	if err != nil {
+		return classifySendError(s.client.Addr, err)
+	}
+	ack, err := hl7.ParseACK(reply)
+	if err != nil {
+		return Result{Outcome: OutcomeBadAck, Reply: reply,
+			Error: fmt.Sprintf("%s: reply from %s is not an ACK (%v)", OutcomeBadAck, s.client.Addr, err)}
+	}
+	code := string(ack.Code)
+	switch ack.Code {
+	case hl7.AckAccept, hl7.AckCommitAccept:
+		return Result{OK: true, Outcome: OutcomeDelivered, AckCode: code, Reply: reply}
+	case hl7.AckError, hl7.AckCommitError:
+		if !s.aeIsFailure {
+			return Result{OK: true, Outcome: OutcomeDelivered, AckCode: code, Reply: reply}
+		}
+		// MSA-3 is the partner's text and may quote the message: keep it in
+		// the stored reply, not in last_error.
+		return Result{Outcome: OutcomeAE, AckCode: code, Reply: reply,
+			Error: fmt.Sprintf("%s: %s answered %s (application error)", OutcomeAE, s.client.Addr, code)}
+	default:
+		return Result{Outcome: OutcomeAR, AckCode: code, Reply: reply,
+			Error: fmt.Sprintf("%s: %s answered %s (rejected)", OutcomeAR, s.client.Addr, code)}
+	}
+}
+
+func classifySendError(addr string, err error) Result {
+	var dial *mllp.DialError
+	switch {
+	case errors.As(err, &dial) && errors.Is(err, syscall.ECONNREFUSED):
+		return Result{Outcome: OutcomeRefused, Error: fmt.Sprintf("%s: connection refused by %s", OutcomeRefused, addr)}
+	case errors.As(err, &dial):
+		return Result{Outcome: OutcomeRefused, Error: fmt.Sprintf("%s: cannot connect to %s: %v", OutcomeRefused, addr, dial.Err)}
+	case errors.Is(err, mllp.ErrAckTimeout), errors.Is(err, context.DeadlineExceeded):
+		return Result{Outcome: OutcomeTimeout, Error: fmt.Sprintf("%s: no ACK from %s in time", OutcomeTimeout, addr)}
+	case errors.Is(err, mllp.ErrConnClosed):
+		return Result{Outcome: OutcomeClosed, Error: fmt.Sprintf("%s: %s closed the connection before answering", OutcomeClosed, addr)}
+	}
+	return Result{Outcome: OutcomeInternal, Error: fmt.Sprintf("%s: send to %s: %v", OutcomeInternal, addr, err)}
+}
+
+// Close closes the connection.
+func (s *MLLPSender) Close() error { return s.client.Close() }
+
+// FileSender writes each message to its own file, atomically: a reader never
+// sees a half-written file, and a crash leaves at most a temp file behind.
+type FileSender struct {
+	dest *config.FileDestination
+}
+
+// Send writes one file.
+func (s *FileSender) Send(_ context.Context, d Delivery) Result {
+	path, err := s.dest.Path(config.FileNameData{
+		MessageID:   strconv.FormatInt(d.MessageID, 10),
+		ControlID:   d.ControlID,
+		Channel:     d.Channel,
+		MessageType: d.MessageType,
+		Destination: d.Destination,
+		Seq:         d.Seq,
+		Received:    d.Received,
+	})
+	if err != nil {
+		return Result{Outcome: OutcomeIOError, Error: fmt.Sprintf("%s: file name: %v", OutcomeIOError, err)}
+	}
+	if err := writeAtomic(path, d.Payload); err != nil {
+		return Result{Outcome: OutcomeIOError, Error: fmt.Sprintf("%s: %v", OutcomeIOError, err)}
+	}
+	return Result{OK: true, Outcome: OutcomeDelivered}
+}
+
+// Close does nothing: files are closed as they are written.
+func (s *FileSender) Close() error { return nil }
+
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".mefor-*.tmp")
+	if err != nil {
+		return fmt.Errorf("create temp file in %s: %w", dir, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("rename into %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+// Package engine runs a mefor node: it compiles the config into the graph
+// the drainers use, receives messages on the inbound listeners, and owns the
+// River client working the stage queues.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/handler"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
+)
+
+// Graph is a config compiled for the pipeline: handlers built, partition
+// keys parsed. It is immutable; a reload builds a new one.
+type Graph struct {
+	cfg      *config.Config
+	handlers map[string]handler.Handler
+	keys     map[string]hl7.Path // partitioned destination → key path
+}
+
+// NewGraph compiles cfg.
+func NewGraph(cfg *config.Config) (*Graph, error) {
+	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, keys: map[string]hl7.Path{}}
+	g.handlers["passthrough"] = handler.Passthrough{}
+	for _, h := range cfg.Handlers {
+		built, err := buildHandler(h)
+		if err != nil {
+			return nil, fmt.Errorf("handler %q: %w", h.Name, err)
+		}
+		g.handlers[h.Name] = built
+	}
+	for _, d := range cfg.Destinations {
+		if d.Ordering.Mode != config.OrderPartitioned {
+			continue
+		}
+		p, err := hl7.ParsePath(d.Ordering.Key)
+		if err != nil {
+			return nil, fmt.Errorf("destination %q: ordering.key: %w", d.Name, err)
+		}
+		g.keys[d.Name] = p
+	}
+	return g, nil
+}
+
+// Config is the config the graph was built from.
+func (g *Graph) Config() *config.Config { return g.cfg }
+
+// Route implements workers.Graph.
+func (g *Graph) Route(channel string, msg *hl7.Message) ([]store.RoutedOut, bool) {
+	ch := g.cfg.Channel(channel)
+	if ch == nil {
+		return nil, false
+	}
+	h := headerOf(msg)
+	var outs []store.RoutedOut
+	for _, r := range ch.Routes {
+		if r.Match.Matches(h) {
+			outs = append(outs, store.RoutedOut{Route: r.Name, Handler: r.Handler})
+		}
+	}
+	return outs, true
+}
+
+// Transform implements workers.Graph: run the route's handler and lay out
+// one delivery per destination of the route.
+func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error) {
+	ch := g.cfg.Channel(row.Channel)
+	if ch == nil {
+		return nil, fmt.Errorf("channel %q is not in the config", row.Channel)
+	}
+	route := ch.Route(row.Route)
+	if route == nil {
+		return nil, fmt.Errorf("route %q of channel %q is not in the config", row.Route, row.Channel)
+	}
+	h, ok := g.handlers[row.Handler]
+	if !ok {
+		return nil, fmt.Errorf("handler %q is not in the config", row.Handler)
+	}
+	out, err := h.Handle(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("handler %q: %w", row.Handler, err)
+	}
+	if out == nil {
+		return nil, nil // filtered
+	}
+	payload := out.Encode()
+	outs := make([]store.OutboundOut, 0, len(route.Destinations))
+	for _, name := range route.Destinations {
+		dest := g.cfg.Destination(name)
+		if dest == nil {
+			return nil, fmt.Errorf("destination %q is not in the config", name)
+		}
+		outs = append(outs, store.OutboundOut{
+			Destination: name,
+			Lane:        g.laneFor(dest, out, row.MessageID),
+			Payload:     payload,
+		})
+	}
+	return outs, nil
+}
+
+// laneFor picks a destination lane: the single lane of a fifo destination,
+// round-robin by message id for parallel, and by a hash of the key field for
+// partitioned, so one patient's messages always share a lane.
+func (g *Graph) laneFor(dest *config.Destination, msg *hl7.Message, messageID int64) string {
+	n := dest.Ordering.Lanes
+	switch dest.Ordering.Mode {
+	case config.OrderParallel:
+		return jobs.OutboundLane(dest.Name, n, int(messageID%int64(n)))
+	case config.OrderPartitioned:
+		h := fnv.New32a()
+		h.Write([]byte(msg.GetPath(g.keys[dest.Name])))
+		return jobs.OutboundLane(dest.Name, n, int(h.Sum32()%uint32(n)))
+	}
+	return jobs.OutboundLane(dest.Name, 1, 0)
+}
+
+// Destination implements workers.Graph.
+func (g *Graph) Destination(name string) *config.Destination { return g.cfg.Destination(name) }
+
+func headerOf(msg *hl7.Message) config.MessageHeader {
+	h := msg.Header()
+	return config.MessageHeader{
+		MessageType:          h.MessageType,
+		TriggerEvent:         h.TriggerEvent,
+		SendingApplication:   h.SendingApplication,
+		SendingFacility:      h.SendingFacility,
+		ReceivingApplication: h.ReceivingApplication,
+		ReceivingFacility:    h.ReceivingFacility,
+		ProcessingID:         h.ProcessingID,
+		Version:              h.Version,
+	}
+}
+
+// buildHandler turns a handler's config into the handler.
+func buildHandler(h config.Handler) (handler.Handler, error) {
+	switch h.Type {
+	case config.HandlerPassthrough:
+		return handler.Passthrough{}, nil
+	case config.HandlerMap:
+		ops := make([]handler.MapOp, 0, len(h.Map))
+		for _, op := range h.Map {
+			ops = append(ops, handler.MapOp{Op: handler.OpKind(op.Kind), Path: op.Target, Value: op.Value, From: op.From})
+		}
+		return handler.NewMap(ops)
+	}
+	return nil, fmt.Errorf("unsupported handler type %q", h.Type)
+}

@@ -1,0 +1,209 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/workers"
+)
+
+func TestMain(m *testing.M) { testcontainers.Main(m) }
+
+// partner is a fake downstream system that speaks real MLLP and answers
+// real ACKs. fail decides, per received message, which code to answer.
+type partner struct {
+	t    *testing.T
+	addr string
+	srv  *mllp.Server
+
+	mu       sync.Mutex
+	received []string // MSH-10 of every message, in arrival order, including failed ones
+	accepted []string // MSH-10 of messages answered AA
+	fail     func(controlID string, n int) hl7.AckCode
+}
+
+func newPartner(t *testing.T, addr string) *partner {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	p := &partner{t: t}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("partner listen: %v", err)
+	}
+	p.addr = ln.Addr().String()
+	p.srv = &mllp.Server{Handler: mllp.HandlerFunc(p.serve)}
+	go p.srv.Serve(ln)
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *partner) serve(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
+	msg, err := hl7.Parse(raw)
+	if err != nil {
+		return hl7.NewACKForUnparsed(raw, hl7.AckReject, "unparseable", hl7.NewControlID(), time.Now())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := msg.ControlID()
+	p.received = append(p.received, id)
+	code := hl7.AckAccept
+	if p.fail != nil {
+		code = p.fail(id, len(p.received))
+	}
+	if code == hl7.AckAccept {
+		p.accepted = append(p.accepted, id)
+	}
+	return hl7.NewACK(msg, code, "", hl7.NewControlID(), time.Now())
+}
+
+func (p *partner) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.srv.Shutdown(ctx)
+}
+
+func (p *partner) acceptedIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.accepted...)
+}
+
+func (p *partner) receivedIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.received...)
+}
+
+// freeAddr returns a loopback address nothing listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// adt builds a small ADT^A01 with the given control id and patient id.
+func adt(controlID, patient string) []byte {
+	return []byte("MSH|^~\\&|REG|HOSP|MEFOR|MEFOR|20240102081500||ADT^A01^ADT_A01|" + controlID + "|P|2.5.1\r" +
+		"EVN|A01|20240102081500\r" +
+		"PID|1||" + patient + "^^^HOSP^MR||DOE^JANE||19800101|F\r" +
+		"PV1|1|I|3N^301^A\r")
+}
+
+// testConfig is a one-channel config delivering ADT to the given
+// destinations YAML.
+func testConfig(t *testing.T, listen, destinations string) *config.Config {
+	t.Helper()
+	y := fmt.Sprintf(`
+cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - name: out
+        match: {message_type: [ADT]}
+        destinations: [%s]
+destinations:
+%s`, listen, destNames(destinations), destinations)
+	cfg, err := config.Parse("test.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatalf("test config: %v\n%s", err, y)
+	}
+	return cfg
+}
+
+// destNames pulls the top-level destination names out of a destinations block.
+func destNames(block string) string {
+	var names []string
+	for _, line := range strings.Split(block, "\n") {
+		if strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && strings.HasSuffix(strings.TrimSpace(line), ":") {
+			names = append(names, strings.TrimSuffix(strings.TrimSpace(line), ":"))
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("MEFOR_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startNode runs a node on db with cfg until the test ends.
+func startNode(t *testing.T, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) *engine.Node {
+	t.Helper()
+	opts := engine.Options{
+		Config: cfg, Pool: db.Pool, Logger: testLogger(t), NodeID: t.Name(),
+		ReclaimInterval: time.Second,
+		Limits:          workers.DefaultLimits,
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	n, err := engine.New(opts)
+	if err != nil {
+		t.Fatalf("new node: %v", err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.Stop(context.Background()); err != nil {
+			t.Logf("stop node: %v", err)
+		}
+	})
+	return n
+}
+
+// send sends each message to addr over one MLLP connection and returns the ACKs.
+func send(t *testing.T, addr string, msgs ...[]byte) []hl7.Ack {
+	t.Helper()
+	c := &mllp.Client{Addr: addr, AckTimeout: 10 * time.Second}
+	defer c.Close()
+	var acks []hl7.Ack
+	for i, m := range msgs {
+		raw, err := c.Send(context.Background(), m)
+		if err != nil {
+			t.Fatalf("send message %d: %v", i, err)
+		}
+		ack, err := hl7.ParseACK(raw)
+		if err != nil {
+			t.Fatalf("ack of message %d: %v", i, err)
+		}
+		acks = append(acks, ack)
+	}
+	return acks
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
+)
+
+// Intake stores received messages durably, then says what to answer.
+type Intake struct {
+	Pool     *pgxpool.Pool
+	Inserter jobs.Inserter
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// Result of storing one message.
+type Received struct {
+	MessageID int64
+	Msg       *hl7.Message // nil when it did not parse
+	ParseErr  error
+}
+
+// Receive parses and stores one message for channel in one transaction.
+// A message that does not parse is stored too (status error, raw body kept
+// for inspection); only a database failure returns an error, and then the
+// message is not stored and must not be acknowledged.
+func (in *Intake) Receive(ctx context.Context, channel, source, remote string, raw []byte) (Received, error) {
+	msg, perr := hl7.Parse(raw)
+	inbound := store.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw}
+	if perr != nil {
+		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()
+	} else {
+		h := msg.Header()
+		inbound.ControlID = h.ControlID
+		inbound.MessageType = h.MessageType
+		inbound.TriggerEvent = h.TriggerEvent
+		inbound.SendingApp = h.SendingApplication
+		inbound.SendingFacility = h.SendingFacility
+	}
+	var id int64
+	err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = store.Receive(ctx, tx, in.Inserter, inbound)
+		return err
+	})
+	if err != nil {
+		return Received{}, err
+	}
+	return Received{MessageID: id, Msg: msg, ParseErr: perr}, nil
+}
+
+// MLLPHandler answers an MLLP listener of one channel: AA only after the
+// commit; AR with the reason for a message that does not parse (stored all
+// the same); and no answer at all, closing the connection, when the message
+// could not be stored, so the sender keeps it and sends again.
+func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
+	return mllp.HandlerFunc(func(ctx context.Context, raw []byte, conn mllp.ConnInfo) []byte {
+		remote := ""
+		if conn.RemoteAddr != nil {
+			remote = conn.RemoteAddr.String()
+		}
+		// The sender waits on this answer, but a node that is stopping still
+		// commits what it accepted: do not let a cancelled connection
+		// context abort a commit mid-way.
+		rec, err := in.Receive(context.WithoutCancel(ctx), ch.Name, "mllp", remote, raw)
+		if err != nil {
+			in.Logger.ErrorContext(ctx, "message not stored, closing connection without ACK",
+				"channel", ch.Name, "remote", remote, "size", len(raw), "error", err)
+			return nil
+		}
+		now := in.now()
+		if rec.ParseErr != nil {
+			in.Logger.WarnContext(ctx, "rejected malformed message (stored for inspection)",
+				"channel", ch.Name, "message_id", rec.MessageID, "remote", remote, "size", len(raw), "error", rec.ParseErr)
+			return hl7.NewACKForUnparsed(raw, hl7.AckReject,
+				fmt.Sprintf("message %d rejected: %v", rec.MessageID, rec.ParseErr), hl7.NewControlID(), now)
+		}
+		in.Logger.DebugContext(ctx, "received", "channel", ch.Name, "message_id", rec.MessageID,
+			"type", rec.Msg.MessageType(), "size", len(raw))
+		return hl7.NewACK(rec.Msg, hl7.AckAccept, "", hl7.NewControlID(), now)
+	})
+}
+
+// OversizeACK answers a frame larger than the channel allows.
+func (in *Intake) OversizeACK(limit int) func(prefix []byte) []byte {
+	return func(prefix []byte) []byte {
+		in.Logger.Warn("rejected oversize frame", "limit_bytes", limit)
+		return hl7.NewACKForUnparsed(prefix, hl7.AckReject,
+			fmt.Sprintf("message larger than the %d-byte limit of this listener", limit), hl7.NewControlID(), in.now())
+	}
+}
+
+func (in *Intake) now() time.Time {
+	if in.Now != nil {
+		return in.Now()
+	}
+	return time.Now()
+}

@@ -1,0 +1,99 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// laneLockClass is the first key of the two-key advisory lock a lane is
+// guarded by, so lane locks never collide with other advisory locks.
+const laneLockClass int32 = 0x6d66 // "mf"
+
+// Inserter is the River client method Activate needs; a full *river.Client or
+// an insert-only one (no workers) both satisfy it.
+type Inserter interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
+// LockLanes takes the transaction lock of every lane tx is about to write to.
+// It must come before the work rows are inserted: seq values are drawn under
+// the lock, so within a lane seq order is commit order. Locks are taken in
+// sorted order so two transactions writing several lanes cannot deadlock.
+// The drainer's "lane is empty, complete myself" step takes the same lock, so
+// a row committed by a producer is either seen by that check or finds the
+// drainer gone and activates a new one: no stranded backlog.
+func LockLanes(ctx context.Context, tx pgx.Tx, lanes []string) error {
+	sorted := slices.Clone(lanes)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	for _, lane := range sorted {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", laneLockClass, laneLockKey(lane)); err != nil {
+			return fmt.Errorf("lock lane %s: %w", lane, err)
+		}
+	}
+	return nil
+}
+
+// laneLockKey hashes a lane name into the second lock key. A collision only
+// makes two lanes share a lock, which costs concurrency, never correctness.
+func laneLockKey(lane string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(lane))
+	return int32(h.Sum32())
+}
+
+// Activate makes sure every lane has a live drainer. The caller holds the
+// lanes' locks (LockLanes, same tx). A lane whose drainer is already live
+// costs one indexed read and no write: inserting anyway would resolve as a
+// unique conflict, which updates the drainer's river_job row per message.
+func Activate(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string) error {
+	sorted := slices.Clone(lanes)
+	slices.Sort(sorted)
+	for _, lane := range slices.Compact(sorted) {
+		var state *string
+		err := tx.QueryRow(ctx, `
+			SELECT j.state::text
+			FROM mefor_lane l LEFT JOIN river_job j ON j.id = l.job_id
+			WHERE l.name = $1`, lane).Scan(&state)
+		if err != nil && err != pgx.ErrNoRows {
+			return fmt.Errorf("read drainer of lane %s: %w", lane, err)
+		}
+		if state != nil && isLive(rivertype.JobState(*state)) {
+			continue
+		}
+		if err := insertDrainer(ctx, tx, ins, lane); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertDrainer inserts (or finds, through the unique key) the drainer job of
+// a lane and records it in mefor_lane.
+func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) error {
+	args, err := ArgsFor(lane)
+	if err != nil {
+		return err
+	}
+	stage, _ := StageOf(lane)
+	res, err := ins.InsertTx(ctx, tx, args, nil)
+	if err != nil {
+		return fmt.Errorf("activate drainer of lane %s: %w", lane, err)
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO mefor_lane (name, stage, job_id, activated_at) VALUES ($1, $2, $3, clock_timestamp())
+		ON CONFLICT (name) DO UPDATE SET job_id = EXCLUDED.job_id, activated_at = EXCLUDED.activated_at`,
+		lane, stage, res.Job.ID)
+	if err != nil {
+		return fmt.Errorf("record drainer of lane %s: %w", lane, err)
+	}
+	return nil
+}
+
+func isLive(s rivertype.JobState) bool { return slices.Contains(liveStates, s) }

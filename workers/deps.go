@@ -1,0 +1,84 @@
+// Package workers holds mefor's River workers: the three stage drainers and
+// the periodic maintenance jobs.
+//
+// A drainer serves one lane. It reads the lane's pending rows head first,
+// hands each off in a transaction that first proves the execution is still
+// the live one (fencing), and ends in one of three ways: the lane is empty
+// (it completes itself under the lane lock), its time slice is used up (it
+// snoozes for zero so any node picks it up again), or the head must wait for
+// a retry (it snoozes until then, keeping the lane blocked behind its head).
+package workers
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/store"
+)
+
+// Graph is the running configuration as the drainers use it. It is looked up
+// per batch so a reload takes effect between batches.
+type Graph interface {
+	// Route picks the routes of a channel that match msg. ok is false when
+	// the channel is no longer configured.
+	Route(channel string, msg *hl7.Message) (outs []store.RoutedOut, ok bool)
+	// Transform runs a route's handler and returns the deliveries it
+	// produced (none: filtered). An error dead-letters the row; its text
+	// must not contain message content.
+	Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error)
+	// Destination returns a destination's config, nil when it left the config.
+	Destination(name string) *config.Destination
+}
+
+// Limits bound one drainer execution.
+type Limits struct {
+	// Slice is how long one execution may keep its lane before it yields
+	// (snoozes for zero) so other lanes get worker slots.
+	Slice time.Duration
+	// MaxRows bounds the rows served in one execution.
+	MaxRows int
+	// Batch is how many rows of a lane are read at once; route and
+	// transform hand a whole batch off in one transaction.
+	Batch int
+	// Linger is how long a drainer waits on an empty lane for new work
+	// before completing itself; re-activating costs a job insert and fetch.
+	Linger time.Duration
+	// Poll is how often a lingering drainer looks at its lane.
+	Poll time.Duration
+}
+
+// DefaultLimits suit a 2-core node.
+var DefaultLimits = Limits{
+	Slice:   5 * time.Second,
+	MaxRows: 5000,
+	Batch:   100,
+	Linger:  200 * time.Millisecond,
+	Poll:    5 * time.Millisecond,
+}
+
+// Deps is what every drainer needs.
+type Deps struct {
+	Pool    *pgxpool.Pool
+	Graph   func() Graph
+	Senders *connector.Pool
+	Limits  Limits
+	Logger  *slog.Logger
+	// Stopping is closed when the node begins a graceful stop: drainers
+	// finish the row in hand and yield their lane.
+	Stopping <-chan struct{}
+}
+
+func (d *Deps) stopping() bool {
+	select {
+	case <-d.Stopping:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,153 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
+)
+
+// execution identifies one run of a drainer job: River stamps attempted_at
+// at every fetch, so (job id, attempted_at) changes when the job is rescued
+// and fetched again, even though a snooze gives the attempt number back.
+type execution struct {
+	jobID       int64
+	attemptedAt time.Time
+}
+
+// stepResult is what serving a batch of rows decided.
+type stepResult struct {
+	served int
+	// snooze > 0: the head must wait this long; the drainer yields its lane
+	// without completing, so nothing behind the head can overtake it.
+	snooze time.Duration
+}
+
+// stepFunc serves rows of a lane, head first.
+type stepFunc func(ctx context.Context, ex execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error)
+
+// drain is the loop every stage drainer runs.
+func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lane string, step stepFunc) error {
+	if job.AttemptedAt == nil {
+		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
+	}
+	ex := execution{jobID: job.ID, attemptedAt: *job.AttemptedAt}
+	ins := river.ClientFromContext[pgx.Tx](ctx)
+	lim := d.Limits
+	deadline := time.Now().Add(lim.Slice)
+	served := 0
+
+	for {
+		if d.stopping() || served >= lim.MaxRows || time.Now().After(deadline) {
+			// Yield: available again at once, for this node or another.
+			return river.JobSnooze(0)
+		}
+		rows, err := store.PendingRows(ctx, d.Pool, lane, lim.Batch)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			if d.linger(ctx, lane, deadline) {
+				continue
+			}
+			done, err := completeIfEmpty(ctx, d, ex, job, lane)
+			if errors.Is(err, store.ErrFenced) {
+				return d.fenced(ctx, lane, ex)
+			}
+			if err != nil {
+				return err
+			}
+			if done {
+				return nil
+			}
+			continue // a producer slipped a row in before the lock
+		}
+		res, err := step(ctx, ex, ins, rows)
+		served += res.served
+		if errors.Is(err, store.ErrFenced) {
+			return d.fenced(ctx, lane, ex)
+		}
+		if err != nil {
+			return err
+		}
+		if res.snooze > 0 {
+			return river.JobSnooze(res.snooze)
+		}
+	}
+}
+
+// fenced ends a superseded execution. It returns nil: any other answer would
+// make River's completer move the job away from the execution that replaced
+// this one (the completer does not compare attempts), and a snooze here
+// would ping-pong between the two. If the job is left completed, the lane is
+// re-activated by the next producer or by reclaim.
+func (d *Deps) fenced(ctx context.Context, lane string, ex execution) error {
+	d.Logger.WarnContext(ctx, "drainer superseded, stopping without further writes",
+		"lane", lane, "job_id", ex.jobID, "attempted_at", ex.attemptedAt)
+	return nil
+}
+
+// linger waits on an empty lane for up to Linger, reporting whether work
+// arrived. It gives up early when the node is stopping.
+func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time) bool {
+	until := time.Now().Add(d.Limits.Linger)
+	if until.After(deadline) {
+		until = deadline
+	}
+	tick := time.NewTicker(d.Limits.Poll)
+	defer tick.Stop()
+	for time.Now().Before(until) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-d.Stopping:
+			return false
+		case <-tick.C:
+		}
+		var pending bool
+		err := d.Pool.QueryRow(ctx,
+			"SELECT EXISTS (SELECT 1 FROM mefor_work WHERE lane = $1 AND status = 'pending')", lane).Scan(&pending)
+		if err != nil || pending {
+			return err == nil
+		}
+	}
+	return false
+}
+
+// completeIfEmpty completes the drainer's job in the same transaction that
+// saw the lane empty under the lane lock.
+func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex execution, job *river.Job[T], lane string) (bool, error) {
+	done := false
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		if err := store.Fence(ctx, tx, ex.jobID, ex.attemptedAt); err != nil {
+			return err
+		}
+		empty, err := store.CompleteIfEmpty(ctx, tx, lane)
+		if err != nil || !empty {
+			return err
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("complete drainer of lane %s: %w", lane, err)
+		}
+		done = true
+		return nil
+	})
+	return done, err
+}
+
+// inTx runs fn in a transaction that first checks the fence.
+func (d *Deps) inTx(ctx context.Context, ex execution, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		if err := store.Fence(ctx, tx, ex.jobID, ex.attemptedAt); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
