@@ -212,13 +212,8 @@ func TestServerIdleTimeout(t *testing.T) {
 	addr, _ := startServer(t, srv)
 	conn, r := dial(t, addr)
 
-	// The idle timer restarts after each ACK ...
-	for range 3 {
-		if got := exchange(t, conn, r, "MSH"); got != "ACK|MSH" {
-			t.Fatalf("ack = %q", got)
-		}
-	}
-	// ... and stray bytes between frames do not count as a frame starting.
+	// Stray bytes between frames do not start a frame: were they taken
+	// for one, the hour-long read timeout would keep the connection open.
 	if _, err := conn.Write([]byte("\r\n")); err != nil {
 		t.Fatal(err)
 	}
