@@ -106,7 +106,7 @@ func New(opts Options) (*Node, error) {
 	jobTimeout := opts.Limits.Slice + sendTimeout + 30*time.Second
 	client, err := river.NewClient(riverpgxv5.New(opts.Pool), &river.Config{
 		ID:     opts.NodeID,
-		Logger: opts.Logger.With("component", "river"),
+		Logger: riverLogger(opts.Logger),
 		Queues: map[string]river.QueueConfig{
 			jobs.QueueIngress:     {MaxWorkers: or(opts.IngressWorkers, 50)},
 			jobs.QueueRouted:      {MaxWorkers: or(opts.RoutedWorkers, 50)},
@@ -271,4 +271,33 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.senders.Close()
 	return err
+}
+
+// quietHandler raises the level of a library's logger: River reports
+// routine producer statistics at info, which would drown a node's own log.
+type quietHandler struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h quietHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name), h.min}
+}
+
+// riverLogger is the node's logger for River: warnings and errors only,
+// unless the node logs at debug.
+func riverLogger(l *slog.Logger) *slog.Logger {
+	l = l.With("component", "river")
+	if l.Enabled(context.Background(), slog.LevelDebug) {
+		return l
+	}
+	return slog.New(quietHandler{Handler: l.Handler(), min: slog.LevelWarn})
 }
