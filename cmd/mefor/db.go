@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// errNoDatabase is returned by commands that need PostgreSQL when no URL was given.
+var errNoDatabase = errors.New("no database: pass --database-url or set DATABASE_URL " +
+	"(e.g. postgres://mefor:secret@localhost:5432/mefor)")
+
+// pool opens a connection pool and checks that the database answers, so a bad
+// URL fails here with the host named rather than on a later query.
+func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
+	if g.DatabaseURL == "" {
+		return nil, errNoDatabase
+	}
+	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
+	if err != nil {
+		// pgx's parse errors can echo the URL, password included.
+		return nil, errors.New("database URL is not valid: want postgres://user:password@host:port/dbname")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}

@@ -1,0 +1,145 @@
+// Command mefor is the HL7 v2 integration engine's single binary: it runs a
+// node and is the operator's tool for everything else.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// CLI is the whole command tree. Each command is thin: it parses flags and
+// calls into ops (or a supporting package) to do the work.
+type CLI struct {
+	Globals
+
+	Run        runCmd        `cmd:"" help:"Start a node: stage workers, inbound listeners and the reclaim job for a config."`
+	Migrate    migrateCmd    `cmd:"" help:"Apply (or list with --status) River's and mefor's database migrations."`
+	Config     configCmd     `cmd:"" help:"Validate a channel config file."`
+	Enqueue    enqueueCmd    `cmd:"" help:"Store a message into a channel as a listener would, and print its id."`
+	Messages   messagesCmd   `cmd:"" help:"List messages, or show one with its stage rows and event timeline."`
+	Dead       deadCmd       `cmd:"" help:"List dead-lettered deliveries."`
+	Replay     replayCmd     `cmd:"" help:"Re-queue a message's dead or pending rows, or re-send its delivered ones."`
+	ReplayDead replayDeadCmd `cmd:"" name:"replay-dead" help:"Re-queue every dead-lettered delivery matching a filter."`
+	Cancel     cancelCmd     `cmd:"" help:"Cancel pending deliveries to a destination."`
+	Status     statusCmd     `cmd:"" help:"Show per-channel and per-destination counts, backlog and oldest queued age."`
+	Send       sendCmd       `cmd:"" help:"Send HL7 messages from files to an MLLP listener and print each ACK code."`
+	Sink       sinkCmd       `cmd:"" help:"Run an MLLP receiver that answers AA and writes each message to a file."`
+
+	Version kong.VersionFlag `help:"Print the version and exit."`
+}
+
+// Globals are the flags every command accepts.
+type Globals struct {
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" placeholder:"URL" help:"PostgreSQL connection URL (default from DATABASE_URL), e.g. postgres://mefor:secret@localhost:5432/mefor."`
+	LogLevel    string `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Log level: debug, info, warn, error."`
+	LogFormat   string `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
+
+	logger *slog.Logger
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// exitError carries a specific exit code up to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var cli CLI
+	parser, err := kong.New(&cli,
+		kong.Name("mefor"),
+		kong.Description("mefor is a clustered HL7 v2 integration engine: MLLP and file intake stored in PostgreSQL before the ACK, "+
+			"route → transform → deliver in strict per-lane order, retries, dead letters and replay, run entirely from this CLI."),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true, Summary: true}),
+		kong.Vars{"version": version},
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(kongExit(code)) }),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "mefor: %v\n", err)
+		return 2
+	}
+
+	kctx, code, done := parseArgs(parser, args)
+	if done {
+		return code
+	}
+
+	cli.Globals.stdout, cli.Globals.stderr = stdout, stderr
+	cli.Globals.logger = newLogger(stderr, cli.LogLevel, cli.LogFormat)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	err = kctx.Run(&cli.Globals)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "mefor: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "mefor: %v\n", err)
+	return 1
+}
+
+// kongExit is how kong's exit (after --help, --version or a usage error)
+// unwinds to parseArgs instead of ending the process.
+type kongExit int
+
+// parseArgs runs kong's parser, turning its help/version/usage exits into a
+// return value so tests can drive the CLI in-process.
+func parseArgs(parser *kong.Kong, args []string) (kctx *kong.Context, code int, done bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, ok := r.(kongExit)
+			if !ok {
+				panic(r)
+			}
+			kctx, code, done = nil, int(c), true
+		}
+	}()
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		parser.Errorf("%s", err)
+		if kctx != nil {
+			_ = kctx.PrintUsage(true)
+		}
+		return nil, 2, true
+	}
+	return kctx, 0, false
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
