@@ -1,0 +1,65 @@
+package ops
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/store"
+)
+
+// ListMessages returns messages newest first (metadata only).
+func ListMessages(ctx context.Context, pool *pgxpool.Pool, f store.MessageFilter) ([]store.MessageSummary, error) {
+	return store.ListMessages(ctx, pool, f)
+}
+
+// MessageView is everything `messages show` presents about one message.
+type MessageView struct {
+	Message store.MessageDetail `json:"message"`
+	Work    []store.WorkInfo    `json:"work"`
+	Replies []store.Reply       `json:"replies"`
+	Events  []store.Event       `json:"events"`
+}
+
+// ShowMessage reads one message with its stage rows, partner replies and
+// timeline, all from one snapshot. Bodies (the message's and the replies')
+// are read only when withBody is set. An unknown id wraps store.ErrNotFound.
+func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody bool) (*MessageView, error) {
+	var v MessageView
+	err := readTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if v.Message, err = store.GetMessage(ctx, tx, id, withBody); err != nil {
+			return err
+		}
+		if v.Work, err = store.MessageWork(ctx, tx, id); err != nil {
+			return err
+		}
+		if v.Replies, err = store.MessageReplies(ctx, tx, id, withBody); err != nil {
+			return err
+		}
+		v.Events, err = store.MessageEvents(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// ListDead returns dead rows of every stage, most recently dead first.
+func ListDead(ctx context.Context, pool *pgxpool.Pool, f store.DeadFilter) ([]store.DeadRow, error) {
+	return store.ListDead(ctx, pool, f)
+}
+
+// Status returns the per-channel and per-destination counts from one
+// snapshot.
+func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
+	var st *store.Status
+	err := readTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		st, err = store.ReadStatus(ctx, tx)
+		return err
+	})
+	return st, err
+}

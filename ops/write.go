@@ -1,0 +1,178 @@
+package ops
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/store"
+)
+
+// DefaultBatchSize is how many rows a bulk operation changes per
+// transaction: small enough to keep locks short and within PostgreSQL's
+// lock table (each message touched takes an advisory lock), large enough to
+// move tens of thousands of rows a minute.
+const DefaultBatchSize = 500
+
+// Replay re-queues one message (see store.ReplayMessage for the rules): its
+// dead and pending rows if it has any, else its delivered outbound rows.
+// Rows == 0 in the result means there was nothing to replay, which is not an
+// error. A pending row that was waiting out a backoff is due at once, and its
+// lane's snoozed drainer is woken in the same transaction.
+func Replay(ctx context.Context, pool *pgxpool.Pool, q Queue, messageID int64) (store.ReplayResult, error) {
+	var res store.ReplayResult
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if res, err = store.ReplayMessage(ctx, tx, q, messageID); err != nil {
+			return err
+		}
+		return wake(ctx, tx, q, res.Expedited)
+	})
+	return res, err
+}
+
+// BulkOptions tunes ReplayDead and Cancel.
+type BulkOptions struct {
+	// BatchSize is how many rows one transaction changes; <= 0 means
+	// DefaultBatchSize.
+	BatchSize int
+	// Confirm, when set, is called with the number of matching rows before
+	// anything changes; returning false stops with nothing done.
+	Confirm func(matched int) (bool, error)
+	// Progress, when set, is called after each committed batch with the
+	// rows handled so far (changed or skipped) and the number matched.
+	Progress func(done, matched int)
+}
+
+func (o BulkOptions) batch() int {
+	if o.BatchSize <= 0 {
+		return DefaultBatchSize
+	}
+	return o.BatchSize
+}
+
+// BulkResult is what ReplayDead or Cancel did.
+type BulkResult struct {
+	// Matched is how many rows matched when the operation started.
+	Matched int `json:"matched"`
+	// Rows is how many rows were changed.
+	Rows int `json:"rows"`
+	// Skipped counts rows left alone because their body was purged
+	// (ReplayDead only).
+	Skipped int `json:"skipped,omitempty"`
+	// Messages counts the messages touched (a message touched by two
+	// batches counts twice).
+	Messages int `json:"messages"`
+	// Declined is true when Confirm said no.
+	Declined bool `json:"declined,omitempty"`
+}
+
+// ErrNoDestination is returned by Cancel without a destination.
+var ErrNoDestination = errors.New("cancel needs a destination")
+
+// ReplayDead re-queues every dead outbound row matching f that exists when
+// it starts, in batches of one transaction each, at the back of their lanes;
+// each message goes from error back to routed with a replayed event per row.
+// Rows dead-lettered while it runs are not chased. An error stops it: the
+// batches committed before stay committed and the result counts them.
+func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.DeadFilter, opt BulkOptions) (BulkResult, error) {
+	var res BulkResult
+	upTo, err := store.MaxWorkID(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	if res.Matched, err = store.CountDeadOutbound(ctx, pool, f, upTo); err != nil {
+		return res, err
+	}
+	return runBulk(ctx, &res, opt, func(after int64) (store.BatchResult, error) {
+		var b store.BatchResult
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			b, err = store.ReplayDeadBatch(ctx, tx, q, f, after, upTo, opt.batch())
+			return err
+		})
+		return b, err
+	})
+}
+
+// Cancel cancels pending outbound rows of a destination (all its lanes) that
+// exist when it starts, in batches, with a cancelled event each, and
+// finalizes their messages. With f.Top it cancels only the failing head of
+// each lane (see store.CancelFilter). Lanes whose rows were cancelled have
+// their snoozed drainers woken, so a lane unblocked by the cancel moves now.
+func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilter, opt BulkOptions) (BulkResult, error) {
+	var res BulkResult
+	if f.Destination == "" {
+		return res, ErrNoDestination
+	}
+	upTo, err := store.MaxWorkID(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	limit := opt.batch()
+	if f.Top {
+		// A head per lane: one batch holds them all (a destination has a
+		// handful of lanes), and no second pass may pick the new heads.
+		limit = 1 << 20
+	}
+	if res.Matched, err = store.CountCancel(ctx, pool, f, upTo); err != nil {
+		return res, err
+	}
+	batches := 0
+	return runBulk(ctx, &res, opt, func(after int64) (store.BatchResult, error) {
+		var b store.BatchResult
+		if f.Top && batches > 0 {
+			return b, nil
+		}
+		batches++
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			if b, err = store.CancelBatch(ctx, tx, f, after, upTo, limit); err != nil {
+				return err
+			}
+			return wake(ctx, tx, q, b.Lanes)
+		})
+		return b, err
+	})
+}
+
+// runBulk asks for confirmation, then runs batches until one sees no rows.
+func runBulk(ctx context.Context, res *BulkResult, opt BulkOptions, batch func(after int64) (store.BatchResult, error)) (BulkResult, error) {
+	if res.Matched == 0 {
+		return *res, nil
+	}
+	if opt.Confirm != nil {
+		ok, err := opt.Confirm(res.Matched)
+		if err != nil {
+			return *res, err
+		}
+		if !ok {
+			res.Declined = true
+			return *res, nil
+		}
+	}
+	var after int64
+	done := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return *res, err
+		}
+		b, err := batch(after)
+		if err != nil {
+			return *res, err
+		}
+		if b.Seen == 0 {
+			return *res, nil
+		}
+		after = b.LastID
+		res.Rows += b.Rows
+		res.Skipped += b.Skipped
+		res.Messages += b.Messages
+		done += b.Seen
+		if opt.Progress != nil {
+			opt.Progress(min(done, res.Matched), res.Matched)
+		}
+	}
+}
