@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/ops"
+)
+
+type statusCmd struct {
+	JSON bool `name:"json" help:"Print JSON instead of tables."`
+}
+
+func (c *statusCmd) Help() string {
+	return `Shows, per channel: messages received (MESSAGES; "received" in JSON), how
+many are now in each status (RECEIVED .. ERROR; "by_status"), how many
+are queued for routing or transformation, and how long the oldest of those has
+waited. Per destination: lanes, deliveries queued, in flight (lanes whose
+drainer is running with a due head: being sent now), delivered, dead and
+cancelled, and the age of the oldest queued delivery. Ages are by the database
+clock, from when the row was created.
+
+Examples:
+  mefor status
+  mefor status --json | jq '.destinations[] | select(.dead > 0)'`
+}
+
+func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := ops.Status(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return writeJSON(g.stdout, st)
+	}
+
+	if len(st.Channels) == 0 {
+		fmt.Fprintln(g.stdout, "no messages yet")
+	} else {
+		tw := newTable(g.stdout)
+		fmt.Fprintln(tw, "CHANNEL\tMESSAGES\tQUEUED\tOLDEST QUEUED\tRECEIVED\tROUTED\tUNROUTED\tFILTERED\tPROCESSED\tERROR")
+		for _, ch := range st.Channels {
+			s := ch.ByStatus
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", ch.Channel, ch.Received, ch.Queued,
+				fmtAge(ch.OldestQueuedSeconds), s[store.StatusReceived], s[store.StatusRouted], s[store.StatusUnrouted],
+				s[store.StatusFiltered], s[store.StatusProcessed], s[store.StatusError])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(g.stdout)
+	if len(st.Destinations) == 0 {
+		fmt.Fprintln(g.stdout, "no deliveries yet")
+		return nil
+	}
+	tw := newTable(g.stdout)
+	fmt.Fprintln(tw, "DESTINATION\tLANES\tQUEUED\tIN FLIGHT\tOLDEST QUEUED\tDELIVERED\tDEAD\tCANCELLED")
+	for _, d := range st.Destinations {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\n", d.Destination, d.Lanes, d.Queued, d.InFlight,
+			fmtAge(d.OldestQueuedSeconds), d.Delivered, d.Dead, d.Cancelled)
+	}
+	return tw.Flush()
+}
+
+// fmtAge prints an age in seconds the way an operator reads it: "-" for
+// none, then 45s, 12m3s, 5h2m, 3d4h.
+func fmtAge(sec *float64) string {
+	if sec == nil {
+		return "-"
+	}
+	d := time.Duration(math.Round(*sec)) * time.Second
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
