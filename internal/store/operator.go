@@ -14,7 +14,7 @@ import (
 // The operator writes: replay one message, replay dead letters, cancel
 // pending deliveries. Each runs in the caller's transaction and keeps the lock
 // order every pipeline path uses: lane locks (jobs.LockLanes) first, then the
-// messages' finalize locks in id order. A row that re-enters its lane draws a
+// work rows, then the messages' finalize locks in id order. A row that re-enters its lane draws a
 // fresh seq under the lane lock, so it goes to the back, and the lane is
 // activated in the same transaction so a drainer serves it.
 
@@ -117,6 +117,9 @@ func ReplayMessage(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, messageID 
 		}
 	}
 	if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
+		return res, err
+	}
+	if err := lockRows(ctx, tx, append(slices.Clone(pendingIDs), requeueIDs...)); err != nil {
 		return res, err
 	}
 	if err := lockMessages(ctx, tx, []int64{messageID}); err != nil {
@@ -230,6 +233,18 @@ func requeue(ctx context.Context, tx pgx.Tx, ids []int64, from []string) ([]requ
 	return out, nil
 }
 
+// lockRows locks work rows in id order. The pipeline's lock order is lane
+// locks, then work rows, then message finalize locks: a drainer recording a
+// delivery holds its row while it finalizes, so taking a message's lock
+// before its rows could deadlock with it.
+func lockRows(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	if _, err := tx.Exec(ctx, `
+		SELECT id FROM mefor_work WHERE id IN (SELECT unnest($1::bigint[])) ORDER BY id FOR UPDATE`, ids); err != nil {
+		return fmt.Errorf("lock %d work row(s): %w", len(ids), err)
+	}
+	return nil
+}
+
 // lockMessages takes the finalize locks of messages in id order (the
 // finalizer's own lock), so a concurrent Finalize of the same message sees
 // this transaction's rows only after it commits.
@@ -325,6 +340,9 @@ func ReplayDeadBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f DeadFi
 		return res, nil
 	}
 	if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
+		return res, err
+	}
+	if err := lockRows(ctx, tx, ids); err != nil {
 		return res, err
 	}
 	if err := lockMessages(ctx, tx, msgs); err != nil {

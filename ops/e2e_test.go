@@ -1,0 +1,144 @@
+package ops_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/ops"
+)
+
+// startNode runs a real node (River workers, drainers) on the env's database
+// with one channel "adt" delivering to a file destination "archive" writing
+// into dir, with the given retry block.
+func (e *env) startNode(dir, retry string) {
+	e.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	y := fmt.Sprintf(`
+cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - name: out
+        destinations: [archive]
+destinations:
+  archive:
+    type: file
+    file: {directory: "%s"}
+    retry: %s
+`, listen, dir, retry)
+	cfg, err := config.Parse("test.yaml", []byte(y), nil)
+	if err != nil {
+		e.t.Fatalf("config: %v\n%s", err, y)
+	}
+	n, err := engine.New(engine.Options{Config: cfg, Pool: e.db.Pool, NodeID: e.t.Name(), ReclaimInterval: time.Hour})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := n.Start(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = n.Stop(context.Background()) })
+}
+
+func (e *env) waitFor(what string, timeout time.Duration, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) workStatus(msg int64, stage string) string {
+	e.t.Helper()
+	return e.queryStr("SELECT coalesce(max(status), '') FROM mefor_work WHERE message_id = $1 AND stage = $2", msg, stage)
+}
+
+// With real drainers: deliveries dead-lettered while the destination was
+// broken are delivered after replay-dead once it works again. The reclaim
+// sweep is effectively off (hourly), so only the replay's own lane
+// activation can get them drained.
+func TestReplayDeadIsDrainedByRunningNode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	base := t.TempDir()
+	out := filepath.Join(base, "out")
+	if err := os.WriteFile(out, nil, 0o600); err != nil { // a file where the directory should be
+		t.Fatal(err)
+	}
+	e.startNode(out, "{max_attempts: 1, backoff: 100ms}")
+
+	var ids []int64
+	for range 3 {
+		ids = append(ids, e.receive("adt"))
+	}
+	for _, id := range ids {
+		e.waitFor(fmt.Sprintf("message %d dead-lettered", id), 30*time.Second, func() bool { return e.status(id) == store.StatusError })
+	}
+	if err := os.Remove(out); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, store.DeadFilter{Destination: "archive"}, ops.BulkOptions{})
+	if err != nil || res.Rows != 3 {
+		t.Fatalf("replay-dead = %+v, %v; want 3 rows", res, err)
+	}
+	for _, id := range ids {
+		e.waitFor(fmt.Sprintf("message %d processed", id), 30*time.Second, func() bool { return e.status(id) == store.StatusProcessed })
+	}
+	files, _ := os.ReadDir(out)
+	if len(files) != 3 {
+		t.Fatalf("%d files delivered, want 3", len(files))
+	}
+}
+
+// With real drainers: a delivery waiting out a long backoff is retried at
+// once when replayed (its snoozed drainer is woken), not an hour later.
+func TestReplayWakesSnoozedDrainer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	base := t.TempDir()
+	out := filepath.Join(base, "out")
+	if err := os.WriteFile(out, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.startNode(out, "{max_attempts: 0, backoff: 1h, max_backoff: 1h}")
+
+	id := e.receive("adt")
+	e.waitFor("a failed attempt", 30*time.Second, func() bool {
+		return e.queryInt("SELECT coalesce(max(attempts), 0) FROM mefor_work WHERE message_id = $1 AND stage = 'outbound'", id) >= 1
+	})
+	e.waitFor("the drainer to snooze", 30*time.Second, func() bool {
+		_, state := e.drainerState("outbound:archive")
+		return state == "scheduled"
+	})
+	if err := os.Remove(out); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, id)
+	if err != nil || res.Rows != 1 {
+		t.Fatalf("replay = %+v, %v", res, err)
+	}
+	e.waitFor("delivery after replay", 30*time.Second, func() bool { return e.workStatus(id, "outbound") == store.WorkDone })
+	if got := e.status(id); got != store.StatusProcessed {
+		t.Fatalf("message is %s, want processed", got)
+	}
+}
