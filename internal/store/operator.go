@@ -448,6 +448,9 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 	if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
 		return res, err
 	}
+	if err := lockRows(ctx, tx, ids); err != nil {
+		return res, err
+	}
 	rows, err = tx.Query(ctx, `
 		UPDATE mefor_work SET status = 'cancelled', updated_at = clock_timestamp(), finished_at = clock_timestamp()
 		WHERE id = ANY($1) AND status = 'pending'
