@@ -69,6 +69,9 @@ type Deps struct {
 	Senders *connector.Pool
 	Limits  Limits
 	Logger  *slog.Logger
+	// NodeTimeout is how long a node may miss heartbeats before reclaim
+	// treats its running drainers as dead; zero disables that rescue.
+	NodeTimeout time.Duration
 	// Stopping is closed when the node begins a graceful stop: drainers
 	// finish the row in hand and yield their lane.
 	Stopping <-chan struct{}

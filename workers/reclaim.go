@@ -23,6 +23,11 @@ type ReclaimWorker struct {
 func (w *ReclaimWorker) Timeout(*river.Job[jobs.ReclaimArgs]) time.Duration { return time.Minute }
 
 func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]) error {
+	if w.Deps.NodeTimeout > 0 {
+		if _, err := RescueDeadNodes(ctx, w.Deps); err != nil {
+			return err
+		}
+	}
 	n, err := Reclaim(ctx, w.Deps, river.ClientFromContext[pgx.Tx](ctx))
 	if err != nil {
 		return err
@@ -59,4 +64,34 @@ func Reclaim(ctx context.Context, d *Deps, ins jobs.Inserter) (int, error) {
 		}
 	}
 	return len(lanes), nil
+}
+
+// RescueDeadNodes makes the running drainers of nodes silent for longer than
+// node_timeout (or that left) available again at once, rather than after
+// River's rescue delay, which must cover a slice plus a slow send. If such a
+// node was only frozen and comes back, fencing stops its drainers: their
+// execution (job id + attempted_at) is no longer the running one.
+func RescueDeadNodes(ctx context.Context, d *Deps) (int, error) {
+	rows, err := d.Pool.Query(ctx, `
+		UPDATE river_job j SET state = 'available', scheduled_at = clock_timestamp()
+		FROM mefor_node n
+		WHERE j.state = 'running'
+		  AND j.kind IN ('mefor_ingress', 'mefor_routed', 'mefor_outbound')
+		  AND n.id = j.attempted_by[array_length(j.attempted_by, 1)]
+		  AND (n.status = 'left' OR n.last_seen < clock_timestamp() - make_interval(secs => $1::float8))
+		RETURNING j.id, j.args->>'lane', n.id`, d.NodeTimeout.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("rescue drainers of dead nodes: %w", err)
+	}
+	count := 0
+	for rows.Next() {
+		var id int64
+		var lane, node string
+		if err := rows.Scan(&id, &lane, &node); err != nil {
+			return count, fmt.Errorf("rescue drainers of dead nodes: %w", err)
+		}
+		count++
+		d.Logger.WarnContext(ctx, "rescued drainer of a dead node", "lane", lane, "job_id", id, "dead_node", node)
+	}
+	return count, rows.Err()
 }

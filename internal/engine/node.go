@@ -20,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -51,6 +52,10 @@ type Node struct {
 	senders  *connector.Pool
 	intake   *Intake
 	stopping chan struct{}
+
+	membership *leader.Membership
+	stopBeat   context.CancelFunc
+	beatDone   chan struct{}
 
 	mu        sync.Mutex
 	listeners []*boundListener
@@ -92,6 +97,11 @@ func New(opts Options) (*Node, error) {
 		Limits:   opts.Limits,
 		Logger:   opts.Logger,
 		Stopping: n.stopping,
+		// A node silent this long is dead: reclaim frees its drainers.
+		NodeTimeout: opts.Config.Cluster.NodeTimeout,
+	}
+	n.membership = &leader.Membership{
+		Pool: opts.Pool, NodeID: opts.NodeID, Heartbeat: opts.Config.Cluster.Heartbeat, Logger: opts.Logger,
 	}
 	sendTimeout := maxSendTimeout(opts.Config)
 	w := river.NewWorkers()
@@ -180,6 +190,16 @@ func (n *Node) Start(ctx context.Context) error {
 	if dead > 0 {
 		n.logger.WarnContext(ctx, "dead-lettered queued rows the config no longer serves", "rows", dead)
 	}
+
+	if err := n.membership.Join(ctx); err != nil {
+		return err
+	}
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	n.stopBeat, n.beatDone = stopBeat, make(chan struct{})
+	go func() {
+		defer close(n.beatDone)
+		n.membership.Run(beatCtx)
+	}()
 
 	if err := n.client.Start(ctx); err != nil {
 		return fmt.Errorf("start River client: %w", err)
@@ -270,6 +290,13 @@ func (n *Node) Stop(ctx context.Context) error {
 		ccancel()
 	}
 	n.senders.Close()
+	if n.stopBeat != nil {
+		n.stopBeat()
+		<-n.beatDone
+		if lerr := n.membership.Leave(context.WithoutCancel(ctx)); lerr != nil {
+			n.logger.WarnContext(ctx, "could not mark node as left", "error", lerr)
+		}
+	}
 	return err
 }
 

@@ -1,0 +1,69 @@
+// Package leader holds cluster membership: each node's heartbeat row, and
+// (with the listener lease) which node binds the inbound listeners.
+package leader
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Membership keeps this node's mefor_node row fresh.
+type Membership struct {
+	Pool      *pgxpool.Pool
+	NodeID    string
+	Heartbeat time.Duration
+	Logger    *slog.Logger
+}
+
+// Join registers the node (or re-registers a restarted one with the same id).
+func (m *Membership) Join(ctx context.Context) error {
+	host, _ := os.Hostname()
+	_, err := m.Pool.Exec(ctx, `
+		INSERT INTO mefor_node (id, host, pid) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
+			started_at = clock_timestamp(), last_seen = clock_timestamp(), status = 'active', holds_lease = false`,
+		m.NodeID, host, os.Getpid())
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", m.NodeID, err)
+	}
+	return nil
+}
+
+// Run heartbeats until ctx ends. A failed beat is logged and retried at the
+// next tick: the node keeps working, and if it stays silent past
+// node_timeout the cluster reclaims its drainers, which fencing makes safe.
+func (m *Membership) Run(ctx context.Context) {
+	t := time.NewTicker(m.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+			m.Logger.WarnContext(ctx, "heartbeat failed", "node", m.NodeID, "error", err)
+		}
+	}
+}
+
+func (m *Membership) beat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.Heartbeat)
+	defer cancel()
+	_, err := m.Pool.Exec(ctx, `UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active' WHERE id = $1`, m.NodeID)
+	return err
+}
+
+// Leave marks the node as having left cleanly.
+func (m *Membership) Leave(ctx context.Context) error {
+	_, err := m.Pool.Exec(ctx, `UPDATE mefor_node SET status = 'left', holds_lease = false, last_seen = clock_timestamp() WHERE id = $1`, m.NodeID)
+	if err != nil {
+		return fmt.Errorf("mark node %s left: %w", m.NodeID, err)
+	}
+	return nil
+}
