@@ -56,7 +56,7 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 			}
 			if c.Dir != "" {
 				name := fmt.Sprintf("%08d-%s.hl7", seq, unsafeName.ReplaceAllString(msg.ControlID(), "_"))
-				if err := os.WriteFile(filepath.Join(c.Dir, name), raw, 0o640); err != nil {
+				if err := writeFileAtomic(filepath.Join(c.Dir, name), raw); err != nil {
 					g.logger.Error("write message file", "error", err)
 					return hl7.NewACK(msg, hl7.AckError, "receiver could not store the message", hl7.NewControlID(), time.Now())
 				}
@@ -83,4 +83,14 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	fmt.Fprintf(g.stdout, "received %d messages\n", n.Load())
 	return nil
+}
+
+// writeFileAtomic writes through a hidden temp file and a rename, so whoever
+// watches the directory never reads a half-written message.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, data, 0o640); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -1,0 +1,397 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// These tests run the real mefor binary as separate processes, the way an
+// operator does, against a PostgreSQL from the harness.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func meforBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mefor-e2e-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "mefor")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// proc is a running mefor process whose output is kept for the test log.
+type proc struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startProc(t *testing.T, dir string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(meforBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	p := &proc{cmd: cmd, out: &syncBuffer{}}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start mefor %v: %v", args, err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("output of mefor %v:\n%s", args, p.out.String())
+		}
+	})
+	return p
+}
+
+// stop sends sig and waits for the process to exit.
+func (p *proc) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("mefor %v did not exit within 60s of %v", p.cmd.Args[1:], sig)
+	}
+}
+
+func runMefor(t *testing.T, dir string, env []string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(meforBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listening on %s after 60s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// quickstartConfig writes the quickstart config with its ports replaced by
+// free ones, so tests can run side by side.
+func quickstartConfig(t *testing.T, dir, listen, downstream string) string {
+	t.Helper()
+	src, err := os.ReadFile("../../examples/quickstart/mefor.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(string(src), "127.0.0.1:2575", listen)
+	cfg = strings.ReplaceAll(cfg, "127.0.0.1:2576", downstream)
+	if cfg == string(src) {
+		t.Fatal("quickstart config no longer uses ports 2575/2576; update this test")
+	}
+	path := filepath.Join(dir, "mefor.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// controlIDsInDir lists the control ids of the files a sink wrote, in the
+// order it received them (its file names start with a sequence number).
+func controlIDsInDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
+	var ids []string
+	for _, e := range entries { // ReadDir sorts by name: the sink's sequence
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // being written
+		}
+		body, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := hl7.Parse(body)
+		if err != nil {
+			t.Fatalf("sink file %s: %v", e.Name(), err)
+		}
+		ids = append(ids, m.ControlID())
+	}
+	return ids
+}
+
+// sentIDs parses `mefor send` output into the control ids it sent with AA.
+func sentIDs(t *testing.T, out string) []string {
+	t.Helper()
+	var ids []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), "\t")
+		if len(f) == 3 {
+			if f[2] != "AA" {
+				t.Fatalf("message %s got %s, want AA", f[1], f[2])
+			}
+			ids = append(ids, f[1])
+		}
+	}
+	return ids
+}
+
+func eventuallyT(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The quickstart as the README tells it: sink, run, send. Every message is
+// ACKed AA with its control id, reaches the sink in order and the archive,
+// and ends processed. With the sink stopped, messages queue; once it is back
+// they arrive, in order, none lost.
+func TestQuickstartEndToEnd(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	dir := t.TempDir()
+	env := []string{"DATABASE_URL=" + db.URL}
+	listen, downstream := freePort(t), freePort(t)
+	cfg := quickstartConfig(t, dir, listen, downstream)
+	msgs, err := filepath.Abs("../../examples/quickstart/adt.hl7")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sink := startProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink1", "--quiet")
+	node := startProc(t, dir, env, "run", "--migrate", "--config", cfg)
+	waitListening(t, downstream)
+	waitListening(t, listen)
+
+	out, err := runMefor(t, dir, env, "send", "--to", listen, msgs)
+	if err != nil {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+	first := sentIDs(t, out)
+	if len(first) != 5 {
+		t.Fatalf("send reported %d messages, want the 5 of adt.hl7:\n%s", len(first), out)
+	}
+	eventuallyT(t, 30*time.Second, "5 messages at the sink", func() bool { return len(controlIDsInDir(t, filepath.Join(dir, "sink1"))) == 5 })
+	if got := controlIDsInDir(t, filepath.Join(dir, "sink1")); !slices.Equal(got, first) {
+		t.Fatalf("sink received %v, want %v", got, first)
+	}
+	for _, id := range first {
+		if _, err := os.Stat(filepath.Join(dir, "out", "archive", id+".hl7")); err != nil {
+			t.Fatalf("archive: %v", err)
+		}
+	}
+
+	// The partner goes away mid-stream: messages are still accepted and queue.
+	sink.stop(t, syscall.SIGINT)
+	out, err = runMefor(t, dir, env, "send", "--to", listen, "--count", "20", "--unique-ids", msgs)
+	if err != nil {
+		t.Fatalf("send while sink down: %v\n%s", err, out)
+	}
+	second := sentIDs(t, out)
+	time.Sleep(time.Second)
+	if n := len(controlIDsInDir(t, filepath.Join(dir, "sink1"))); n != 5 {
+		t.Fatalf("sink saw %d messages while stopped", n)
+	}
+
+	startProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink2", "--quiet")
+	eventuallyT(t, 60*time.Second, "the queued messages at the restarted sink", func() bool {
+		return len(controlIDsInDir(t, filepath.Join(dir, "sink2"))) >= len(second)
+	})
+	if got := controlIDsInDir(t, filepath.Join(dir, "sink2")); !slices.Equal(got, second) {
+		t.Fatalf("restarted sink received %v, want %v (in order, none lost, none twice)", got, second)
+	}
+
+	eventuallyT(t, 30*time.Second, "every message processed", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM mefor_message WHERE status = 'processed'").Scan(&n)
+		return n == 25
+	})
+	node.stop(t, syscall.SIGTERM)
+	if node.cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("mefor run exited %d after SIGTERM", node.cmd.ProcessState.ExitCode())
+	}
+}
+
+// A node killed with SIGKILL mid-stream and started again loses nothing it
+// acknowledged, keeps the lane's order, and duplicates at most the one
+// delivery in flight at each kill.
+func TestCrashSafetySIGKILL(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	dir := t.TempDir()
+	env := []string{"DATABASE_URL=" + db.URL}
+	listen := freePort(t)
+
+	// The partner is in this process, so it sees every delivery, including
+	// the duplicates a crash may cause.
+	var mu sync.Mutex
+	var delivered []string
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	partner := &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
+		m, err := hl7.Parse(raw)
+		if err != nil {
+			return nil
+		}
+		mu.Lock()
+		delivered = append(delivered, m.ControlID())
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond) // a partner that takes a moment, so kills land mid-delivery
+		return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
+	})}
+	go partner.Serve(ln)
+	t.Cleanup(func() { _ = partner.Shutdown(context.Background()) })
+	cfg := filepath.Join(dir, "mefor.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+channels:
+  adt:
+    inbound: {mllp: {listen: %q}}
+    routes: [{name: out, destinations: [downstream]}]
+destinations:
+  downstream:
+    type: mllp
+    mllp: {address: %q}
+    retry: {max_attempts: 0, backoff: 100ms, max_backoff: 1s}
+`, listen, ln.Addr().String())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runMefor(t, dir, env, "migrate"); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+
+	const total, kills = 300, 2
+	var acked []string
+	client := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second, DialTimeout: time.Second}
+	defer client.Close()
+	node := startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s")
+	waitListening(t, listen)
+	for i := 0; i < total; i++ {
+		if i > 0 && i%(total/(kills+1)) == 0 && i < total-10 {
+			node.stop(t, syscall.SIGKILL)
+			node = startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s")
+			waitListening(t, listen)
+		}
+		id := fmt.Sprintf("K%04d", i)
+		msg := []byte("MSH|^~\\&|A|B|C|D|20240101||ADT^A01|" + id + "|P|2.5\rPID|1||" + id + "\r")
+		raw, err := client.Send(context.Background(), msg)
+		if err != nil {
+			continue // the node died under this message: not acknowledged, the sender still owns it
+		}
+		if ack, err := hl7.ParseACK(raw); err == nil && ack.Code == hl7.AckAccept {
+			acked = append(acked, id)
+		}
+	}
+	if len(acked) < total-kills*2 {
+		t.Fatalf("only %d of %d messages acknowledged", len(acked), total)
+	}
+
+	eventuallyT(t, 90*time.Second, "every acknowledged message delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		seen := map[string]bool{}
+		for _, id := range delivered {
+			seen[id] = true
+		}
+		for _, id := range acked {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	got := slices.Clone(delivered)
+	mu.Unlock()
+
+	// Order: the first deliveries, duplicates removed, follow send order.
+	var firsts []string
+	seen := map[string]bool{}
+	for _, id := range got {
+		if !seen[id] {
+			seen[id] = true
+			firsts = append(firsts, id)
+		}
+	}
+	if !slices.IsSorted(firsts) { // ids are zero-padded in send order
+		t.Fatalf("deliveries out of order: %v", firsts)
+	}
+	if dups := len(got) - len(firsts); dups > kills {
+		t.Fatalf("%d duplicate deliveries for %d kills; at most one in-flight delivery per kill may repeat", dups, kills)
+	}
+	t.Logf("acked %d of %d, delivered %d (%d duplicates) across %d SIGKILLs", len(acked), total, len(got), len(got)-len(firsts), kills)
+}
