@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { testcontainers.Main(m) }
 // partner is a fake downstream system that speaks real MLLP and answers
 // real ACKs. fail decides, per received message, which code to answer.
 type partner struct {
-	t    *testing.T
+	t    testing.TB
 	addr string
 	srv  *mllp.Server
 
@@ -35,7 +35,7 @@ type partner struct {
 	fail     func(controlID string, n int) hl7.AckCode
 }
 
-func newPartner(t *testing.T, addr string) *partner {
+func newPartner(t testing.TB, addr string) *partner {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -90,7 +90,7 @@ func (p *partner) receivedIDs() []string {
 }
 
 // freeAddr returns a loopback address nothing listens on right now.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -111,7 +111,7 @@ func adt(controlID, patient string) []byte {
 
 // testConfig is a one-channel config delivering ADT to the given
 // destinations YAML.
-func testConfig(t *testing.T, listen, destinations string) *config.Config {
+func testConfig(t testing.TB, listen, destinations string) *config.Config {
 	t.Helper()
 	y := fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
@@ -143,7 +143,7 @@ func destNames(block string) string {
 	return strings.Join(names, ", ")
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("MEFOR_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -151,7 +151,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // startNode runs a node on db with cfg until the test ends.
-func startNode(t *testing.T, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) *engine.Node {
+func startNode(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) *engine.Node {
 	t.Helper()
 	opts := engine.Options{
 		Config: cfg, Pool: db.Pool, Logger: testLogger(t), NodeID: t.Name(),
