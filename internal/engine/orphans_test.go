@@ -1,0 +1,75 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// Rows queued for a destination that was removed from the config are
+// dead-lettered when a node starts, with that reason, instead of blocking
+// their lane forever; their messages end in error.
+func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	listen := freeAddr(t)
+	down := freeAddr(t) // nothing listens: deliveries to "old" stay queued
+	before := testConfig(t, listen, fmt.Sprintf(`
+  old:
+    type: mllp
+    mllp: {address: "%s"}
+    retry: {backoff: 1h, max_backoff: 1h}
+`, down))
+	n1, err := engine.New(engine.Options{Config: before, Pool: db.Pool, Logger: testLogger(t), NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	send(t, listen, adt("R1", "P1"), adt("R2", "P2"))
+	eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE destination = 'old' AND status = 'pending'`).Scan(&n)
+		return n == 2
+	})
+	if err := n1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p := newPartner(t, "")
+	after := testConfig(t, freeAddr(t), fmt.Sprintf(`
+  new:
+    type: mllp
+    mllp: {address: "%s"}
+`, p.addr))
+	startNode(t, db, after, nil)
+
+	rows, err := db.Pool.Query(ctx, `
+		SELECT w.status, w.last_error, m.status
+		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		WHERE w.destination = 'old' ORDER BY w.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	count := 0
+	for rows.Next() {
+		var status, lastErr, msgStatus string
+		if err := rows.Scan(&status, &lastErr, &msgStatus); err != nil {
+			t.Fatal(err)
+		}
+		count++
+		if status != "dead" || lastErr != `destination 'old' is not in the config` || msgStatus != "error" {
+			t.Errorf("row: status %q, last_error %q, message %q; want dead, the reason, error", status, lastErr, msgStatus)
+		}
+	}
+	if count != 2 {
+		t.Fatalf("%d rows for the removed destination, want 2", count)
+	}
+}
