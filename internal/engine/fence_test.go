@@ -1,0 +1,139 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// A drainer execution that River has superseded while it was waiting on a
+// partner's ACK must not record that delivery nor deliver anything else: the
+// row stays pending for the execution that replaced it, which sends it again
+// (the one duplicate fencing allows) and the lane goes on in order, each
+// message recorded delivered exactly once.
+//
+// The superseding is done to the river_job row the way River does it:
+//   - "rescued": the rescuer gave up on the execution (state retryable,
+//     scheduled in the future) and no node has fetched it again yet;
+//   - "refetched": after a rescue another node fetched the job, which is
+//     running again with a new attempted_at. The attempt number is the same
+//     as before (a snooze gives it back), so only attempted_at tells the
+//     executions apart.
+func TestFencedDrainerCannotDeliver(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		supersede string
+	}{
+		{"rescued", `UPDATE river_job SET state = 'retryable', scheduled_at = now() + interval '1 hour' WHERE id = $1`},
+		{"refetched", `UPDATE river_job SET attempted_at = attempted_at + interval '1 second' WHERE id = $1`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testFencedDrainer(t, tc.supersede)
+		})
+	}
+}
+
+func testFencedDrainer(t *testing.T, supersede string) {
+	db := testcontainers.NewDB(t)
+	arrived := make(chan struct{})
+	release := make(chan struct{})
+	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
+		if id == "F000" && n == 1 {
+			close(arrived)
+			<-release
+		}
+		return hl7.AckAccept
+	})
+	listen := freeAddr(t)
+	cfg := testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+`, p.addr))
+	logs := newLogWatch(testLogger(t).Handler(), "drainer superseded")
+	n := startNode(t, db, cfg, func(o *engine.Options) {
+		o.Logger = slog.New(logs)
+		o.ReclaimInterval = time.Hour // the test decides when the lane is served again
+	})
+	waitStartupReclaim(t, db)
+	ids := []string{"F000", "F001", "F002", "F003"}
+	var msgs [][]byte
+	for _, id := range ids {
+		msgs = append(msgs, adt(id, "P1"))
+	}
+	send(t, listen, msgs...)
+
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("F000 never reached the partner")
+	}
+	// The whole backlog is queued behind F000 before the stale execution
+	// could act on it.
+	eventually(t, 20*time.Second, "all messages queued for delivery", func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`) == len(ids)
+	})
+	var jobID int64
+	if err := db.Pool.QueryRow(context.Background(),
+		`SELECT id FROM river_job WHERE kind = 'mefor_outbound' AND state = 'running'`).Scan(&jobID); err != nil {
+		t.Fatalf("find the running outbound drainer: %v", err)
+	}
+	if _, err := db.Pool.Exec(context.Background(), supersede, jobID); err != nil {
+		t.Fatal(err)
+	}
+	close(release) // the partner ACKs F000 to the superseded execution
+
+	eventually(t, 20*time.Second, "the superseded execution to act", func() bool {
+		status, _, _, err := tryOutboundRow(db, "F000")
+		return logs.count("drainer superseded") > 0 || (err == nil && status != "pending") || len(p.receivedIDs()) > 1
+	})
+	// Give a wrongly unfenced execution time to go on to the next message.
+	time.Sleep(300 * time.Millisecond)
+	if status, attempts, _ := outboundRow(t, db, "F000"); status != "pending" || attempts != 0 {
+		t.Fatalf("superseded execution recorded F000: status %s, attempts %d; want pending, 0", status, attempts)
+	}
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`); n != 0 {
+		t.Fatalf("superseded execution recorded %d deliveries", n)
+	}
+	if got := p.receivedIDs(); !slices.Equal(got, []string{"F000"}) {
+		t.Fatalf("partner received %v after the supersede, want only the in-flight F000", got)
+	}
+
+	// Serve the lane again the way it would be: the rescued job is retried;
+	// a job the superseded execution left completed is re-activated by the
+	// next message.
+	state := queryStrings(t, db, `SELECT state::text FROM river_job WHERE id = $1`, jobID)[0]
+	switch state {
+	case "retryable":
+		if _, err := n.Client().JobRetry(context.Background(), jobID); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		eventually(t, 10*time.Second, "the superseded job to finish", func() bool {
+			return queryStrings(t, db, `SELECT state::text FROM river_job WHERE id = $1`, jobID)[0] == "completed"
+		})
+		ids = append(ids, "F004")
+		send(t, listen, adt("F004", "P1"))
+	}
+	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids)+1 })
+	if got, want := p.acceptedIDs(), append([]string{"F000"}, ids...); !slices.Equal(got, want) {
+		t.Fatalf("partner accepted %v, want %v (the in-flight F000 once more, then in order)", got, want)
+	}
+	eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+	perMessage := queryInt(t, db, `
+		SELECT count(*) FROM (SELECT message_id FROM mefor_event WHERE event = 'delivered'
+		GROUP BY message_id HAVING count(*) = 1) x`)
+	if perMessage != len(ids) || queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`) != len(ids) {
+		t.Fatalf("delivered events are not exactly one per message")
+	}
+}
