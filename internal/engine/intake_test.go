@@ -1,0 +1,103 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// A message that is not HL7 is answered AR with the reason, kept with status
+// error and its raw bytes for inspection, and the connection stays usable:
+// the next, valid message on it is answered AA and delivered.
+func TestMalformedMessageRejectedAndConnectionKeepsWorking(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	p := newCtlPartner(t, "", nil)
+	listen := freeAddr(t)
+	cfg := testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+`, p.addr))
+	startNode(t, db, cfg, nil)
+
+	garbage := []byte("this is not an HL7 message\rPID|1||X")
+	c := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second}
+	defer c.Close()
+	raw, err := c.Send(context.Background(), garbage)
+	if err != nil {
+		t.Fatalf("send malformed message: %v", err)
+	}
+	ack, err := hl7.ParseACK(raw)
+	if err != nil {
+		t.Fatalf("answer to the malformed message is not an ACK: %v\n%q", err, raw)
+	}
+	if ack.Code != hl7.AckReject || !strings.Contains(ack.Text, "does not start with an MSH segment") {
+		t.Fatalf("malformed message answered %s %q, want AR with the reason", ack.Code, ack.Text)
+	}
+
+	raw, err = c.Send(context.Background(), adt("M001", "P1"))
+	if err != nil {
+		t.Fatalf("send valid message on the same connection: %v", err)
+	}
+	if ack, err := hl7.ParseACK(raw); err != nil || ack.Code != hl7.AckAccept || ack.ControlID != "M001" {
+		t.Fatalf("valid message answered %+v (%v), want AA for M001", ack, err)
+	}
+	eventually(t, 20*time.Second, "valid message delivered", func() bool { return len(p.acceptedIDs()) == 1 })
+
+	var status, errText string
+	var body []byte
+	var work int
+	err = db.Pool.QueryRow(context.Background(), `
+		SELECT status, coalesce(error, ''), raw, (SELECT count(*) FROM mefor_work w WHERE w.message_id = m.id)
+		FROM mefor_message m WHERE control_id IS NULL`).Scan(&status, &errText, &body, &work)
+	if err != nil {
+		t.Fatalf("stored malformed message: %v", err)
+	}
+	if status != "error" || !strings.Contains(errText, "not a valid HL7 v2 message") || !bytes.Equal(body, garbage) || work != 0 {
+		t.Fatalf("malformed message stored as status %s, error %q, body %q, %d work rows; want error, the reason, the raw bytes, none",
+			status, errText, body, work)
+	}
+	eventually(t, 10*time.Second, "valid message processed", func() bool { return messageStatus(t, db, "M001") == "processed" })
+}
+
+// When the database cannot store a message the sender never gets AA: the
+// connection closes without an answer (or the answer is negative), so the
+// sender keeps the message and sends it again.
+func TestDatabaseUnreachableNeverAcknowledged(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	listen := freeAddr(t)
+	cfg := testConfig(t, listen, fmt.Sprintf(`
+  archive:
+    type: file
+    file: {directory: "%s"}
+`, t.TempDir()))
+	startNode(t, db, cfg, func(o *engine.Options) { o.StopTimeout = 500 * time.Millisecond })
+
+	if ack, err := sendOne(listen, adt("U000", "P1")); err != nil || ack.Code != hl7.AckAccept {
+		t.Fatalf("before the outage: %+v, %v; want AA", ack, err)
+	}
+	// The database goes away for good: connections are cut and new ones
+	// refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := db.Server.DropDB(ctx, db.Name); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		ack, err := sendOne(listen, adt(fmt.Sprintf("U%03d", i+1), "P1"))
+		if err == nil && ack.Code.IsAccept() {
+			t.Fatalf("message %d acknowledged %s although the database is gone", i+1, ack.Code)
+		}
+		t.Logf("message %d: ack %q, error %v", i+1, ack.Code, err)
+	}
+}
