@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,39 +30,47 @@ func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
     type: mllp
     mllp: {address: "%s"}
 `, p.addr))
-	// Without linger, drainers complete whenever their lane runs dry, so
-	// producers keep activating new ones: intake transactions run longer and
-	// overlap more, which is when commit order and seq order could part.
+	// Without linger a drainer completes as soon as its lane runs dry.
 	startNode(t, db, cfg, func(o *engine.Options) { o.Limits.Linger = 0 })
 
-	const producers, each = 8, 30
-	var wg sync.WaitGroup
-	errs := make(chan error, producers)
-	for g := range producers {
-		wg.Go(func() {
-			c := &mllp.Client{Addr: listen, AckTimeout: 20 * time.Second}
-			defer c.Close()
-			for i := range each {
-				id := fmt.Sprintf("G%dM%03d", g, i)
+	// Waves: every sender sends one message at the same moment into idle
+	// lanes, so each wave races its intake transactions against the
+	// activation and first reads of a new drainer, which is when commit
+	// order and seq order would part without the lane lock.
+	const producers, waves = 16, 10
+	clients := make([]*mllp.Client, producers)
+	for g := range clients {
+		clients[g] = &mllp.Client{Addr: listen, AckTimeout: 20 * time.Second}
+		defer clients[g].Close()
+	}
+	for w := range waves {
+		var wg sync.WaitGroup
+		errs := make(chan error, producers)
+		start := make(chan struct{})
+		for g, c := range clients {
+			wg.Go(func() {
+				<-start
+				id := fmt.Sprintf("G%02dM%03d", g, w)
 				raw, err := c.Send(context.Background(), adt(id, fmt.Sprintf("P%d", g)))
 				if err != nil {
-					errs <- fmt.Errorf("producer %d message %d: %w", g, i, err)
+					errs <- fmt.Errorf("sender %d message %d: %w", g, w, err)
 					return
 				}
 				if ack, err := hl7.ParseACK(raw); err != nil || ack.Code != hl7.AckAccept {
-					errs <- fmt.Errorf("producer %d message %d: ack %v %v", g, i, ack.Code, err)
-					return
+					errs <- fmt.Errorf("sender %d message %d: ack %v %v", g, w, ack.Code, err)
 				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "lanes idle after the wave", func() bool { return liveDrainers(t, db) == 0 })
 	}
 
-	total := producers * each
+	total := producers * waves
 	eventually(t, 60*time.Second, "all messages delivered", func() bool { return len(p.receivedIDs()) >= total })
 	want := commitOrder(t, db, "adt")
 	if len(want) != total {
@@ -77,11 +86,11 @@ func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 	for g := range producers {
 		var mine []string
 		for _, id := range got {
-			if id[:2] == fmt.Sprintf("G%d", g) {
+			if strings.HasPrefix(id, fmt.Sprintf("G%02dM", g)) {
 				mine = append(mine, id)
 			}
 		}
-		if !slices.IsSorted(mine) || len(mine) != each {
+		if !slices.IsSorted(mine) || len(mine) != waves {
 			t.Fatalf("producer %d's messages arrived as %v", g, mine)
 		}
 	}
