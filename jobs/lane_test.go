@@ -1,0 +1,188 @@
+package jobs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+func TestMain(m *testing.M) { testcontainers.Main(m) }
+
+// inserter is an insert-only River client: no queues, no workers.
+func inserter(t *testing.T, db *testcontainers.DB) *river.Client[pgx.Tx] {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// activate does what every producer does: lock the lanes, then activate them.
+func activate(t *testing.T, db *testcontainers.DB, ins jobs.Inserter, lanes ...string) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
+			return err
+		}
+		return jobs.Activate(ctx, tx, ins, lanes)
+	})
+	if err != nil {
+		t.Fatalf("activate %v: %v", lanes, err)
+	}
+}
+
+type drainer struct {
+	id          int64
+	state, xmin string
+}
+
+// drainerOf returns the job mefor_lane records for a lane.
+func drainerOf(t *testing.T, db *testcontainers.DB, lane string) drainer {
+	t.Helper()
+	var d drainer
+	err := db.Pool.QueryRow(context.Background(), `
+		SELECT j.id, j.state::text, j.xmin::text FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
+		WHERE l.name = $1`, lane).Scan(&d.id, &d.state, &d.xmin)
+	if err != nil {
+		t.Fatalf("drainer of %s: %v", lane, err)
+	}
+	return d
+}
+
+func countJobs(t *testing.T, db *testcontainers.DB) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// One drainer per lane; activating a lane whose drainer is live writes
+// nothing to that drainer's river_job row; a lane whose drainer finished gets
+// a new one.
+func TestActivateKeepsOneDrainerPerLaneWithoutWritingIt(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ins := inserter(t, db)
+	const a, b = "outbound:a", "routed:b"
+
+	activate(t, db, ins, a)
+	first := drainerOf(t, db, a)
+	if first.state != "available" {
+		t.Fatalf("new drainer is %s, want available", first.state)
+	}
+	for range 20 {
+		activate(t, db, ins, a)
+	}
+	if got := drainerOf(t, db, a); got != first {
+		t.Fatalf("activating a live lane 20 times changed its drainer %+v -> %+v", first, got)
+	}
+	if n := countJobs(t, db); n != 1 {
+		t.Fatalf("%d jobs for one lane", n)
+	}
+
+	activate(t, db, ins, a, b)
+	if n := countJobs(t, db); n != 2 {
+		t.Fatalf("%d jobs for two lanes, want 2", n)
+	}
+	var kind string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT kind FROM river_job WHERE id = $1`, drainerOf(t, db, b).id).Scan(&kind); err != nil || kind != "mefor_routed" {
+		t.Fatalf("drainer of %s is a %q job (%v), want mefor_routed", b, kind, err)
+	}
+
+	if _, err := db.Pool.Exec(context.Background(),
+		`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, first.id); err != nil {
+		t.Fatal(err)
+	}
+	activate(t, db, ins, a)
+	if got := drainerOf(t, db, a); got.id == first.id || got.state != "available" {
+		t.Fatalf("lane whose drainer completed has drainer %+v, want a new available one", got)
+	}
+}
+
+// waitingForLock reports whether some backend waits for a lock.
+func waitingForLock(t *testing.T, db *testcontainers.DB) bool {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(),
+		`
+		SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// A lane's lock is held until the transaction ends and excludes every other
+// transaction writing that lane, but not transactions on other lanes.
+func TestLockLanesExcludesWritersOfTheSameLane(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if err := jobs.LockLanes(ctx, holder, []string{"ingress:x", "outbound:y"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another lane: not blocked.
+	other := make(chan error, 1)
+	go func() {
+		other <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return jobs.LockLanes(ctx, tx, []string{"ingress:z"}) })
+	}()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("locking an unrelated lane blocked")
+	}
+
+	// The same lane: blocked until the holder commits.
+	same := make(chan error, 1)
+	go func() {
+		same <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return jobs.LockLanes(ctx, tx, []string{"outbound:y"}) })
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !waitingForLock(t, db) {
+		select {
+		case err := <-same:
+			t.Fatalf("a second writer locked a lane another transaction holds (err %v)", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("second writer neither blocked nor returned")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-same:
+		t.Fatalf("second writer returned (%v) while the lane was held", err)
+	default:
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-same:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("second writer still blocked after the holder committed")
+	}
+}
