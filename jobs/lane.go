@@ -97,3 +97,63 @@ func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) er
 }
 
 func isLive(s rivertype.JobState) bool { return slices.Contains(liveStates, s) }
+
+// QueueLocks queues the lane locks of LockLanes onto a batch, in the same
+// sorted order, so a producer can take them in the round trip that carries
+// its writes. The batch must run inside the producer's transaction.
+func QueueLocks(b *pgx.Batch, lanes []string) {
+	sorted := slices.Clone(lanes)
+	slices.Sort(sorted)
+	for _, lane := range slices.Compact(sorted) {
+		b.Queue("SELECT pg_advisory_xact_lock($1, $2)", laneLockClass, laneLockKey(lane))
+	}
+}
+
+// Activation carries the live-drainer checks queued on a batch until the
+// batch has run; then Finish inserts drainers for the lanes that had none.
+type Activation struct {
+	lanes []string
+	dead  []string
+}
+
+// QueueActivation queues Activate's live-drainer check for each lane onto a
+// batch. The lanes' locks must be queued earlier on the same batch (or held).
+func QueueActivation(b *pgx.Batch, lanes []string) *Activation {
+	sorted := slices.Clone(lanes)
+	slices.Sort(sorted)
+	a := &Activation{lanes: slices.Compact(sorted)}
+	if len(a.lanes) == 0 {
+		return a
+	}
+	b.Queue(`
+		SELECT n.name
+		FROM unnest($1::text[]) AS n(name)
+		LEFT JOIN mefor_lane l ON l.name = n.name
+		LEFT JOIN river_job j ON j.id = l.job_id
+		WHERE j.id IS NULL OR NOT (j.state::text = ANY($2::text[]))`,
+		a.lanes, liveStateNames()).Query(func(rows pgx.Rows) error {
+		var err error
+		a.dead, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return a
+}
+
+// Finish inserts a drainer for every lane the check found without a live
+// one. Call it after the batch's results are closed, in the same tx.
+func (a *Activation) Finish(ctx context.Context, tx pgx.Tx, ins Inserter) error {
+	for _, lane := range a.dead {
+		if err := insertDrainer(ctx, tx, ins, lane); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func liveStateNames() []string {
+	out := make([]string, len(liveStates))
+	for i, s := range liveStates {
+		out[i] = string(s)
+	}
+	return out
+}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/moby/moby/api/types/container"
 	"github.com/sethvargo/go-retry"
 	tc "github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
@@ -87,10 +88,8 @@ func configure() {
 	// is reached through the default gateway. When the engine runs in this
 	// very network namespace (its docker0 bridge is ours) the mapped ports are
 	// on loopback, and the gateway is some other machine.
-	if os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
-		if _, err := net.InterfaceByName("docker0"); err == nil {
-			os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
-		}
+	if os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" && engineIsLocal() {
+		os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
 	}
 	// testcontainers-go narrates every step; failures are returned anyway.
 	if os.Getenv("MEFOR_TC_VERBOSE") == "" {
@@ -222,19 +221,38 @@ func StartServer(ctx context.Context) (*Server, error) {
 	host, _ := os.Hostname()
 	img := Image(ctx)
 	args := []string{"postgres", "-c", "max_connections=400"}
+	// Where the engine shares this network namespace, the container uses
+	// the host network and listens on a loopback port of its own: a
+	// published port would route every query through docker-proxy, a
+	// userland copy loop that cost more CPU than PostgreSQL itself in the
+	// benchmark. MEFOR_PG_NETWORK=bridge keeps the published port.
+	hostNet := os.Getenv("MEFOR_PG_NETWORK") != "bridge" && engineIsLocal()
+	port := "5432"
+	if hostNet {
+		p, err := freeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		port = p
+		args = append(args, "-c", "listen_addresses=127.0.0.1", "-c", "port="+port)
+	}
 	if os.Getenv("MEFOR_PG_DURABLE") == "" {
 		// Tests kill mefor nodes, never the database: durability of the
 		// database itself is not under test, and fsync dominates test time.
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
+	netOpt := tc.WithExposedPorts("5432/tcp")
+	if hostNet {
+		netOpt = tc.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" })
+	}
 	ctr, err := tc.Run(ctx, img,
 		tc.WithEnv(map[string]string{"POSTGRES_USER": user, "POSTGRES_PASSWORD": password}),
-		tc.WithExposedPorts("5432/tcp"),
+		netOpt,
 		// The public image's init phase listens on its socket only, so an
 		// answer over TCP means the real server is up. (The port strategy's
 		// in-container probe spins exec calls without pause and is slow on a
 		// busy 2-core machine.)
-		tc.WithWaitStrategy(wait.ForExec([]string{"pg_isready", "-q", "-h", "127.0.0.1", "-U", user}).
+		tc.WithWaitStrategy(wait.ForExec([]string{"pg_isready", "-q", "-h", "127.0.0.1", "-p", port, "-U", user}).
 			WithPollInterval(200*time.Millisecond).WithStartupTimeout(90*time.Second)),
 		tc.WithCmd(args...),
 		tc.WithLabels(map[string]string{
@@ -253,17 +271,19 @@ func StartServer(ctx context.Context) (*Server, error) {
 		}
 		return nil, fmt.Errorf("run %s (build it with testcontainers/pgimage/build.sh, or set MEFOR_PG_IMAGE): %w", img, err)
 	}
-	s := &Server{container: ctr}
-	if s.host, err = ctr.Host(ctx); err != nil {
-		s.Terminate(ctx)
-		return nil, fmt.Errorf("container host: %w", err)
+	s := &Server{container: ctr, host: "127.0.0.1", port: port}
+	if !hostNet {
+		if s.host, err = ctr.Host(ctx); err != nil {
+			s.Terminate(ctx)
+			return nil, fmt.Errorf("container host: %w", err)
+		}
+		mapped, err := ctr.MappedPort(ctx, "5432/tcp")
+		if err != nil {
+			s.Terminate(ctx)
+			return nil, fmt.Errorf("container port: %w", err)
+		}
+		s.port = mapped.Port()
 	}
-	mapped, err := ctr.MappedPort(ctx, "5432/tcp")
-	if err != nil {
-		s.Terminate(ctx)
-		return nil, fmt.Errorf("container port: %w", err)
-	}
-	s.port = mapped.Port()
 	if s.admin, err = connectWithRetry(ctx, s.URL("postgres")); err != nil {
 		s.Terminate(ctx)
 		return nil, err
@@ -365,4 +385,22 @@ func connectWithRetry(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect to test postgres at %s: %w", cfg.ConnConfig.Host, err)
 	}
 	return pool, nil
+}
+
+// engineIsLocal reports whether the Docker engine runs in this network
+// namespace: its docker0 bridge is one of our interfaces.
+func engineIsLocal() bool {
+	_, err := net.InterfaceByName("docker0")
+	return err == nil
+}
+
+// freeLoopbackPort picks a loopback port nothing listens on right now.
+func freeLoopbackPort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port for test postgres: %w", err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port, nil
 }

@@ -22,6 +22,10 @@ type execution struct {
 	attemptedAt time.Time
 }
 
+func (ex execution) store() store.Execution {
+	return store.Execution{JobID: ex.jobID, AttemptedAt: ex.attemptedAt}
+}
+
 // stepResult is what serving a batch of rows decided.
 type stepResult struct {
 	served int

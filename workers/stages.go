@@ -3,7 +3,6 @@ package workers
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,37 +33,22 @@ func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArg
 // is as safe as one row and much cheaper.
 func (d *Deps) routeStep(ctx context.Context, ex execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
-	type decision struct {
-		outs   []store.RoutedOut
-		reason string // non-empty: dead-letter the row
-	}
-	decisions := make([]decision, len(rows))
+	decisions := make([]store.RouteDecision, len(rows))
 	for i, row := range rows {
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
-			decisions[i].reason = fmt.Sprintf("cannot parse stored message: %v", err)
+			decisions[i].DeadReason = fmt.Sprintf("cannot parse stored message: %v", err)
 			continue
 		}
 		outs, ok := g.Route(row.Channel, msg)
 		if !ok {
-			decisions[i].reason = fmt.Sprintf("channel %q is not in the config", row.Channel)
+			decisions[i].DeadReason = fmt.Sprintf("channel %q is not in the config", row.Channel)
 			continue
 		}
-		decisions[i].outs = outs
+		decisions[i].Outs = outs
 	}
-	err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
-		for i, row := range rows {
-			if decisions[i].reason != "" {
-				if err := store.DeadLetter(ctx, tx, row, decisions[i].reason); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := store.RouteHandoff(ctx, tx, ins, row, decisions[i].outs); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		return store.RouteBatch(ctx, tx, ins, ex.store(), rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -88,47 +72,22 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 
 func (d *Deps) transformStep(ctx context.Context, ex execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
-	type decision struct {
-		outs   []store.OutboundOut
-		reason string
-	}
-	decisions := make([]decision, len(rows))
-	var lanes []string
+	decisions := make([]store.TransformDecision, len(rows))
 	for i, row := range rows {
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
-			decisions[i].reason = fmt.Sprintf("cannot parse stored message: %v", err)
+			decisions[i].DeadReason = fmt.Sprintf("cannot parse stored message: %v", err)
 			continue
 		}
 		outs, err := g.Transform(ctx, row, msg)
 		if err != nil {
-			decisions[i].reason = err.Error()
+			decisions[i].DeadReason = err.Error()
 			continue
 		}
-		decisions[i].outs = outs
-		for _, o := range outs {
-			lanes = append(lanes, o.Lane)
-		}
+		decisions[i].Outs = outs
 	}
-	err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
-		// Every lane of the batch before any message lock: the order all
-		// writers follow, so a batch cannot deadlock with a replay.
-		slices.Sort(lanes)
-		if err := jobs.LockLanes(ctx, tx, slices.Compact(lanes)); err != nil {
-			return err
-		}
-		for i, row := range rows {
-			if decisions[i].reason != "" {
-				if err := store.DeadLetter(ctx, tx, row, decisions[i].reason); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := store.TransformHandoff(ctx, tx, ins, row, decisions[i].outs); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		return store.TransformBatch(ctx, tx, ins, ex.store(), rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -184,24 +143,18 @@ func (d *Deps) deliverStep(ctx context.Context, ex execution, _ jobs.Inserter, r
 			Received: row.ReceivedAt, Payload: row.Body,
 		})
 		attempt := store.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
-		if res.OK {
-			if err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
-				_, err := store.Delivered(ctx, tx, row, attempt)
-				return err
-			}); err != nil {
-				return stepResult{served: served}, err
-			}
-			served++
-			continue
-		}
-
 		attempts := row.Attempts + 1
-		dead := dest.Retry.Exhausted(attempts)
+		dead := !res.OK && dest.Retry.Exhausted(attempts)
 		backoff := dest.Retry.Backoff(attempts)
-		if err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
-			return store.Failed(ctx, tx, row, attempt, backoff, dead)
+		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+			_, err := store.RecordAttempt(ctx, tx, ex.store(), row, attempt, res.OK, backoff, dead)
+			return err
 		}); err != nil {
 			return stepResult{served: served}, err
+		}
+		if res.OK {
+			served++
+			continue
 		}
 		d.Logger.WarnContext(ctx, "delivery failed",
 			"lane", row.Lane, "message_id", row.MessageID, "work_id", row.ID,

@@ -102,28 +102,7 @@ func FinalizeMany(ctx context.Context, tx DBTX, messageIDs []int64) error {
 
 func finalizeLocked(ctx context.Context, tx DBTX, messageID int64) error {
 	// One statement, evaluated on a snapshot taken after the lock.
-	_, err := tx.Exec(ctx, `
-		WITH r AS (
-			SELECT
-				bool_or(status = 'pending')                         AS any_pending,
-				bool_or(status = 'dead')                            AS any_dead,
-				bool_or(stage = 'outbound')                         AS any_outbound
-			FROM mefor_work WHERE message_id = $1
-		)
-		UPDATE mefor_message m SET
-			status = CASE
-				WHEN r.any_dead THEN 'error'
-				WHEN r.any_outbound THEN 'processed'
-				ELSE 'filtered'
-			END,
-			error = CASE WHEN r.any_dead THEN 'delivery or processing dead-lettered' ELSE m.error END,
-			updated_at = clock_timestamp()
-		FROM r
-		WHERE m.id = $1
-		  AND NOT coalesce(r.any_pending, false)
-		  AND (coalesce(r.any_dead, false) OR coalesce(r.any_outbound, false) OR m.status = 'routed')`,
-		messageID)
-	if err != nil {
+	if _, err := tx.Exec(ctx, finalizeSQL, []int64{messageID}); err != nil {
 		return fmt.Errorf("finalize message %d: %w", messageID, err)
 	}
 	return nil
