@@ -107,61 +107,16 @@ func CompleteIfEmpty(ctx context.Context, tx pgx.Tx, lane string) (bool, error) 
 	return !pending, nil
 }
 
-// consume marks a pending row done; false when it was no longer pending (an
-// operator cancelled it meanwhile).
-func consume(ctx context.Context, tx pgx.Tx, workID int64, status string) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE mefor_work SET status = $2, updated_at = clock_timestamp(), finished_at = clock_timestamp()
-		WHERE id = $1 AND status = 'pending'`, workID, status)
-	if err != nil {
-		return false, fmt.Errorf("finish work row %d: %w", workID, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
 // RoutedOut is one handler invocation the router chose for a message.
 type RoutedOut struct {
 	Route   string
 	Handler string
 }
 
-// RouteHandoff consumes an ingress row and writes one routed row per matched
-// route (none: the message is unrouted).
+// RouteHandoff hands one ingress row off without a fence, for operator
+// tools and tests; drainers use RouteBatch with their execution.
 func RouteHandoff(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, row WorkRow, outs []RoutedOut) error {
-	ok, err := consume(ctx, tx, row.ID, WorkDone)
-	if err != nil || !ok {
-		return err
-	}
-	if len(outs) == 0 {
-		if _, err := tx.Exec(ctx, `UPDATE mefor_message SET status = 'unrouted', updated_at = clock_timestamp() WHERE id = $1`, row.MessageID); err != nil {
-			return fmt.Errorf("mark message %d unrouted: %w", row.MessageID, err)
-		}
-		return AddEvent(ctx, tx, row.MessageID, EventUnrouted, row.ID, "", "no route matched")
-	}
-	lane := jobs.RoutedLane(row.Channel)
-	if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
-		return err
-	}
-	detail := ""
-	for i, o := range outs {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler)
-			VALUES ($1, 'routed', $2, $3, $4, $5)`,
-			row.MessageID, lane, row.Channel, o.Route, o.Handler); err != nil {
-			return fmt.Errorf("queue message %d for handler %s: %w", row.MessageID, o.Handler, err)
-		}
-		if i > 0 {
-			detail += ", "
-		}
-		detail += o.Route
-	}
-	if _, err := tx.Exec(ctx, `UPDATE mefor_message SET status = 'routed', updated_at = clock_timestamp() WHERE id = $1`, row.MessageID); err != nil {
-		return fmt.Errorf("mark message %d routed: %w", row.MessageID, err)
-	}
-	if err := AddEvent(ctx, tx, row.MessageID, EventRouted, row.ID, "", detail); err != nil {
-		return err
-	}
-	return jobs.Activate(ctx, tx, ins, []string{lane})
+	return RouteBatch(ctx, tx, ins, NoFence, []WorkRow{row}, []RouteDecision{{Outs: outs}})
 }
 
 // OutboundOut is one delivery a handler produced.
@@ -171,60 +126,19 @@ type OutboundOut struct {
 	Payload     []byte
 }
 
-// TransformHandoff consumes a routed row and writes one outbound row per
-// delivery. No deliveries means the handler filtered the message.
+// TransformHandoff hands one routed row off without a fence, for operator
+// tools and tests; drainers use TransformBatch with their execution.
 func TransformHandoff(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, row WorkRow, outs []OutboundOut) error {
-	lanes := make([]string, 0, len(outs))
-	for _, o := range outs {
-		lanes = append(lanes, o.Lane)
-	}
-	// Lanes before the message lock (Finalize): every path takes them in that order.
-	if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
-		return err
-	}
-	ok, err := consume(ctx, tx, row.ID, WorkDone)
-	if err != nil || !ok {
-		return err
-	}
-	for _, o := range outs {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination, payload)
-			VALUES ($1, 'outbound', $2, $3, $4, $5, $6, $7)`,
-			row.MessageID, o.Lane, row.Channel, row.Route, row.Handler, o.Destination, o.Payload); err != nil {
-			return fmt.Errorf("queue message %d for %s: %w", row.MessageID, o.Destination, err)
-		}
-	}
-	event, detail := EventTransformed, row.Handler
-	if len(outs) == 0 {
-		event = EventFiltered
-	}
-	if err := AddEvent(ctx, tx, row.MessageID, event, row.ID, "", detail); err != nil {
-		return err
-	}
-	if err := jobs.Activate(ctx, tx, ins, lanes); err != nil {
-		return err
-	}
-	return Finalize(ctx, tx, row.MessageID)
+	return TransformBatch(ctx, tx, ins, NoFence, []WorkRow{row}, []TransformDecision{{Outs: outs}})
 }
 
 // DeadLetter ends a row as dead with a reason (never message content) and
-// finalizes its message; used for handler errors and rows whose destination
-// or handler left the config.
+// finalizes its message; used for rows whose destination or handler left
+// the config.
 func DeadLetter(ctx context.Context, tx pgx.Tx, row WorkRow, reason string) error {
-	tag, err := tx.Exec(ctx, `
-		UPDATE mefor_work SET status = 'dead', last_error = $2, updated_at = clock_timestamp(),
-			finished_at = clock_timestamp()
-		WHERE id = $1 AND status = 'pending'`, row.ID, reason)
-	if err != nil {
-		return fmt.Errorf("dead-letter work row %d: %w", row.ID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return nil
-	}
-	if err := AddEvent(ctx, tx, row.MessageID, EventDead, row.ID, row.Destination, reason); err != nil {
-		return err
-	}
-	return Finalize(ctx, tx, row.MessageID)
+	h := newHandoff(NoFence)
+	h.deadLetter([]WorkRow{row}, []string{reason})
+	return h.run(ctx, tx, nil, nil)
 }
 
 // Attempt is the outcome of one delivery attempt.
@@ -235,73 +149,14 @@ type Attempt struct {
 	Error   string // failure description, never message content
 }
 
-// Delivered records a successful delivery: the row is done, the partner's
-// reply kept, the message finalized. false when an operator cancelled the row
-// while it was being sent.
+// Delivered records a successful delivery without a fence, for operator
+// tools and tests; drainers use RecordAttempt with their execution.
 func Delivered(ctx context.Context, tx pgx.Tx, row WorkRow, a Attempt) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE mefor_work SET status = 'done', attempts = attempts + 1, last_error = NULL,
-			updated_at = clock_timestamp(), finished_at = clock_timestamp()
-		WHERE id = $1 AND status = 'pending'`, row.ID)
-	if err != nil {
-		return false, fmt.Errorf("mark work row %d delivered: %w", row.ID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	if err := saveResponse(ctx, tx, row, row.Attempts+1, a); err != nil {
-		return false, err
-	}
-	if err := AddEvent(ctx, tx, row.MessageID, EventDelivered, row.ID, row.Destination, a.AckCode); err != nil {
-		return false, err
-	}
-	return true, Finalize(ctx, tx, row.MessageID)
+	return RecordAttempt(ctx, tx, NoFence, row, a, true, 0, false)
 }
 
-// Failed records a failed delivery attempt. With dead set the row is
-// dead-lettered and the lane may move on; otherwise it stays at the head of
-// its lane until backoff has passed (by the database clock).
+// Failed records a failed delivery attempt without a fence, like Delivered.
 func Failed(ctx context.Context, tx pgx.Tx, row WorkRow, a Attempt, backoff time.Duration, dead bool) error {
-	status := WorkPending
-	if dead {
-		status = WorkDead
-	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE mefor_work SET attempts = attempts + 1, last_error = $2,
-			next_attempt_at = clock_timestamp() + make_interval(secs => $3::float8),
-			status = $4, updated_at = clock_timestamp(),
-			finished_at = CASE WHEN $4 = 'dead' THEN clock_timestamp() END
-		WHERE id = $1 AND status = 'pending'`, row.ID, a.Error, backoff.Seconds(), status)
-	if err != nil {
-		return fmt.Errorf("record failed attempt of work row %d: %w", row.ID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return nil // cancelled meanwhile
-	}
-	if err := saveResponse(ctx, tx, row, row.Attempts+1, a); err != nil {
-		return err
-	}
-	if err := AddEvent(ctx, tx, row.MessageID, EventFailed, row.ID, row.Destination,
-		fmt.Sprintf("attempt %d: %s", row.Attempts+1, a.Error)); err != nil {
-		return err
-	}
-	if !dead {
-		return nil
-	}
-	if err := AddEvent(ctx, tx, row.MessageID, EventDead, row.ID, row.Destination,
-		fmt.Sprintf("gave up after %d attempts", row.Attempts+1)); err != nil {
-		return err
-	}
-	return Finalize(ctx, tx, row.MessageID)
-}
-
-func saveResponse(ctx context.Context, tx pgx.Tx, row WorkRow, attempt int, a Attempt) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO mefor_response (message_id, work_id, destination, attempt, outcome, ack_code, body)
-		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7)`,
-		row.MessageID, row.ID, row.Destination, attempt, a.Outcome, a.AckCode, a.Reply)
-	if err != nil {
-		return fmt.Errorf("save reply for work row %d: %w", row.ID, err)
-	}
-	return nil
+	_, err := RecordAttempt(ctx, tx, NoFence, row, a, false, backoff, dead)
+	return err
 }
