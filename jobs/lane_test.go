@@ -25,17 +25,51 @@ func inserter(t *testing.T, db *testcontainers.DB) *river.Client[pgx.Tx] {
 	return c
 }
 
-// activate does what every producer does: lock the lanes, then activate them.
-func activate(t *testing.T, db *testcontainers.DB, ins jobs.Inserter, lanes ...string) {
+// activation is one way producers lock and activate lanes in their
+// transaction: directly (LockLanes + Activate, as reclaim does) or queued on
+// the batch that carries their writes (QueueLocks + QueueActivation, as
+// intake and the hand-offs do).
+type activation struct {
+	name     string
+	activate func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, lanes []string) error
+	lock     func(ctx context.Context, tx pgx.Tx, lanes []string) error
+}
+
+var activations = []activation{
+	{
+		name: "direct",
+		activate: func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, lanes []string) error {
+			if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
+				return err
+			}
+			return jobs.Activate(ctx, tx, ins, lanes)
+		},
+		lock: jobs.LockLanes,
+	},
+	{
+		name: "batched",
+		activate: func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, lanes []string) error {
+			b := &pgx.Batch{}
+			jobs.QueueLocks(b, lanes)
+			act := jobs.QueueActivation(b, lanes)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			return act.Finish(ctx, tx, ins)
+		},
+		lock: func(ctx context.Context, tx pgx.Tx, lanes []string) error {
+			b := &pgx.Batch{}
+			jobs.QueueLocks(b, lanes)
+			return tx.SendBatch(ctx, b).Close()
+		},
+	},
+}
+
+// run locks and activates lanes in a transaction of their own.
+func (a activation) run(t *testing.T, db *testcontainers.DB, ins jobs.Inserter, lanes ...string) {
 	t.Helper()
 	ctx := context.Background()
-	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
-			return err
-		}
-		return jobs.Activate(ctx, tx, ins, lanes)
-	})
-	if err != nil {
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return a.activate(ctx, tx, ins, lanes) }); err != nil {
 		t.Fatalf("activate %v: %v", lanes, err)
 	}
 }
@@ -72,17 +106,26 @@ func countJobs(t *testing.T, db *testcontainers.DB) int {
 // a new one.
 func TestActivateKeepsOneDrainerPerLaneWithoutWritingIt(t *testing.T) {
 	t.Parallel()
+	for _, a := range activations {
+		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
+			testActivate(t, a)
+		})
+	}
+}
+
+func testActivate(t *testing.T, act activation) {
 	db := testcontainers.NewDB(t)
 	ins := inserter(t, db)
 	const a, b = "outbound:a", "routed:b"
 
-	activate(t, db, ins, a)
+	act.run(t, db, ins, a)
 	first := drainerOf(t, db, a)
 	if first.state != "available" {
 		t.Fatalf("new drainer is %s, want available", first.state)
 	}
 	for range 20 {
-		activate(t, db, ins, a)
+		act.run(t, db, ins, a)
 	}
 	if got := drainerOf(t, db, a); got != first {
 		t.Fatalf("activating a live lane 20 times changed its drainer %+v -> %+v", first, got)
@@ -91,7 +134,7 @@ func TestActivateKeepsOneDrainerPerLaneWithoutWritingIt(t *testing.T) {
 		t.Fatalf("%d jobs for one lane", n)
 	}
 
-	activate(t, db, ins, a, b)
+	act.run(t, db, ins, a, b)
 	if n := countJobs(t, db); n != 2 {
 		t.Fatalf("%d jobs for two lanes, want 2", n)
 	}
@@ -104,7 +147,7 @@ func TestActivateKeepsOneDrainerPerLaneWithoutWritingIt(t *testing.T) {
 		`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, first.id); err != nil {
 		t.Fatal(err)
 	}
-	activate(t, db, ins, a)
+	act.run(t, db, ins, a)
 	if got := drainerOf(t, db, a); got.id == first.id || got.state != "available" {
 		t.Fatalf("lane whose drainer completed has drainer %+v, want a new available one", got)
 	}
@@ -114,8 +157,7 @@ func TestActivateKeepsOneDrainerPerLaneWithoutWritingIt(t *testing.T) {
 func waitingForLock(t *testing.T, db *testcontainers.DB) bool {
 	t.Helper()
 	var n int
-	if err := db.Pool.QueryRow(context.Background(),
-		`
+	if err := db.Pool.QueryRow(context.Background(), `
 		SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +166,22 @@ func waitingForLock(t *testing.T, db *testcontainers.DB) bool {
 
 // A lane's lock is held until the transaction ends and excludes every other
 // transaction writing that lane, but not transactions on other lanes.
+//
+// Producers lock lanes on their batch while drainers and reclaim lock them
+// directly, so each way must exclude the other too.
 func TestLockLanesExcludesWritersOfTheSameLane(t *testing.T) {
 	t.Parallel()
+	for _, holder := range activations {
+		for _, waiter := range activations {
+			t.Run(holder.name+"/"+waiter.name, func(t *testing.T) {
+				t.Parallel()
+				testLockLanes(t, holder.lock, waiter.lock)
+			})
+		}
+	}
+}
+
+func testLockLanes(t *testing.T, hold, lock func(ctx context.Context, tx pgx.Tx, lanes []string) error) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
 
@@ -134,14 +190,14 @@ func TestLockLanesExcludesWritersOfTheSameLane(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Rollback(ctx)
-	if err := jobs.LockLanes(ctx, holder, []string{"ingress:x", "outbound:y"}); err != nil {
+	if err := hold(ctx, holder, []string{"ingress:x", "outbound:y"}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Another lane: not blocked.
 	other := make(chan error, 1)
 	go func() {
-		other <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return jobs.LockLanes(ctx, tx, []string{"ingress:z"}) })
+		other <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return lock(ctx, tx, []string{"ingress:z"}) })
 	}()
 	select {
 	case err := <-other:
@@ -155,7 +211,7 @@ func TestLockLanesExcludesWritersOfTheSameLane(t *testing.T) {
 	// The same lane: blocked until the holder commits.
 	same := make(chan error, 1)
 	go func() {
-		same <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return jobs.LockLanes(ctx, tx, []string{"outbound:y"}) })
+		same <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return lock(ctx, tx, []string{"outbound:y"}) })
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for !waitingForLock(t, db) {
