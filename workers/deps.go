@@ -49,7 +49,8 @@ type Limits struct {
 	// Linger is how long a drainer waits on an empty lane for new work
 	// before completing itself; re-activating costs a job insert and fetch.
 	Linger time.Duration
-	// Poll is how often a lingering drainer looks at its lane.
+	// Poll is how often a lingering drainer looks at its lane for work
+	// committed by other nodes; this node's own producers wake it at once.
 	Poll time.Duration
 }
 
@@ -59,7 +60,7 @@ var DefaultLimits = Limits{
 	MaxRows: 5000,
 	Batch:   100,
 	Linger:  200 * time.Millisecond,
-	Poll:    5 * time.Millisecond,
+	Poll:    50 * time.Millisecond,
 }
 
 // Deps is what every drainer needs.
@@ -67,8 +68,10 @@ type Deps struct {
 	Pool    *pgxpool.Pool
 	Graph   func() Graph
 	Senders *connector.Pool
-	Limits  Limits
-	Logger  *slog.Logger
+	// Wake carries this node's "lane has work" signals; nil means poll only.
+	Wake   *Wake
+	Limits Limits
+	Logger *slog.Logger
 	// NodeTimeout is how long a node may miss heartbeats before reclaim
 	// treats its running drainers as dead; zero disables that rescue.
 	NodeTimeout time.Duration

@@ -53,12 +53,13 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			// Yield: available again at once, for this node or another.
 			return river.JobSnooze(0)
 		}
+		woken := d.wakeC(lane) // before reading, so a commit in between still wakes us
 		rows, err := store.PendingRows(ctx, d.Pool, lane, lim.Batch)
 		if err != nil {
 			return err
 		}
 		if len(rows) == 0 {
-			if d.linger(ctx, lane, deadline) {
+			if d.linger(ctx, lane, deadline, woken) {
 				continue
 			}
 			done, err := completeIfEmpty(ctx, d, ex, job, lane)
@@ -99,20 +100,31 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex execution) error {
 }
 
 // linger waits on an empty lane for up to Linger, reporting whether work
-// arrived. It gives up early when the node is stopping.
-func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time) bool {
+// arrived: woken by this node's producers, or found by a slow poll for work
+// other nodes committed. It gives up early when the node is stopping.
+func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woken <-chan struct{}) bool {
 	until := time.Now().Add(d.Limits.Linger)
 	if until.After(deadline) {
 		until = deadline
 	}
-	tick := time.NewTicker(d.Limits.Poll)
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	poll := d.Limits.Poll
+	if poll <= 0 {
+		poll = DefaultLimits.Poll
+	}
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
-	for time.Now().Before(until) {
+	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-d.Stopping:
 			return false
+		case <-timer.C:
+			return false
+		case <-woken:
+			return true
 		case <-tick.C:
 		}
 		var pending bool
@@ -122,7 +134,13 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time) bool
 			return err == nil
 		}
 	}
-	return false
+}
+
+func (d *Deps) wakeC(lane string) <-chan struct{} {
+	if d.Wake == nil {
+		return nil // never fires: poll only
+	}
+	return d.Wake.C(lane)
 }
 
 // completeIfEmpty completes the drainer's job in the same transaction that

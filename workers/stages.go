@@ -53,6 +53,7 @@ func (d *Deps) routeStep(ctx context.Context, ex execution, ins jobs.Inserter, r
 	if err != nil {
 		return stepResult{}, err
 	}
+	d.Wake.Notify(jobs.RoutedLane(rows[0].Channel))
 	return stepResult{served: len(rows)}, nil
 }
 
@@ -91,6 +92,11 @@ func (d *Deps) transformStep(ctx context.Context, ex execution, ins jobs.Inserte
 	})
 	if err != nil {
 		return stepResult{}, err
+	}
+	for _, dec := range decisions {
+		for _, o := range dec.Outs {
+			d.Wake.Notify(o.Lane)
+		}
 	}
 	return stepResult{served: len(rows)}, nil
 }

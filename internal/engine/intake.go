@@ -14,6 +14,7 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/workers"
 )
 
 // Intake stores received messages durably, then says what to answer.
@@ -22,6 +23,9 @@ type Intake struct {
 	Inserter jobs.Inserter
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// Wake, when set, wakes this node's lingering ingress drainer after each
+	// commit instead of leaving it to poll.
+	Wake *workers.Wake
 }
 
 // Result of storing one message.
@@ -56,6 +60,9 @@ func (in *Intake) Receive(ctx context.Context, channel, source, remote string, r
 	})
 	if err != nil {
 		return Received{}, err
+	}
+	if perr == nil {
+		in.Wake.Notify(jobs.IngressLane(channel))
 	}
 	return Received{MessageID: id, Msg: msg, ParseErr: perr}, nil
 }

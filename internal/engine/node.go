@@ -90,7 +90,9 @@ func New(opts Options) (*Node, error) {
 	}
 	n.graph.Store(g)
 
+	wake := workers.NewWake()
 	deps := &workers.Deps{
+		Wake:     wake,
 		Pool:     opts.Pool,
 		Graph:    func() workers.Graph { return n.graph.Load() },
 		Senders:  n.senders,
@@ -139,7 +141,7 @@ func New(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
-	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger}
+	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake}
 	return n, nil
 }
 
