@@ -100,6 +100,11 @@ func (ReclaimArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
+// DrainerKinds are the job kinds that drain lanes.
+func DrainerKinds() []string {
+	return []string{IngressArgs{}.Kind(), RoutedArgs{}.Kind(), OutboundArgs{}.Kind()}
+}
+
 // IngressLane is the ingress lane of a channel.
 func IngressLane(channel string) string { return StageIngress + ":" + channel }
 

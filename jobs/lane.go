@@ -53,25 +53,12 @@ func laneLockKey(lane string) int32 {
 // costs one indexed read and no write: inserting anyway would resolve as a
 // unique conflict, which updates the drainer's river_job row per message.
 func Activate(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string) error {
-	sorted := slices.Clone(lanes)
-	slices.Sort(sorted)
-	for _, lane := range slices.Compact(sorted) {
-		var state *string
-		err := tx.QueryRow(ctx, `
-			SELECT j.state::text
-			FROM mefor_lane l LEFT JOIN river_job j ON j.id = l.job_id
-			WHERE l.name = $1`, lane).Scan(&state)
-		if err != nil && err != pgx.ErrNoRows {
-			return fmt.Errorf("read drainer of lane %s: %w", lane, err)
-		}
-		if state != nil && isLive(rivertype.JobState(*state)) {
-			continue
-		}
-		if err := insertDrainer(ctx, tx, ins, lane); err != nil {
-			return err
-		}
+	b := &pgx.Batch{}
+	act := QueueActivation(b, lanes)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("read drainers of lanes %v: %w", act.lanes, err)
 	}
-	return nil
+	return act.Finish(ctx, tx, ins)
 }
 
 // insertDrainer inserts (or finds, through the unique key) the drainer job of
@@ -95,8 +82,6 @@ func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) er
 	}
 	return nil
 }
-
-func isLive(s rivertype.JobState) bool { return slices.Contains(liveStates, s) }
 
 // QueueLocks queues the lane locks of LockLanes onto a batch, in the same
 // sorted order, so a producer can take them in the round trip that carries
@@ -131,7 +116,7 @@ func QueueActivation(b *pgx.Batch, lanes []string) *Activation {
 		LEFT JOIN mefor_lane l ON l.name = n.name
 		LEFT JOIN river_job j ON j.id = l.job_id
 		WHERE j.id IS NULL OR NOT (j.state::text = ANY($2::text[]))`,
-		a.lanes, liveStateNames()).Query(func(rows pgx.Rows) error {
+		a.lanes, LiveStateNames()).Query(func(rows pgx.Rows) error {
 		var err error
 		a.dead, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
@@ -150,7 +135,9 @@ func (a *Activation) Finish(ctx context.Context, tx pgx.Tx, ins Inserter) error 
 	return nil
 }
 
-func liveStateNames() []string {
+// LiveStateNames are the river_job states in which a drainer holds its
+// lane, for SQL that must agree with the unique rule.
+func LiveStateNames() []string {
 	out := make([]string, len(liveStates))
 	for i, s := range liveStates {
 		out[i] = string(s)

@@ -43,8 +43,8 @@ func Reclaim(ctx context.Context, d *Deps, ins jobs.Inserter) (int, error) {
 	rows, err := d.Pool.Query(ctx, `
 		SELECT l.name
 		FROM mefor_lane l LEFT JOIN river_job j ON j.id = l.job_id
-		WHERE (j.id IS NULL OR j.state NOT IN ('available', 'pending', 'running', 'retryable', 'scheduled'))
-		  AND EXISTS (SELECT 1 FROM mefor_work w WHERE w.lane = l.name AND w.status = 'pending')`)
+		WHERE (j.id IS NULL OR NOT (j.state::text = ANY($1::text[])))
+		  AND EXISTS (SELECT 1 FROM mefor_work w WHERE w.lane = l.name AND w.status = 'pending')`, jobs.LiveStateNames())
 	if err != nil {
 		return 0, fmt.Errorf("find stranded lanes: %w", err)
 	}
@@ -76,10 +76,10 @@ func RescueDeadNodes(ctx context.Context, d *Deps) (int, error) {
 		UPDATE river_job j SET state = 'available', scheduled_at = clock_timestamp()
 		FROM mefor_node n
 		WHERE j.state = 'running'
-		  AND j.kind IN ('mefor_ingress', 'mefor_routed', 'mefor_outbound')
+		  AND j.kind = ANY($2::text[])
 		  AND n.id = j.attempted_by[array_length(j.attempted_by, 1)]
 		  AND (n.status = 'left' OR n.last_seen < clock_timestamp() - make_interval(secs => $1::float8))
-		RETURNING j.id, j.args->>'lane', n.id`, d.NodeTimeout.Seconds())
+		RETURNING j.id, j.args->>'lane', n.id`, d.NodeTimeout.Seconds(), jobs.DrainerKinds())
 	if err != nil {
 		return 0, fmt.Errorf("rescue drainers of dead nodes: %w", err)
 	}
