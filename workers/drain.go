@@ -14,18 +14,6 @@ import (
 	"github.com/mefor/mefor/jobs"
 )
 
-// execution identifies one run of a drainer job: River stamps attempted_at
-// at every fetch, so (job id, attempted_at) changes when the job is rescued
-// and fetched again, even though a snooze gives the attempt number back.
-type execution struct {
-	jobID       int64
-	attemptedAt time.Time
-}
-
-func (ex execution) store() store.Execution {
-	return store.Execution{JobID: ex.jobID, AttemptedAt: ex.attemptedAt}
-}
-
 // stepResult is what serving a batch of rows decided.
 type stepResult struct {
 	served int
@@ -35,14 +23,14 @@ type stepResult struct {
 }
 
 // stepFunc serves rows of a lane, head first.
-type stepFunc func(ctx context.Context, ex execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error)
+type stepFunc func(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error)
 
 // drain is the loop every stage drainer runs.
 func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lane string, step stepFunc) error {
 	if job.AttemptedAt == nil {
 		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
 	}
-	ex := execution{jobID: job.ID, attemptedAt: *job.AttemptedAt}
+	ex := store.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt}
 	ins := river.ClientFromContext[pgx.Tx](ctx)
 	lim := d.Limits
 	deadline := time.Now().Add(lim.Slice)
@@ -93,9 +81,9 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 // this one (the completer does not compare attempts), and a snooze here
 // would ping-pong between the two. If the job is left completed, the lane is
 // re-activated by the next producer or by reclaim.
-func (d *Deps) fenced(ctx context.Context, lane string, ex execution) error {
+func (d *Deps) fenced(ctx context.Context, lane string, ex store.Execution) error {
 	d.Logger.WarnContext(ctx, "drainer superseded, stopping without further writes",
-		"lane", lane, "job_id", ex.jobID, "attempted_at", ex.attemptedAt)
+		"lane", lane, "job_id", ex.JobID, "attempted_at", ex.AttemptedAt)
 	return nil
 }
 
@@ -145,10 +133,10 @@ func (d *Deps) wakeC(lane string) <-chan struct{} {
 
 // completeIfEmpty completes the drainer's job in the same transaction that
 // saw the lane empty under the lane lock.
-func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex execution, job *river.Job[T], lane string) (bool, error) {
+func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex store.Execution, job *river.Job[T], lane string) (bool, error) {
 	done := false
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, ex.jobID, ex.attemptedAt); err != nil {
+		if err := store.Fence(ctx, tx, ex.JobID, ex.AttemptedAt); err != nil {
 			return err
 		}
 		empty, err := store.CompleteIfEmpty(ctx, tx, lane)
@@ -165,9 +153,9 @@ func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex execution
 }
 
 // inTx runs fn in a transaction that first checks the fence.
-func (d *Deps) inTx(ctx context.Context, ex execution, fn func(tx pgx.Tx) error) error {
+func (d *Deps) inTx(ctx context.Context, ex store.Execution, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, ex.jobID, ex.attemptedAt); err != nil {
+		if err := store.Fence(ctx, tx, ex.JobID, ex.AttemptedAt); err != nil {
 			return err
 		}
 		return fn(tx)

@@ -31,7 +31,7 @@ func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArg
 // routeStep parses and routes a batch, handing all of it off in one
 // transaction: routing has no side effects outside the database, so a batch
 // is as safe as one row and much cheaper.
-func (d *Deps) routeStep(ctx context.Context, ex execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
 	decisions := make([]store.RouteDecision, len(rows))
 	for i, row := range rows {
@@ -48,7 +48,7 @@ func (d *Deps) routeStep(ctx context.Context, ex execution, ins jobs.Inserter, r
 		decisions[i].Outs = outs
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.RouteBatch(ctx, tx, ins, ex.store(), rows, decisions)
+		return store.RouteBatch(ctx, tx, ins, ex, rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -71,7 +71,7 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 	return drain(ctx, w.Deps, job, job.Args.Lane, w.Deps.transformStep)
 }
 
-func (d *Deps) transformStep(ctx context.Context, ex execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
 	decisions := make([]store.TransformDecision, len(rows))
 	for i, row := range rows {
@@ -88,7 +88,7 @@ func (d *Deps) transformStep(ctx context.Context, ex execution, ins jobs.Inserte
 		decisions[i].Outs = outs
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.TransformBatch(ctx, tx, ins, ex.store(), rows, decisions)
+		return store.TransformBatch(ctx, tx, ins, ex, rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -121,7 +121,7 @@ func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundA
 // deliverStep delivers rows one at a time, head first, each recorded in its
 // own transaction: a crash repeats at most the one send in flight. A failed
 // head that may be retried stops the step so the lane waits behind it.
-func (d *Deps) deliverStep(ctx context.Context, ex execution, _ jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
 	served := 0
 	for _, row := range rows {
 		if row.DueIn > 0 {
@@ -153,7 +153,7 @@ func (d *Deps) deliverStep(ctx context.Context, ex execution, _ jobs.Inserter, r
 		dead := !res.OK && dest.Retry.Exhausted(attempts)
 		backoff := dest.Retry.Backoff(attempts)
 		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-			_, err := store.RecordAttempt(ctx, tx, ex.store(), row, attempt, res.OK, backoff, dead)
+			_, err := store.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
 			return err
 		}); err != nil {
 			return stepResult{served: served}, err
