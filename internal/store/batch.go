@@ -44,8 +44,7 @@ func newHandoff(ex Execution) *handoff {
 		h.fenced = true
 		return h
 	}
-	h.b.Queue(`SELECT 1 FROM river_job WHERE id = $1 AND state = 'running' AND attempted_at = $2 FOR UPDATE`,
-		ex.JobID, ex.AttemptedAt).Query(func(rows pgx.Rows) error {
+	h.b.Queue(fenceSQL, ex.JobID, ex.AttemptedAt).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			h.fenced = true
 		}

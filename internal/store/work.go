@@ -47,10 +47,7 @@ var ErrFenced = errors.New("drainer execution superseded (job rescued or finishe
 // attempt back, so two executions can share it.
 func Fence(ctx context.Context, tx pgx.Tx, jobID int64, attemptedAt time.Time) error {
 	var one int
-	err := tx.QueryRow(ctx, `
-		SELECT 1 FROM river_job
-		WHERE id = $1 AND state = 'running' AND attempted_at = $2
-		FOR UPDATE`, jobID, attemptedAt).Scan(&one)
+	err := tx.QueryRow(ctx, fenceSQL, jobID, attemptedAt).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrFenced
 	}
@@ -59,6 +56,10 @@ func Fence(ctx context.Context, tx pgx.Tx, jobID int64, attemptedAt time.Time) e
 	}
 	return nil
 }
+
+// fenceSQL finds the drainer's river_job row only while the execution is
+// the running one, and locks it until the transaction ends.
+const fenceSQL = `SELECT 1 FROM river_job WHERE id = $1 AND state = 'running' AND attempted_at = $2 FOR UPDATE`
 
 // PendingRows returns up to limit pending rows of a lane, head first.
 func PendingRows(ctx context.Context, q DBTX, lane string, limit int) ([]WorkRow, error) {
