@@ -92,28 +92,28 @@ func (h *handoff) run(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, act *jo
 	return nil
 }
 
-// queueFinalize queues the per-message locks (in id order, so concurrent
-// multi-message finalizers cannot deadlock) and then one set-based pass of
-// the finalizer over the messages.
+// queueFinalize queues FinalizeMany's two statements onto a batch.
 func queueFinalize(b *pgx.Batch, messageIDs []int64) {
-	ids := slices.Clone(messageIDs)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	// Locks in message id order, the order FinalizeMany takes them in.
-	b.Queue(`SELECT pg_advisory_xact_lock($1, k::int4) FROM unnest($2::bigint[]) WITH ORDINALITY AS u(k, n) ORDER BY n`,
-		finalizeLockClass, int32Keys(ids))
+	ids, keys := finalizeKeys(messageIDs)
+	b.Queue(finalizeLockSQL, finalizeLockClass, keys)
 	b.Queue(finalizeSQL, ids)
 }
 
-// int32Keys folds message ids into the lock's int4 key space (as Finalize
-// does); a collision only makes two messages share a lock.
-func int32Keys(ids []int64) []int64 {
-	out := make([]int64, len(ids))
+// finalizeKeys sorts and dedups message ids and folds each into the lock's
+// int4 key space; a collision only makes two messages share a lock.
+func finalizeKeys(messageIDs []int64) (ids, keys []int64) {
+	ids = slices.Clone(messageIDs)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	keys = make([]int64, len(ids))
 	for i, id := range ids {
-		out[i] = int64(int32(id))
+		keys[i] = int64(int32(id))
 	}
-	return out
+	return ids, keys
 }
+
+// finalizeLockSQL takes the per-message locks in the order of $2.
+const finalizeLockSQL = `SELECT pg_advisory_xact_lock($1, k::int4) FROM unnest($2::bigint[]) WITH ORDINALITY AS u(k, n) ORDER BY n`
 
 // finalizeSQL derives the disposition of messages $1 from all their rows:
 // nothing while any row is pending; any dead row → error; else any outbound

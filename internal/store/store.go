@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -72,38 +71,22 @@ func AddEvent(ctx context.Context, tx DBTX, messageID int64, event string, workI
 	return nil
 }
 
-// Finalize derives a message's disposition from all its rows, as the seed
-// does: nothing terminal while any row is pending; any dead row → error; else
-// any outbound row → processed; else a routed message → filtered. It takes the
-// message's lock first so two hand-offs finishing the last two rows of one
-// message at once cannot both see the other's row still pending.
-func Finalize(ctx context.Context, tx DBTX, messageID int64) error {
-	return FinalizeMany(ctx, tx, []int64{messageID})
-}
-
-// FinalizeMany finalizes several messages, locking them in id order so two
-// multi-message operations cannot deadlock on each other.
+// FinalizeMany derives the disposition of messages from all their rows, as
+// the seed does: nothing terminal while any row is pending; any dead row →
+// error; else any outbound row → processed; else a routed message →
+// filtered. It takes the messages' locks first, in id order, so two
+// hand-offs finishing the last rows of one message at once cannot both see
+// the other's row still pending, and two multi-message operations cannot
+// deadlock. The batched hand-offs queue the same two statements
+// (queueFinalize).
 func FinalizeMany(ctx context.Context, tx DBTX, messageIDs []int64) error {
-	ids := slices.Clone(messageIDs)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	for _, id := range ids {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", finalizeLockClass, int32(id)); err != nil {
-			return fmt.Errorf("lock message %d for finalize: %w", id, err)
-		}
+	ids, keys := finalizeKeys(messageIDs)
+	if _, err := tx.Exec(ctx, finalizeLockSQL, finalizeLockClass, keys); err != nil {
+		return fmt.Errorf("lock messages for finalize: %w", err)
 	}
-	for _, id := range ids {
-		if err := finalizeLocked(ctx, tx, id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func finalizeLocked(ctx context.Context, tx DBTX, messageID int64) error {
-	// One statement, evaluated on a snapshot taken after the lock.
-	if _, err := tx.Exec(ctx, finalizeSQL, []int64{messageID}); err != nil {
-		return fmt.Errorf("finalize message %d: %w", messageID, err)
+	// A statement of its own, so its snapshot is taken after the locks.
+	if _, err := tx.Exec(ctx, finalizeSQL, ids); err != nil {
+		return fmt.Errorf("finalize messages: %w", err)
 	}
 	return nil
 }
