@@ -1,0 +1,183 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ConfigNotifyChannel is the LISTEN/NOTIFY channel a version bump is
+// announced on, so nodes reload at once instead of at their next poll.
+const ConfigNotifyChannel = "mefor_config"
+
+// ClusterConfig is the cluster-wide config version: how many operator
+// reloads there have been and which file the last one validated.
+type ClusterConfig struct {
+	Version int64 `json:"version"`
+	// Hash is the SHA-256 of the file the last reload validated; empty
+	// before the first reload.
+	Hash     string     `json:"hash,omitempty"`
+	BumpedBy string     `json:"bumped_by,omitempty"`
+	BumpedAt *time.Time `json:"bumped_at,omitempty"`
+}
+
+// ReadClusterConfig returns the current cluster config version.
+func ReadClusterConfig(ctx context.Context, q DBTX) (ClusterConfig, error) {
+	var c ClusterConfig
+	var hash, by *string
+	err := q.QueryRow(ctx, `SELECT version, hash, bumped_by, bumped_at FROM mefor_cluster_config WHERE id`).
+		Scan(&c.Version, &hash, &by, &c.BumpedAt)
+	if err != nil {
+		return c, fmt.Errorf("read cluster config version: %w", err)
+	}
+	c.Hash, c.BumpedBy = deref(hash), deref(by)
+	return c, nil
+}
+
+// BumpClusterConfig increments the cluster config version, recording the
+// hash of the validated file and who asked, and announces the new version
+// on ConfigNotifyChannel (delivered when the surrounding transaction, if
+// any, commits). It returns the new version.
+func BumpClusterConfig(ctx context.Context, q DBTX, hash, by string) (int64, error) {
+	var v int64
+	err := q.QueryRow(ctx, `
+		WITH bumped AS (
+			UPDATE mefor_cluster_config
+			SET version = version + 1, hash = $1, bumped_by = $2, bumped_at = clock_timestamp()
+			WHERE id
+			RETURNING version)
+		SELECT version, pg_notify($3, version::text) FROM bumped`, hash, by, ConfigNotifyChannel).Scan(&v, nil)
+	if err != nil {
+		return 0, fmt.Errorf("bump cluster config version: %w", err)
+	}
+	return v, nil
+}
+
+// RecordConfigApplied notes on the node's row that it now runs the file
+// with the given hash, at cluster config version, and clears any recorded
+// reload failure.
+func RecordConfigApplied(ctx context.Context, q DBTX, nodeID string, version int64, hash string) error {
+	_, err := q.Exec(ctx, `
+		UPDATE mefor_node SET config_version = $2, config_hash = $3, config_applied_at = clock_timestamp(),
+			config_error = NULL, config_error_version = NULL, config_error_at = NULL
+		WHERE id = $1`, nodeID, version, hash)
+	if err != nil {
+		return fmt.Errorf("record applied config on node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// RecordConfigError notes on the node's row that reloading for cluster
+// config version failed and why. The node keeps its applied version: it
+// still runs the config it had. reason must not carry message content
+// (config errors never do).
+func RecordConfigError(ctx context.Context, q DBTX, nodeID string, version int64, reason string) error {
+	_, err := q.Exec(ctx, `
+		UPDATE mefor_node SET config_error = $3, config_error_version = $2, config_error_at = clock_timestamp()
+		WHERE id = $1`, nodeID, version, reason)
+	if err != nil {
+		return fmt.Errorf("record config reload failure on node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// NodeConfig is one node's applied config, as `mefor status` and
+// `mefor reload --wait` show it.
+type NodeConfig struct {
+	Node string `json:"node"`
+	// Live is false for a node that left or whose heartbeat is older than
+	// the node timeout given to ReadConfigStatus.
+	Live bool `json:"live"`
+	// Version is the cluster config version the node last applied; nil
+	// for a node that has not recorded one (started before this schema).
+	Version   *int64     `json:"applied_version"`
+	Hash      string     `json:"applied_hash,omitempty"`
+	AppliedAt *time.Time `json:"applied_at,omitempty"`
+	// Behind is true when the node has not applied the cluster's version.
+	Behind bool `json:"behind"`
+	// HashMismatch is true when the node runs a file whose hash differs
+	// from the reference: the file of the last reload, or, before any
+	// reload, the file most live nodes run.
+	HashMismatch bool `json:"hash_mismatch"`
+	// Error is the last failed reload (kept until one succeeds), with the
+	// version it was for.
+	Error        string     `json:"error,omitempty"`
+	ErrorVersion *int64     `json:"error_version,omitempty"`
+	ErrorAt      *time.Time `json:"error_at,omitempty"`
+}
+
+// ConfigStatus is the cluster config version and every known node's
+// applied config.
+type ConfigStatus struct {
+	Cluster ClusterConfig `json:"cluster"`
+	// ReferenceHash is what HashMismatch compares against.
+	ReferenceHash string       `json:"reference_hash,omitempty"`
+	Nodes         []NodeConfig `json:"nodes"`
+}
+
+// ReadConfigStatus returns the cluster config version and each node's
+// applied config. Nodes that left or are silent for longer than
+// nodeTimeout are listed as not live and never flagged.
+func ReadConfigStatus(ctx context.Context, q DBTX, nodeTimeout time.Duration) (*ConfigStatus, error) {
+	cc, err := ReadClusterConfig(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `
+		SELECT id, status = 'active' AND last_seen > clock_timestamp() - make_interval(secs => $1::float8),
+			config_version, coalesce(config_hash, ''), config_applied_at,
+			coalesce(config_error, ''), config_error_version, config_error_at
+		FROM mefor_node ORDER BY id`, nodeTimeout.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("read node configs: %w", err)
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeConfig, error) {
+		var n NodeConfig
+		err := r.Scan(&n.Node, &n.Live, &n.Version, &n.Hash, &n.AppliedAt, &n.Error, &n.ErrorVersion, &n.ErrorAt)
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read node configs: %w", err)
+	}
+	st := &ConfigStatus{Cluster: cc, Nodes: nodes, ReferenceHash: cc.Hash}
+	if st.ReferenceHash == "" {
+		st.ReferenceHash = majorityHash(nodes)
+	}
+	for i := range st.Nodes {
+		n := &st.Nodes[i]
+		if !n.Live {
+			continue
+		}
+		n.Behind = n.Version == nil || *n.Version < cc.Version
+		n.HashMismatch = st.ReferenceHash != "" && n.Hash != "" && n.Hash != st.ReferenceHash
+	}
+	return st, nil
+}
+
+// majorityHash is the hash most live nodes run (ties broken by the smaller
+// hash, so the answer is stable), or "" when no live node recorded one.
+// Before the first reload there is no file to compare with, but two nodes
+// started from different files are still worth flagging.
+func majorityHash(nodes []NodeConfig) string {
+	count := map[string]int{}
+	best := ""
+	for _, n := range nodes {
+		if !n.Live || n.Hash == "" {
+			continue
+		}
+		count[n.Hash]++
+		if c := count[n.Hash]; best == "" || c > count[best] || (c == count[best] && n.Hash < best) {
+			best = n.Hash
+		}
+	}
+	return best
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
