@@ -1,0 +1,152 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Maintenance configures the periodic jobs River's elected leader enqueues
+// and any node works: when each runs and with what settings.
+type Maintenance struct {
+	// Reclaim re-activates lanes whose drainer ended with backlog left and
+	// frees the drainers of nodes that stopped heartbeating. It always runs.
+	Reclaim ReclaimJob
+	// Retention purges old message content; nil when the file has no
+	// maintenance.retention block, in which case nothing is ever purged.
+	Retention *Retention
+}
+
+// ReclaimJob is the reclaim job's settings.
+type ReclaimJob struct {
+	Schedule Schedule
+}
+
+// Retention says how long message content is kept. Bodies are nulled and the
+// metadata kept (who sent what type when, where it went, what happened), so
+// the message history stays searchable after the content is gone. A message
+// with a row still pending is never touched.
+type Retention struct {
+	Schedule Schedule
+	// KeepBodies is how long after receipt a message's content is kept:
+	// its raw body, the payloads of its finished stage rows, its event
+	// details and its partners' replies.
+	KeepBodies time.Duration
+	// KeepDead is how long after its last dead letter a message that was
+	// dead-lettered keeps its content, so it can still be replayed. It
+	// defaults to KeepBodies.
+	KeepDead time.Duration
+	// DeleteAfter, when not zero, is how long after receipt a message is
+	// deleted outright, metadata and all.
+	DeleteAfter time.Duration
+	// BatchSize is how many messages one purge transaction handles; each
+	// batch is a short transaction, so intake never waits long on one.
+	BatchSize int
+}
+
+const (
+	defaultReclaimInterval   = 5 * time.Second
+	defaultRetentionSchedule = time.Hour
+	defaultRetentionBatch    = 5000
+	minRetentionBatch        = 10
+	maxRetentionBatch        = 100_000
+)
+
+func defaultMaintenance() Maintenance {
+	return Maintenance{Reclaim: ReclaimJob{Schedule: Every(defaultReclaimInterval)}}
+}
+
+func (l *loader) decodeMaintenance(n *yaml.Node, p path, mt *Maintenance) {
+	m := l.mapping(n, p, "reclaim", "retention")
+
+	rp := p.key("reclaim")
+	rm := l.mapping(m["reclaim"], rp, "schedule")
+	l.schedule(rm, rp, "schedule", &mt.Reclaim.Schedule)
+
+	if _, ok := m["retention"]; !ok {
+		return
+	}
+	tp := p.key("retention")
+	r := &Retention{Schedule: Every(defaultRetentionSchedule), BatchSize: defaultRetentionBatch}
+	tm := l.mapping(m["retention"], tp, "schedule", "keep_bodies", "keep_dead", "delete_after", "batch_size")
+	l.schedule(tm, tp, "schedule", &r.Schedule)
+	decodeScalar(l, tm, tp, "keep_bodies", &r.KeepBodies, parseAge)
+	decodeScalar(l, tm, tp, "keep_dead", &r.KeepDead, parseAge)
+	decodeScalar(l, tm, tp, "delete_after", &r.DeleteAfter, parseAge)
+	decodeScalar(l, tm, tp, "batch_size", &r.BatchSize, parseInt)
+	if !l.given(tp.key("keep_dead")) {
+		r.KeepDead = r.KeepBodies
+	}
+	mt.Retention = r
+}
+
+func (l *loader) checkMaintenance(mt Maintenance) {
+	p := path{section: "maintenance"}
+	if d, ok := mt.Reclaim.Schedule.Interval(); ok && d < time.Second {
+		l.errorf(p.key("reclaim").key("schedule"), "%s is too often: reclaim reads every lane; use 1s or more (e.g. schedule: 5s)", fmtDuration(d))
+	}
+	r := mt.Retention
+	if r == nil {
+		return
+	}
+	p = p.key("retention")
+	keep, dead, del := p.key("keep_bodies"), p.key("keep_dead"), p.key("delete_after")
+	switch {
+	case !l.given(keep):
+		l.errorf(keep, "is required: how long message bodies are kept after receipt (e.g. keep_bodies: 30d)")
+	case r.KeepBodies <= 0:
+		l.errorf(keep, "must be > 0 (e.g. keep_bodies: 30d)")
+	}
+	if l.given(dead) && r.KeepDead <= 0 {
+		l.errorf(dead, "must be > 0 (e.g. keep_dead: 90d), or left out to keep dead letters as long as other bodies")
+	}
+	if l.given(del) && !l.failed(del) {
+		longest, what, name := r.KeepBodies, keep, "keep_bodies"
+		if r.KeepDead > longest {
+			longest, what, name = r.KeepDead, dead, "keep_dead"
+		}
+		if r.DeleteAfter <= 0 {
+			l.errorf(del, "must be > 0 (e.g. delete_after: 365d), or left out to keep message metadata forever")
+		} else if r.DeleteAfter < longest && !l.failed(what) {
+			l.errorf(del, "(%s) is shorter than %s (%s): messages would be deleted while their content is meant to be kept; make it at least %s",
+				fmtAge(r.DeleteAfter), name, fmtAge(longest), fmtAge(longest))
+		}
+	}
+	if r.BatchSize < minRetentionBatch || r.BatchSize > maxRetentionBatch {
+		l.errorf(p.key("batch_size"), "must be from %d to %d messages (e.g. batch_size: %d): bigger batches hold their locks longer",
+			minRetentionBatch, maxRetentionBatch, defaultRetentionBatch)
+	}
+}
+
+// parseAge parses how long something is kept: a duration such as 36h, or a
+// whole number of days such as 30d, since retention windows are spoken of in
+// days and Go durations have no day unit.
+func parseAge(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not a number of days; write a whole number such as 30d, or a duration such as 36h", s)
+		}
+		if n > 100*365 {
+			return 0, fmt.Errorf("%q is more than a century; leave the setting out to keep forever", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := parseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w, or a number of days such as 30d", err)
+	}
+	return d, nil
+}
+
+// fmtAge formats a retention window as parseAge reads it: whole days as
+// 30d, anything else as a duration.
+func fmtAge(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return fmtDuration(d)
+}
