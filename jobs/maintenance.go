@@ -1,0 +1,24 @@
+package jobs
+
+import (
+	"github.com/riverqueue/river"
+)
+
+// RetentionArgs runs one retention pass: purge message content past its
+// retention window, keep the metadata. River's elected leader enqueues it on
+// the maintenance.retention schedule; any node works it.
+type RetentionArgs struct{}
+
+func (RetentionArgs) Kind() string { return "mefor_retention" }
+
+func (RetentionArgs) InsertOpts() river.InsertOpts {
+	// One live run at a time: a manual run while the scheduled one works
+	// joins it instead of racing it. A failed run is audited and the next
+	// scheduled one carries on where it stopped (every batch commits), so
+	// River does not retry it.
+	return river.InsertOpts{
+		Queue:       QueueMaintenance,
+		MaxAttempts: 1,
+		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
+	}
+}
