@@ -36,8 +36,17 @@ type MapOp struct {
 	// is stored as one value.
 	Value string
 
-	// From is the element a copy reads.
+	// From is the element a copy or lookup reads.
 	From string
+
+	// Set, Column, OnMiss and Default configure a lookup: the reference
+	// set, its value column ("" for the set's first), what a miss does
+	// (dead-letter when empty) and what MissDefault writes. A lookup's
+	// Path defaults to From: the field is translated in place.
+	Set     string
+	Column  string
+	OnMiss  MissPolicy
+	Default string
 }
 
 // Map applies ordered operations to a copy of the message, so each op sees
@@ -50,12 +59,9 @@ type Map struct {
 // step is one compiled op. Ops are compiled into steps so that NewMap checks
 // every path once and Handle does no parsing.
 //
-// This is where new ops plug in. A "translate" op, for example, would read
-// From, pass it to a lookup func(set, key string) (string, bool) over a
-// named reference set, and write the result to Path: it needs a new OpKind,
-// a Set field on MapOp naming the reference set, the lookup given to NewMap
-// (as an option, so existing callers keep compiling), and a step type
-// holding both.
+// This is where new ops plug in: an OpKind, its fields on MapOp, a case in
+// compile and a step type. lookup (lookup.go) is one, with what it needs
+// beyond the message given to NewMap as an option.
 type step interface {
 	apply(msg *hl7.Message) error
 }
@@ -64,10 +70,14 @@ type step interface {
 // unknown op, bad or missing path, a field that does not belong to the op,
 // a target that cannot be written — is reported here rather than when the
 // first message arrives, with the index of the op in ops.
-func NewMap(ops []MapOp) (*Map, error) {
+func NewMap(ops []MapOp, opts ...MapOption) (*Map, error) {
+	var o mapOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	m := &Map{steps: make([]step, 0, len(ops))}
 	for i, op := range ops {
-		s, err := compile(op)
+		s, err := compile(op, o)
 		if err != nil {
 			return nil, fmt.Errorf("map ops[%d] (%s): %w", i, op.Op, err)
 		}
@@ -76,8 +86,10 @@ func NewMap(ops []MapOp) (*Map, error) {
 	return m, nil
 }
 
-func compile(op MapOp) (step, error) {
+func compile(op MapOp, o mapOptions) (step, error) {
 	switch op.Op {
+	case OpLookup:
+		return compileLookup(op, o.lookup)
 	case OpSet:
 		if op.From != "" {
 			return nil, errors.New("set takes a value, not from")
@@ -113,7 +125,7 @@ func compile(op MapOp) (step, error) {
 		}
 		return clearStep{to: to}, nil
 	}
-	return nil, fmt.Errorf("unknown op %q: want %q, %q or %q", op.Op, OpSet, OpCopy, OpClear)
+	return nil, fmt.Errorf("unknown op %q: want %s", op.Op, describeOps())
 }
 
 // target parses a path an op writes to.

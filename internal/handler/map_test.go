@@ -55,7 +55,7 @@ func TestNewMapErrors(t *testing.T) {
 		{
 			"unknown op",
 			[]MapOp{{Op: "translate", Path: "PID-2"}},
-			`map ops[0] (translate): unknown op "translate": want "set", "copy" or "clear"`,
+			`map ops[0] (translate): unknown op "translate": want "set", "copy", "clear" or "lookup"`,
 		},
 		{
 			"delimiter field",
