@@ -1,0 +1,470 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/ops"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// reloadYAML is a one-channel config routing ADT to the destinations given
+// as name → MLLP address.
+type reloadYAML struct {
+	heartbeat string // "" means 1s (fence 3s, lease 5s)
+	listen    string // each node needs its own: they run on one host here
+	dests     [][2]string
+	backoff   string
+}
+
+func (y reloadYAML) String() string {
+	cluster := "{heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}"
+	switch y.heartbeat {
+	case "", "1s":
+	case "20s":
+		cluster = "{heartbeat: 20s, fence_timeout: 40s, lease_ttl: 60s}"
+	default:
+		cluster = fmt.Sprintf("{heartbeat: %s, fence_timeout: 3s, lease_ttl: 5s}", y.heartbeat)
+	}
+	listen := y.listen
+	var names []string
+	var b strings.Builder
+	for _, d := range y.dests {
+		names = append(names, d[0])
+		fmt.Fprintf(&b, "  %s:\n    type: mllp\n    mllp: {address: %q}\n", d[0], d[1])
+		if y.backoff != "" {
+			fmt.Fprintf(&b, "    retry: {backoff: %s, max_backoff: %s}\n", y.backoff, y.backoff)
+		}
+	}
+	return fmt.Sprintf(`cluster: %s
+channels:
+  adt:
+    inbound:
+      mllp: {listen: %q}
+    routes:
+      - name: out
+        match: {message_type: [ADT]}
+        destinations: [%s]
+destinations:
+%s`, cluster, listen, strings.Join(names, ", "), b.String())
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configFile writes content to a fresh file and loads it, as `mefor run`
+// does.
+func configFile(t *testing.T, name, content string) (string, *config.Config) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	writeFile(t, path, content)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("load %s: %v", name, err)
+	}
+	return path, cfg
+}
+
+func named(id string) func(*engine.Options) {
+	return func(o *engine.Options) { o.NodeID = id }
+}
+
+func receive(t *testing.T, n *engine.Node, controlID string) {
+	t.Helper()
+	if _, err := n.Intake().Receive(context.Background(), "adt", "test", "test", adt(controlID, "P1")); err != nil {
+		t.Fatalf("receive %s: %v", controlID, err)
+	}
+}
+
+func configStatus(t *testing.T, db *testcontainers.DB) map[string]store.NodeConfig {
+	t.Helper()
+	st, err := ops.ConfigStatus(context.Background(), db.Pool, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]store.NodeConfig{}
+	for _, n := range st.Nodes {
+		out[n.Node] = n
+	}
+	return out
+}
+
+func clusterVersion(t *testing.T, db *testcontainers.DB) int64 {
+	t.Helper()
+	cc, err := store.ReadClusterConfig(context.Background(), db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc.Version
+}
+
+// SIGHUP on one node (Reload) applies its file and every other node reloads
+// its own copy within a heartbeat: deliveries follow the new destination
+// address on both, and status shows both on the new version and file.
+func TestReloadConvergesAcrossNodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p1, p2 := newPartner(t, ""), newPartner(t, "")
+	// The nodes share a host here, so their files differ in the listen
+	// address: b's is flagged as a different file.
+	la, lb := freeAddr(t), freeAddr(t)
+	v1 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String() }
+	v2 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String() }
+	pathA, cfgA := configFile(t, "a.yaml", v1(la))
+	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
+	a := startNode(t, db, cfgA, named("a"))
+	b := startNode(t, db, cfgB, named("b"))
+
+	receive(t, b, "M1")
+	eventually(t, 20*time.Second, "M1 delivered to the first address", func() bool {
+		return slices.Contains(p1.acceptedIDs(), "M1")
+	})
+
+	writeFile(t, pathA, v2(la))
+	writeFile(t, pathB, v2(lb))
+	hashB := loadHash(t, pathB)
+	res, err := a.Reload(ctx)
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if res.Version != 1 || !res.Changed || res.Hash == cfgA.Hash() {
+		t.Fatalf("reload result = %+v, want version 1, changed, new hash", res)
+	}
+	eventually(t, 10*time.Second, "node b to reload its own file", func() bool {
+		return b.AppliedConfigVersion() == 1 && b.Config().Hash() == hashB
+	})
+
+	receive(t, a, "M2")
+	receive(t, b, "M3")
+	eventually(t, 20*time.Second, "M2 and M3 delivered to the new address", func() bool {
+		got := p2.acceptedIDs()
+		return slices.Contains(got, "M2") && slices.Contains(got, "M3")
+	})
+	if got := p1.receivedIDs(); !slices.Equal(got, []string{"M1"}) {
+		t.Errorf("old address received %v after the reload, want only M1", got)
+	}
+
+	st := configStatus(t, db)
+	for id, want := range map[string]string{"a": res.Hash, "b": hashB} {
+		n := st[id]
+		mismatch := id == "b"
+		if n.Version == nil || *n.Version != 1 || n.Hash != want || n.Behind || n.HashMismatch != mismatch || n.Error != "" {
+			t.Errorf("status of node %s = %+v, want version 1, hash %s, file differs: %v", id, n, want[:12], mismatch)
+		}
+	}
+}
+
+func loadHash(t *testing.T, path string) string {
+	t.Helper()
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Hash()
+}
+
+// A bad file changes nothing, on both paths: the node reloading it keeps its
+// config and the cluster version, and a node converging to a bad copy keeps
+// its config, records why, and converges by itself once its file is fixed.
+func TestReloadBadFileChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p1, p2 := newPartner(t, ""), newPartner(t, "")
+	la, lb := freeAddr(t), freeAddr(t)
+	v1 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String() }
+	v2 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String() }
+	bad := func(l string) string { return strings.Replace(v2(l), "type: mllp", "type: carrier-pigeon", 1) }
+	pathA, cfgA := configFile(t, "a.yaml", v1(la))
+	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
+	a := startNode(t, db, cfgA, named("a"))
+	b := startNode(t, db, cfgB, named("b"))
+
+	// The node's own reload (SIGHUP).
+	writeFile(t, pathA, bad(la))
+	_, err := a.Reload(ctx)
+	var cerrs config.Errors
+	if !errors.As(err, &cerrs) || !strings.Contains(err.Error(), pathA+":") || !strings.Contains(err.Error(), "carrier-pigeon") {
+		t.Fatalf("reload of a bad file: err = %v, want the config errors with file:line", err)
+	}
+	if a.Config().Hash() != cfgA.Hash() || clusterVersion(t, db) != 0 {
+		t.Fatalf("a bad file changed something: hash %s (want %s), cluster version %d (want 0)",
+			a.Config().Hash()[:12], cfgA.Hash()[:12], clusterVersion(t, db))
+	}
+	if st := configStatus(t, db)["a"]; !strings.Contains(st.Error, "carrier-pigeon") {
+		t.Errorf("node a's row does not say why the reload failed: %+v", st)
+	}
+	receive(t, a, "M1")
+	eventually(t, 20*time.Second, "M1 delivered by the old config", func() bool {
+		return slices.Contains(p1.acceptedIDs(), "M1")
+	})
+
+	// A peer's bad copy, when a good file is reloaded elsewhere.
+	writeFile(t, pathA, v2(la))
+	writeFile(t, pathB, bad(lb))
+	res, err := a.Reload(ctx)
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	eventually(t, 10*time.Second, "node b to record why it did not reload", func() bool {
+		st := configStatus(t, db)["b"]
+		return st.ErrorVersion != nil && *st.ErrorVersion == res.Version
+	})
+	st := configStatus(t, db)["b"]
+	if !st.Behind || !strings.Contains(st.Error, pathB) || b.AppliedConfigVersion() != 0 || b.Config().Hash() != cfgB.Hash() {
+		t.Fatalf("node b with a bad copy: status %+v, applied %d; want behind, old config, error naming %s",
+			st, b.AppliedConfigVersion(), pathB)
+	}
+	if st := configStatus(t, db)["a"]; st.Error != "" || st.Behind {
+		t.Errorf("node a still flagged after a good reload: %+v", st)
+	}
+
+	writeFile(t, pathB, v2(lb))
+	hashB := loadHash(t, pathB)
+	eventually(t, 10*time.Second, "node b to converge once its file is fixed", func() bool {
+		return b.AppliedConfigVersion() == res.Version && b.Config().Hash() == hashB
+	})
+	if st := configStatus(t, db)["b"]; st.Behind || st.Error != "" {
+		t.Errorf("node b still flagged after converging: %+v", st)
+	}
+}
+
+// A node that starts after reloads happened takes the cluster version as
+// applied: it has just read its file, so it must not reload it again (here
+// the file on disk changed since it was read; a needless reload would show).
+func TestNodeStartingLaterDoesNotReload(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p1, p2 := newPartner(t, ""), newPartner(t, "")
+	for range 2 {
+		if _, err := store.BumpClusterConfig(ctx, db.Pool, "earlier", "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := freeAddr(t)
+	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String())
+	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String())
+	n := startNode(t, db, cfg, named("a"))
+
+	time.Sleep(2500 * time.Millisecond) // two heartbeats: the watcher has looked twice
+	if n.AppliedConfigVersion() != 2 || n.Config().Hash() != cfg.Hash() {
+		t.Fatalf("node starting at cluster version 2: applied %d, hash %s; want 2 and the file it started with (%s)",
+			n.AppliedConfigVersion(), n.Config().Hash()[:12], cfg.Hash()[:12])
+	}
+	if st := configStatus(t, db)["a"]; st.Version == nil || *st.Version != 2 || st.Behind || st.Hash != cfg.Hash() {
+		t.Errorf("status of the new node = %+v, want applied version 2 and its hash", st)
+	}
+}
+
+// Cluster timings are fixed at start: a reload changing them is refused and
+// says a restart is needed; nothing changes.
+func TestReloadRefusesClusterTimings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "")
+	l := freeAddr(t)
+	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
+	n := startNode(t, db, cfg, named("a"))
+
+	writeFile(t, path, reloadYAML{listen: l, heartbeat: "2s", dests: [][2]string{{"down", p.addr}}}.String())
+	_, err := n.Reload(ctx)
+	var rerr *engine.RestartError
+	if !errors.As(err, &rerr) || !strings.Contains(err.Error(), "heartbeat") || !strings.Contains(err.Error(), "restart") {
+		t.Fatalf("reload changing the heartbeat: err = %v, want a RestartError naming it", err)
+	}
+	if n.Config().Hash() != cfg.Hash() || clusterVersion(t, db) != 0 {
+		t.Fatal("a refused reload changed the config or the cluster version")
+	}
+}
+
+// A channel whose listen address changed is rebound on the node that
+// listens: the new address answers, the old one is closed.
+func TestReloadRebindsChangedListener(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "")
+	addr1, addr2 := freeAddr(t), freeAddr(t)
+	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: addr1, dests: [][2]string{{"down", p.addr}}}.String())
+	n := startNode(t, db, cfg, named("a"))
+	eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr1 })
+
+	writeFile(t, path, reloadYAML{listen: addr2, dests: [][2]string{{"down", p.addr}}}.String())
+	res, err := n.Reload(ctx)
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if !slices.Equal(res.Listeners, []string{"adt"}) || n.ListenerAddrs()["adt"] != addr2 {
+		t.Fatalf("after moving the listener: result %v, addrs %v; want adt on %s", res.Listeners, n.ListenerAddrs(), addr2)
+	}
+	if acks := send(t, addr2, adt("L1", "P1")); acks[0].Code != hl7.AckAccept {
+		t.Fatalf("new address answered %s", acks[0].Code)
+	}
+	if c, err := net.DialTimeout("tcp", addr1, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("old address %s still accepts connections", addr1)
+	}
+	eventually(t, 20*time.Second, "L1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L1") })
+}
+
+// A new listen address that cannot be bound refuses the whole reload.
+func TestReloadRefusesUnbindableAddress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p1, p2 := newPartner(t, ""), newPartner(t, "")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := freeAddr(t)
+	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: addr, dests: [][2]string{{"down", p1.addr}}}.String())
+	n := startNode(t, db, cfg, named("a"))
+	eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr })
+
+	writeFile(t, path, reloadYAML{listen: busy.Addr().String(), dests: [][2]string{{"down", p2.addr}}}.String())
+	if _, err := n.Reload(ctx); err == nil || !strings.Contains(err.Error(), "listen on") {
+		t.Fatalf("reload onto a busy address: err = %v, want a listen error", err)
+	}
+	if n.Config().Hash() != cfg.Hash() || n.ListenerAddrs()["adt"] != addr {
+		t.Fatalf("a refused reload changed the node: addrs %v", n.ListenerAddrs())
+	}
+}
+
+// Rows still queued for a destination the reload removed are dead-lettered
+// at once, with the reason, as a restart with that file would.
+func TestReloadDeadLettersRowsOfRemovedDestination(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "")
+	down := freeAddr(t) // nothing listens: deliveries to "old" wait an hour
+	l := freeAddr(t)
+	path, cfg := configFile(t, "a.yaml",
+		reloadYAML{listen: l, backoff: "1h", dests: [][2]string{{"old", down}, {"new", p.addr}}}.String())
+	n := startNode(t, db, cfg, named("a"))
+	receive(t, n, "R1")
+	eventually(t, 20*time.Second, "the delivery to old to fail once and wait", func() bool {
+		var k int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE destination = 'old' AND status = 'pending' AND attempts = 1`).Scan(&k)
+		return k == 1
+	})
+
+	writeFile(t, path, reloadYAML{listen: l, backoff: "1h", dests: [][2]string{{"new", p.addr}}}.String())
+	res, err := n.Reload(ctx)
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if res.DeadLettered != 1 {
+		t.Errorf("reload dead-lettered %d rows, want 1", res.DeadLettered)
+	}
+	var status, reason string
+	if err := db.Pool.QueryRow(ctx, `SELECT status, last_error FROM mefor_work WHERE destination = 'old'`).Scan(&status, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if status != "dead" || !strings.Contains(reason, `destination 'old' is not in the config`) {
+		t.Errorf("row of the removed destination: status %s, reason %q", status, reason)
+	}
+}
+
+// A send in flight when the reload changes its destination's address
+// finishes on the old connection: it is delivered once, not cut off and
+// retried; the next message goes to the new address.
+func TestReloadDoesNotCutASendInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p2 := newPartner(t, "")
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	slow := &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
+		once.Do(func() { close(arrived) })
+		<-release
+		msg, _ := hl7.Parse(raw)
+		return hl7.NewACK(msg, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go slow.Serve(ln)
+	t.Cleanup(func() { _ = slow.Shutdown(context.Background()) })
+
+	l := freeAddr(t)
+	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", ln.Addr().String()}}}.String())
+	n := startNode(t, db, cfg, named("a"))
+	receive(t, n, "S1")
+	<-arrived
+	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String())
+	if _, err := n.Reload(ctx); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	close(release)
+	receive(t, n, "S2")
+	eventually(t, 20*time.Second, "S2 delivered to the new address", func() bool {
+		return slices.Contains(p2.acceptedIDs(), "S2")
+	})
+	var status string
+	var attempts int
+	if err := db.Pool.QueryRow(ctx, `
+		SELECT w.status, w.attempts FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		WHERE w.stage = 'outbound' AND m.control_id = 'S1'`).Scan(&status, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if status != "done" || attempts != 1 || slices.Contains(p2.receivedIDs(), "S1") {
+		t.Errorf("send in flight during the reload: status %s after %d attempts (re-sent to new address: %v); want done after 1",
+			status, attempts, slices.Contains(p2.receivedIDs(), "S1"))
+	}
+}
+
+// Nodes hear of a reload through NOTIFY, not only at their next heartbeat:
+// with a 20 s heartbeat, the peer still converges within seconds.
+func TestReloadReachesPeersThroughNotify(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p1, p2 := newPartner(t, ""), newPartner(t, "")
+	la, lb := freeAddr(t), freeAddr(t)
+	v1 := func(l string) string {
+		return reloadYAML{listen: l, heartbeat: "20s", dests: [][2]string{{"down", p1.addr}}}.String()
+	}
+	v2 := func(l string) string {
+		return reloadYAML{listen: l, heartbeat: "20s", dests: [][2]string{{"down", p2.addr}}}.String()
+	}
+	pathA, cfgA := configFile(t, "a.yaml", v1(la))
+	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
+	a := startNode(t, db, cfgA, named("a"))
+	b := startNode(t, db, cfgB, named("b"))
+	time.Sleep(500 * time.Millisecond) // let b's LISTEN connection come up
+
+	writeFile(t, pathA, v2(la))
+	writeFile(t, pathB, v2(lb))
+	if _, err := a.Reload(ctx); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	eventually(t, 8*time.Second, "node b to reload well before its next heartbeat", func() bool {
+		return b.AppliedConfigVersion() == 1
+	})
+}
