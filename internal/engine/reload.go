@@ -15,6 +15,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/workers"
 )
 
 // Config reload.
@@ -43,6 +44,11 @@ import (
 //   - destination timeouts whose longest connect_timeout + ack_timeout
 //     exceeds the one the node started with: drainer job time limits are
 //     fixed at start, and a send outliving them would be cut off;
+//   - a change of the maintenance jobs or their schedules (retention, a
+//     reference set added or removed, a refresh schedule): River's periodic
+//     jobs are fixed at start. What a job does (retention windows, a
+//     reference set's source) is read from the running config, so it is
+//     reloaded;
 //   - a new listen address that cannot be bound (nothing is changed).
 //
 // What a reload removes: rows still queued for a channel, route, handler or
@@ -299,7 +305,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	if reasons := n.restartNeeded(next); len(reasons) > 0 {
 		return nil, &RestartError{Reasons: reasons}
 	}
-	g, err := NewGraph(next)
+	g, err := NewGraph(next, n.refs.mapOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("not applied: %w", err)
 	}
@@ -341,7 +347,19 @@ func (n *Node) restartNeeded(next *config.Config) []string {
 		why = append(why, fmt.Sprintf(
 			"the longest destination connect_timeout + ack_timeout grows from %s to %s, past the delivery time limit fixed at start", was, now))
 	}
+	if was, now := schedules(start), schedules(next); was != now {
+		why = append(why, fmt.Sprintf("the maintenance jobs or their schedules change (%s → %s); River's periodic jobs are fixed at start", was, now))
+	}
 	return why
+}
+
+// schedules lists cfg's maintenance jobs with their schedules.
+func schedules(cfg *config.Config) string {
+	var parts []string
+	for _, j := range workers.MaintenanceJobs(cfg) {
+		parts = append(parts, j.Name+" "+j.Schedule.String())
+	}
+	return strings.Join(parts, ", ")
 }
 
 // knownOf lists what cfg can serve, for DeadLetterOrphans.
