@@ -1,0 +1,177 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// refConfig is a channel whose handler translates PID-8 (sex) through the
+// reference set "sex-codes", read from csvPath, and files the result.
+func refConfig(t *testing.T, listen, csvPath, outDir, onMiss string) *config.Config {
+	t.Helper()
+	y := fmt.Sprintf(`
+cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - name: out
+        handler: translate
+        destinations: [archive]
+handlers:
+  translate:
+    type: map
+    map:
+      - lookup: {from: PID-8, set: sex-codes, %s}
+destinations:
+  archive:
+    type: file
+    file: {directory: "%s", filename: "{{.ControlID}}.hl7"}
+reference_sets:
+  sex-codes:
+    refresh: 1h
+    source:
+      csv: {path: "%s"}
+`, listen, onMiss, outDir, csvPath)
+	cfg, err := config.Parse("test.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatalf("test config: %v\n%s", err, y)
+	}
+	return cfg
+}
+
+// filedPID8 is PID-8 of the message filed as id, "" until it is there.
+func filedPID8(dir, id string) string {
+	raw, err := os.ReadFile(filepath.Join(dir, id+".hl7"))
+	if err != nil {
+		return ""
+	}
+	msg, err := hl7.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return msg.Get("PID-8")
+}
+
+func lastSyncID(t *testing.T, db *testcontainers.DB) int {
+	return queryInt(t, db, `SELECT coalesce(max(id), 0) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'ok'`)
+}
+
+// A set synced by whichever node works the job is served by every node
+// within a heartbeat, from the database: the source is gone by then.
+func TestReferenceSetReachesEveryNode(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	dir, out := t.TempDir(), t.TempDir()
+	csvPath := filepath.Join(dir, "sex.csv")
+	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\nM,male\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	listen := freeAddr(t)
+	cfg := refConfig(t, listen, csvPath, out, "on_miss: keep")
+	a := startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
+	b := startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-b" })
+
+	// The set had no snapshot, so starting enqueued its first sync.
+	eventually(t, 30*time.Second, "first sync", func() bool { return lastSyncID(t, db) > 0 })
+	send(t, listen, adt("R1", "P1"))
+	eventually(t, 30*time.Second, "R1 filed translated", func() bool { return filedPID8(out, "R1") == "female" })
+
+	for _, n := range []*engine.Node{a, b} {
+		eventually(t, 10*time.Second, "both nodes hold the first snapshot", func() bool {
+			v, found, err := n.ReferenceCache().Lookup("sex-codes", "F", "")
+			return err == nil && found && v == "female"
+		})
+	}
+
+	// New content, synced through the job (any node may work it).
+	if err := os.WriteFile(csvPath, []byte("code,text\nF,FEMALE\nM,MALE\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := lastSyncID(t, db)
+	if _, err := b.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "second sync", func() bool { return lastSyncID(t, db) > before })
+	if err := os.Remove(csvPath); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range map[string]*engine.Node{"a": a, "b": b} {
+		eventually(t, 10*time.Second, "node "+name+" serves the new snapshot", func() bool {
+			v, _, err := n.ReferenceCache().Lookup("sex-codes", "F", "")
+			return err == nil && v == "FEMALE"
+		})
+	}
+	send(t, listen, adt("R2", "P2"))
+	eventually(t, 30*time.Second, "R2 filed with the new translation", func() bool { return filedPID8(out, "R2") == "FEMALE" })
+
+	// A sync from the missing source fails and keeps the snapshot.
+	if _, err := a.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "failed sync recorded", func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0
+	})
+	send(t, listen, adt("R3", "P3"))
+	eventually(t, 30*time.Second, "R3 filed with the kept snapshot", func() bool { return filedPID8(out, "R3") == "FEMALE" })
+}
+
+// A message whose lookup has no snapshot to read waits, holding its lane,
+// instead of being dead-lettered; the first successful sync releases it.
+// A code missing from the set then dead-letters its message with a reason
+// naming the set and field, not the code.
+func TestLookupWaitsForFirstSnapshot(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	dir, out := t.TempDir(), t.TempDir()
+	csvPath := filepath.Join(dir, "sex.csv") // not there yet: the first sync fails
+	listen := freeAddr(t)
+	cfg := refConfig(t, listen, csvPath, out, "on_miss: dead-letter")
+	n := startNode(t, db, cfg, nil)
+
+	eventually(t, 30*time.Second, "failed first sync", func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0
+	})
+	send(t, listen, adt("W1", "P1"))
+	// Give the routed drainer time to try (several retries of 2s would
+	// be needed to notice a dead-letter that is not there, so check the
+	// lane holds on the first attempt's outcome instead).
+	eventually(t, 30*time.Second, "W1 routed", func() bool { return messageStatus(t, db, "W1") != "received" })
+	time.Sleep(time.Second)
+	if st := messageStatus(t, db, "W1"); st != "routed" {
+		t.Fatalf("W1 is %s while the set has no snapshot, want it waiting (routed)", st)
+	}
+	if dead := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); dead != 0 {
+		t.Fatalf("%d rows dead-lettered while the set has no snapshot", dead)
+	}
+
+	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "W1 filed translated", func() bool { return filedPID8(out, "W1") == "female" })
+
+	// M is not in the set.
+	msg := strings.Replace(string(adt("W2", "P2")), "||19800101|F", "||19800101|M", 1)
+	send(t, listen, []byte(msg))
+	eventually(t, 30*time.Second, "W2 dead-lettered", func() bool { return messageStatus(t, db, "W2") == "error" })
+	reason := queryStrings(t, db, `SELECT coalesce(w.last_error, '') FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		WHERE m.control_id = 'W2' AND w.status = 'dead'`)
+	if len(reason) != 1 || !strings.Contains(reason[0], `PID(1)-8: the value is not in reference set "sex-codes"`) {
+		t.Fatalf("dead reason %q, want one naming the field and the set", reason)
+	}
+}
