@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/ops"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// TestReferenceCLI drives `mefor reference list|show|sync` against a node
+// running in this process.
+func TestReferenceCLI(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "lab.csv")
+	if err := os.WriteFile(csvPath, []byte("code,loinc,display\nGLU,2345-7,Glucose\nNA,2951-2,Sodium\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	cfgPath := filepath.Join(dir, "mefor.yaml")
+	y := fmt.Sprintf(`
+channels:
+  lab:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - handler: loinc
+        destinations: [archive]
+handlers:
+  loinc:
+    type: map
+    map:
+      - lookup: {from: OBX-3.1, set: lab-codes, on_miss: keep}
+destinations:
+  archive:
+    type: file
+    file: {directory: "%s"}
+reference_sets:
+  lab-codes:
+    refresh: "0 3 * * *"
+    source:
+      csv: {path: "%s"}
+`, listen, filepath.Join(dir, "out"), csvPath)
+	if err := os.WriteFile(cfgPath, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &opsFixture{db: db}
+
+	// Before any node ran, the set has no snapshot.
+	sets := decode[[]ops.ReferenceSetView](t, f.ok(t, "reference", "list", "--config", cfgPath, "--json"))
+	if len(sets) != 1 || sets[0].Name != "lab-codes" || sets[0].Version != 0 || sets[0].Refresh != "0 3 * * *" {
+		t.Fatalf("list before any sync: %+v", sets)
+	}
+
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: "cli-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+
+	out := f.ok(t, "reference", "sync", "lab-codes", "--config", cfgPath, "--wait", "30s")
+	if !strings.Contains(out, "lab-codes: synced on cli-node") || !strings.Contains(out, "2 rows") {
+		t.Fatalf("sync output:\n%s", out)
+	}
+	out = f.ok(t, "reference", "show", "lab-codes", "--config", cfgPath, "--key", "GLU")
+	for _, want := range []string{"source:   csv " + csvPath, "2 rows", "KEY", "LOINC", "DISPLAY", "GLU", "2345-7", "Glucose"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "2951-2") {
+		t.Errorf("show --key GLU shows other rows:\n%s", out)
+	}
+
+	// A failing source: the command says so and exits 1; the snapshot stays.
+	if err := os.Remove(csvPath); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := f.mefor(t, "reference", "sync", "lab-codes", "--config", cfgPath, "--wait", "30s")
+	if code != 1 || !strings.Contains(out, "sync failed on cli-node, the last snapshot stays live") || !strings.Contains(out, "no such file") {
+		t.Fatalf("failed sync: exit %d\n%s", code, out)
+	}
+	out = f.ok(t, "reference", "list", "--config", cfgPath)
+	if !strings.Contains(out, "loinc,display") || !strings.Contains(out, "no such file") {
+		t.Errorf("list after failed sync:\n%s", out)
+	}
+	sets = decode[[]ops.ReferenceSetView](t, f.ok(t, "reference", "list", "--config", cfgPath, "--json"))
+	if sets[0].Version == 0 || sets[0].Rows != 2 || sets[0].LastError == "" {
+		t.Errorf("list after failed sync: %+v, want the snapshot kept and the error shown", sets[0])
+	}
+
+	code, _, errs := f.mefor(t, "reference", "show", "lab-kodes", "--config", cfgPath)
+	if code == 0 || !strings.Contains(errs, `unknown reference set "lab-kodes" (sets of this config: lab-codes)`) {
+		t.Errorf("unknown set: exit %d, stderr %s", code, errs)
+	}
+}
