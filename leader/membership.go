@@ -17,22 +17,32 @@ type Membership struct {
 	Pool      *pgxpool.Pool
 	NodeID    string
 	Heartbeat time.Duration
-	Logger    *slog.Logger
+	// NodeTimeout is recorded on the row so `mefor nodes` can tell a stale
+	// node without the config file.
+	NodeTimeout time.Duration
+	Logger      *slog.Logger
+	// HoldsLease, when set, is folded into every heartbeat so the listing
+	// shows which node serves the listeners; nil records false.
+	HoldsLease func() bool
 }
 
 // Join registers the node (or re-registers a restarted one with the same id).
 func (m *Membership) Join(ctx context.Context) error {
 	host, _ := os.Hostname()
 	_, err := m.Pool.Exec(ctx, `
-		INSERT INTO mefor_node (id, host, pid) VALUES ($1, $2, $3)
+		INSERT INTO mefor_node (id, host, pid, heartbeat_ms, node_timeout_ms) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
-			started_at = clock_timestamp(), last_seen = clock_timestamp(), status = 'active', holds_lease = false`,
-		m.NodeID, host, os.Getpid())
+			started_at = clock_timestamp(), last_seen = clock_timestamp(), status = 'active', holds_lease = false,
+			heartbeat_ms = EXCLUDED.heartbeat_ms, node_timeout_ms = EXCLUDED.node_timeout_ms`,
+		m.NodeID, host, os.Getpid(), m.Heartbeat.Milliseconds(), m.NodeTimeout.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", m.NodeID, err)
 	}
 	return nil
 }
+
+// Beat refreshes the row once, e.g. right after the lease changed hands.
+func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
 
 // Run heartbeats until ctx ends. A failed beat is logged and retried at the
 // next tick: the node keeps working, and if it stays silent past
@@ -55,7 +65,9 @@ func (m *Membership) Run(ctx context.Context) {
 func (m *Membership) beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.Heartbeat)
 	defer cancel()
-	_, err := m.Pool.Exec(ctx, `UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active' WHERE id = $1`, m.NodeID)
+	holds := m.HoldsLease != nil && m.HoldsLease()
+	_, err := m.Pool.Exec(ctx, `UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active', holds_lease = $2 WHERE id = $1`,
+		m.NodeID, holds)
 	return err
 }
 

@@ -1,0 +1,195 @@
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ControlChannel is the NOTIFY channel operators' requests are announced on;
+// the payload is the addressed node's id.
+const ControlChannel = "mefor_control"
+
+// RequestKindStepdown asks the addressed node to release the listener lease.
+const RequestKindStepdown = "stepdown"
+
+// requestMaxAge bounds how old a pending request may be and still be acted
+// on: an operator whose command gave up long ago does not expect a node that
+// comes back later to step down.
+const requestMaxAge = time.Minute
+
+// Control answers operator requests addressed to this node. Requests are rows
+// in mefor_control_request; a NOTIFY wakes the node at once, and a poll every
+// heartbeat covers a notification lost while the node was reconnecting.
+type Control struct {
+	Pool      *pgxpool.Pool
+	NodeID    string
+	Lease     *Lease
+	Heartbeat time.Duration
+	Logger    *slog.Logger
+}
+
+// Run serves requests until ctx ends.
+func (c *Control) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := c.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.Logger.WarnContext(ctx, "control listener failed; polling until it reconnects", "node", c.NodeID, "error", err)
+		c.poll(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.Heartbeat):
+		}
+	}
+}
+
+// listen holds its own connection rather than one of the pool's, which the
+// node's workers need.
+func (c *Control) listen(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, c.Pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connect for LISTEN: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+ControlChannel); err != nil {
+		return fmt.Errorf("LISTEN %s: %w", ControlChannel, err)
+	}
+	for {
+		c.poll(ctx)
+		wctx, cancel := context.WithTimeout(ctx, c.Heartbeat)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && wctx.Err() == nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+	}
+}
+
+type request struct {
+	ID   int64
+	Kind string
+}
+
+// poll claims and answers this node's pending requests, oldest first.
+func (c *Control) poll(ctx context.Context) {
+	for ctx.Err() == nil {
+		req, ok, err := c.claim(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.Logger.WarnContext(ctx, "could not read control requests", "node", c.NodeID, "error", err)
+			}
+			return
+		}
+		if !ok {
+			return
+		}
+		c.handle(ctx, req)
+	}
+}
+
+func (c *Control) claim(ctx context.Context) (request, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.Heartbeat)
+	defer cancel()
+	// Requests past their age are abandoned rather than acted on.
+	if _, err := c.Pool.Exec(ctx, `
+		UPDATE mefor_control_request SET status = 'abandoned', answered_at = clock_timestamp()
+		WHERE target_node = $1 AND status = 'pending' AND requested_at < clock_timestamp() - $2::bigint * interval '1 microsecond'`,
+		c.NodeID, requestMaxAge.Microseconds()); err != nil {
+		return request{}, false, fmt.Errorf("abandon old requests: %w", err)
+	}
+	var r request
+	err := c.Pool.QueryRow(ctx, `
+		UPDATE mefor_control_request SET status = 'claimed'
+		WHERE id = (
+			SELECT id FROM mefor_control_request
+			WHERE target_node = $1 AND status = 'pending'
+			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING id, kind`, c.NodeID).Scan(&r.ID, &r.Kind)
+	if err == pgx.ErrNoRows {
+		return request{}, false, nil
+	}
+	if err != nil {
+		return request{}, false, fmt.Errorf("claim control request: %w", err)
+	}
+	return r, true, nil
+}
+
+func (c *Control) handle(ctx context.Context, req request) {
+	switch req.Kind {
+	case RequestKindStepdown:
+		res := c.Lease.StepDown(ctx)
+		c.Logger.InfoContext(ctx, "stepdown request answered", "node", c.NodeID, "request", req.ID,
+			"outcome", res.Outcome, "was_holder", res.WasHolder)
+		if err := c.answerStepdown(context.WithoutCancel(ctx), req.ID, res); err != nil {
+			c.Logger.ErrorContext(ctx, "could not record the stepdown answer", "node", c.NodeID, "request", req.ID,
+				"outcome", res.Outcome, "error", err)
+		}
+	default:
+		if err := c.answer(context.WithoutCancel(ctx), req.ID, map[string]any{
+			"outcome": "unsupported", "reason": fmt.Sprintf("this node does not handle %q requests", req.Kind),
+		}); err != nil {
+			c.Logger.WarnContext(ctx, "could not answer control request", "request", req.ID, "error", err)
+		}
+	}
+}
+
+// answerStepdown writes the audit row and the answer together.
+func (c *Control) answerStepdown(ctx context.Context, id int64, res StepdownResult) error {
+	holder, _ := LeaseHolder(ctx, c.Pool, ListenerLeaseKey)
+	out := map[string]any{
+		"outcome": res.Outcome, "node": c.NodeID, "was_holder": res.WasHolder,
+		"released_at": res.ReleasedAt, "reason": res.Reason, "holder": holder,
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Lease.FenceTimeout)
+	defer cancel()
+	_, err = c.Pool.Exec(ctx, `
+		WITH a AS (
+			INSERT INTO mefor_stepdown_audit (request_id, node_id, outcome, was_holder, released_at, reason)
+			VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
+		)
+		UPDATE mefor_control_request SET status = 'answered', answered_at = clock_timestamp(), outcome = $7
+		WHERE id = $1`,
+		id, c.NodeID, res.Outcome, res.WasHolder, res.ReleasedAt, res.Reason, body)
+	if err != nil {
+		return fmt.Errorf("record stepdown answer: %w", err)
+	}
+	return nil
+}
+
+func (c *Control) answer(ctx context.Context, id int64, out map[string]any) error {
+	body, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = c.Pool.Exec(ctx, `UPDATE mefor_control_request SET status = 'answered', answered_at = clock_timestamp(), outcome = $2 WHERE id = $1`, id, body)
+	return err
+}
+
+// LeaseHolder returns the node holding a live lease, or "" when none does.
+func LeaseHolder(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, key string) (string, error) {
+	var owner string
+	err := db.QueryRow(ctx, `SELECT owner FROM mefor_leader_lease WHERE key = $1 AND expires_at > clock_timestamp()`, key).Scan(&owner)
+	if err == pgx.ErrNoRows {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read lease %s: %w", key, err)
+	}
+	return owner, nil
+}

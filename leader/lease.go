@@ -1,0 +1,360 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ListenerLeaseKey names the lease whose holder binds the inbound listeners.
+const ListenerLeaseKey = "listeners"
+
+// Stepdown outcomes, as written to the audit table and answered to the CLI.
+const (
+	OutcomeReleased           = "released"
+	OutcomeNotHolder          = "not-holder"
+	OutcomeLockTimeout        = "lock-timeout"
+	OutcomeReleaseUnconfirmed = "release-unconfirmed"
+)
+
+// Lease keeps one node's claim on a leased duty: it acquires the lease when
+// it is free, renews it every heartbeat, and closes its in-memory gate the
+// moment it can no longer be sure it holds it.
+//
+// Two clocks are at work. Expiry is on the database clock, so skew between
+// nodes never decides who holds the lease. The fence is on this node's
+// monotonic clock and needs no I/O: past FenceTimeout since the last renewal
+// it confirmed, the gate closes, which (FenceTimeout < TTL) happens before
+// any other node may take the lease over, even when the database is
+// unreachable and a renewal is stuck in flight.
+type Lease struct {
+	Pool   *pgxpool.Pool
+	NodeID string
+	// Key names the leased duty; ListenerLeaseKey when empty.
+	Key          string
+	Heartbeat    time.Duration
+	FenceTimeout time.Duration
+	TTL          time.Duration
+	Logger       *slog.Logger
+	// Changed is called whenever the gate opens or closes, from whichever
+	// goroutine moved it. It must not block: the fence watchdog calls it.
+	Changed func()
+	// Drain is called by StepDown after the gate closed and before the
+	// release write, so messages already accepted can finish (and be
+	// acknowledged) while the lease is still this node's.
+	Drain func(ctx context.Context)
+
+	base time.Time // monotonic origin of the nanosecond fields below
+
+	// sem is the maintenance lock: a renewal tick and a stepdown's release
+	// write exclude each other, or a tick in flight could renew the lease a
+	// stepdown is expiring and put this node back in charge.
+	sem chan struct{}
+
+	held         atomic.Bool  // the gate
+	lastOK       atomic.Int64 // when the last confirmed renewal was SENT
+	noClaimUntil atomic.Int64 // claim pause after a stepdown
+	owed         atomic.Bool  // a release write that did not return
+
+	// Only the goroutine holding sem touches these.
+	gapSince int64 // first failed renewal while holding, or 0
+	failing  bool  // a failure was logged and no success since
+}
+
+// Init prepares the lease; call it once before Run, Serving or StepDown.
+func (l *Lease) Init() {
+	if l.Key == "" {
+		l.Key = ListenerLeaseKey
+	}
+	if l.Logger == nil {
+		l.Logger = slog.New(slog.DiscardHandler)
+	}
+	if l.Changed == nil {
+		l.Changed = func() {}
+	}
+	l.base = time.Now()
+	l.sem = make(chan struct{}, 1)
+}
+
+func (l *Lease) mono() int64 { return int64(time.Since(l.base)) }
+
+// Serving reports whether this node may act as the holder right now. It
+// checks the renewal's age itself rather than trusting the watchdog to have
+// run, so a process resuming from a freeze answers false at once, before
+// any of its goroutines had a chance to notice.
+func (l *Lease) Serving() bool {
+	return l.held.Load() && time.Duration(l.mono()-l.lastOK.Load()) <= l.FenceTimeout
+}
+
+// Owner is the node id the lease is held under.
+func (l *Lease) Owner() string { return l.NodeID }
+
+// Run renews (or tries to acquire) the lease every heartbeat and runs the
+// fence watchdog, until ctx ends. The first attempt is made at once.
+func (l *Lease) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.watchdog(ctx)
+	}()
+	t := time.NewTicker(l.Heartbeat)
+	defer t.Stop()
+	for {
+		l.Tick(ctx)
+		select {
+		case <-ctx.Done():
+			<-done
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// fenceTick is how often the watchdog looks: small against the fence
+// timeout, so the gate closes well before the lease can expire.
+func (l *Lease) fenceTick() time.Duration {
+	return min(max(l.FenceTimeout/10, 5*time.Millisecond), 250*time.Millisecond)
+}
+
+// watchdog closes the gate when no renewal was confirmed within
+// FenceTimeout. It never touches the database, so a hung connection cannot
+// keep it from fencing.
+func (l *Lease) watchdog(ctx context.Context) {
+	t := time.NewTicker(l.fenceTick())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !l.held.Load() {
+			continue
+		}
+		since := time.Duration(l.mono() - l.lastOK.Load())
+		if since > l.FenceTimeout && l.held.CompareAndSwap(true, false) {
+			l.Logger.WarnContext(ctx, "listener lease fenced", "node", l.NodeID,
+				"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.FenceTimeout, "lease_ttl", l.TTL)
+			l.Changed()
+		}
+	}
+}
+
+// lock takes the maintenance lock, waiting at most bound (0: until ctx ends).
+func (l *Lease) lock(ctx context.Context, bound time.Duration) bool {
+	var timeout <-chan time.Time
+	if bound > 0 {
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-timeout:
+		return false
+	}
+}
+
+func (l *Lease) unlock() { <-l.sem }
+
+// Tick makes one acquire-or-renew attempt. Run calls it every heartbeat;
+// tests call it to step the lease by hand.
+func (l *Lease) Tick(ctx context.Context) {
+	if !l.lock(ctx, 0) {
+		return
+	}
+	defer l.unlock()
+	if l.mono() < l.noClaimUntil.Load() {
+		// A stepdown released the lease but left this node as its owner, and
+		// the renew branch of the claim does not look at expiry: claiming now
+		// would take straight back what the stepdown just gave away.
+		return
+	}
+	// Stamp the send time, not the answer's: the database computes the
+	// expiry after the statement arrives, so the lease is valid for at least
+	// TTL from here, and the fence must count from here too.
+	sent := l.mono()
+	cctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+	held, err := l.claim(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if l.held.Load() && l.gapSince == 0 {
+			l.gapSince = sent
+		}
+		if !l.failing {
+			l.failing = true
+			l.Logger.WarnContext(ctx, "listener lease renewal failed; will retry each heartbeat",
+				"node", l.NodeID, "holding", l.held.Load(), "error", err)
+		}
+		return
+	}
+	l.failing = false
+	if !held {
+		l.gapSince = 0
+		if l.held.CompareAndSwap(true, false) {
+			l.Logger.WarnContext(ctx, "listener lease lost", "node", l.NodeID)
+			l.Changed()
+		}
+		return
+	}
+	l.lastOK.Store(sent)
+	switch {
+	case l.held.CompareAndSwap(false, true):
+		l.Logger.InfoContext(ctx, "listener lease acquired", "node", l.NodeID, "lease_ttl", l.TTL)
+		l.Changed()
+	case l.gapSince != 0:
+		l.Logger.InfoContext(ctx, "listener lease renewed after gap", "node", l.NodeID,
+			"gap", time.Duration(sent-l.gapSince).Round(time.Millisecond))
+	}
+	l.gapSince = 0
+}
+
+// claim acquires or renews the lease in one statement, on the database
+// clock: insert it when absent; otherwise take it only if this node already
+// owns it (renew) or it has expired (take over). Another node's live lease
+// makes the update a no-op and no row comes back.
+func (l *Lease) claim(ctx context.Context) (bool, error) {
+	var owner string
+	err := l.Pool.QueryRow(ctx, `
+		INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
+		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+		ON CONFLICT (key) DO UPDATE SET
+			owner = EXCLUDED.owner,
+			expires_at = EXCLUDED.expires_at,
+			acquired_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
+				THEN l.acquired_at ELSE clock_timestamp() END
+		WHERE l.owner = $2 OR l.expires_at < clock_timestamp()
+		RETURNING owner`,
+		l.Key, l.NodeID, l.TTL.Microseconds()).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim lease %s: %w", l.Key, err)
+	}
+	return owner == l.NodeID, nil
+}
+
+// armPause stops this node from claiming for two heartbeats, long enough
+// for a standby's tick to take the released lease.
+func (l *Lease) armPause() {
+	l.noClaimUntil.Store(l.mono() + int64(2*l.Heartbeat))
+}
+
+// StepdownResult is what a stepdown did, as it will be audited.
+type StepdownResult struct {
+	Outcome string
+	// WasHolder: the node held the lease, or owed a release write, when the
+	// request was acted on.
+	WasHolder bool
+	// ReleasedAt is the database time the release write landed; nil when it
+	// did not (or there was nothing to release).
+	ReleasedAt *time.Time
+	// Reason explains a refusal, without message content.
+	Reason string
+}
+
+// StepDown releases the lease so another node takes the listeners over, and
+// keeps this node running as a standby.
+//
+// The order is what makes it safe. The maintenance lock comes first (bounded
+// by FenceTimeout: past it this node's own watchdog has given up on the
+// database, and a timeout refuses without touching anything). Then the gate
+// closes, before any database write, so nothing here acts as holder while
+// the release is in flight; then the claim pause is armed, so a request
+// cancelled during the write still keeps this node from re-claiming; then
+// the listeners drain and the release is written; then the pause is armed
+// again, so a slow write has not used it up. A write that does not return is
+// a refusal, never a success: the lease may still be live, and this node
+// remembers it owes the write so a retry sends it again.
+func (l *Lease) StepDown(ctx context.Context) StepdownResult {
+	if !l.lock(ctx, l.FenceTimeout) {
+		return StepdownResult{Outcome: OutcomeLockTimeout, WasHolder: l.held.Load(),
+			Reason: fmt.Sprintf("the lease maintenance lock stayed busy for %s (fence_timeout); nothing was changed", l.FenceTimeout)}
+	}
+	defer l.unlock()
+	wasHolder, owed := l.held.Load(), l.owed.Load()
+	if !wasHolder && !owed {
+		return StepdownResult{Outcome: OutcomeNotHolder, Reason: "this node does not hold the listener lease"}
+	}
+	if l.held.CompareAndSwap(true, false) {
+		l.Changed()
+	}
+	l.armPause()
+	l.owed.Store(true)
+	if wasHolder && l.Drain != nil {
+		dctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+		l.Drain(dctx)
+		cancel()
+	}
+	wctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+	releasedAt, err := l.release(wctx)
+	cancel()
+	if ctx.Err() != nil {
+		// The request was cancelled mid-write: leave at once. The pause
+		// armed before the write is what keeps this node from re-claiming.
+		return StepdownResult{Outcome: OutcomeReleaseUnconfirmed, WasHolder: true,
+			Reason: "the stepdown was cancelled before the release write returned"}
+	}
+	l.armPause()
+	if err != nil {
+		l.Logger.ErrorContext(ctx, "listener lease release not confirmed; this node stopped serving but the lease may still be live",
+			"node", l.NodeID, "error", err)
+		return StepdownResult{Outcome: OutcomeReleaseUnconfirmed, WasHolder: true,
+			Reason: "the release write did not return: " + err.Error()}
+	}
+	l.owed.Store(false)
+	l.Logger.InfoContext(ctx, "listener lease released", "node", l.NodeID, "reason", "stepdown")
+	return StepdownResult{Outcome: OutcomeReleased, WasHolder: true, ReleasedAt: releasedAt}
+}
+
+// release expires the lease row if this node still owns it. It returns the
+// database time of the write, or nil when the lease had already passed to
+// another node (nothing left to release).
+func (l *Lease) release(ctx context.Context) (*time.Time, error) {
+	var at time.Time
+	err := l.Pool.QueryRow(ctx, `
+		UPDATE mefor_leader_lease SET expires_at = '-infinity'
+		WHERE key = $1 AND owner = $2
+		RETURNING clock_timestamp()`, l.Key, l.NodeID).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("release lease %s: %w", l.Key, err)
+	}
+	return &at, nil
+}
+
+// Release gives the lease up on a clean stop, best effort: the caller has
+// stopped Run, so nothing can re-claim it, and a release that fails only
+// means the standby waits out the TTL.
+func (l *Lease) Release(ctx context.Context) {
+	was := l.held.Swap(false)
+	if was {
+		l.Changed()
+	}
+	if !was && !l.owed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+	defer cancel()
+	if _, err := l.release(ctx); err != nil {
+		l.Logger.WarnContext(ctx, "could not release the listener lease; it expires on its own", "node", l.NodeID, "error", err)
+		return
+	}
+	l.owed.Store(false)
+	l.Logger.InfoContext(ctx, "listener lease released", "node", l.NodeID, "reason", "stop")
+}

@@ -1,0 +1,437 @@
+package leader
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/testcontainers"
+)
+
+func TestMain(m *testing.M) { testcontainers.Main(m) }
+
+const (
+	testHeartbeat = 100 * time.Millisecond
+	testFence     = 600 * time.Millisecond
+	testTTL       = 1200 * time.Millisecond
+)
+
+type probe struct {
+	changed atomic.Int32
+	drained atomic.Int32
+}
+
+func newLease(t *testing.T, pool *pgxpool.Pool, id string) (*Lease, *probe) {
+	t.Helper()
+	p := &probe{}
+	l := &Lease{
+		Pool: pool, NodeID: id, Heartbeat: testHeartbeat, FenceTimeout: testFence, TTL: testTTL,
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Changed: func() { p.changed.Add(1) },
+		Drain:   func(context.Context) { p.drained.Add(1) },
+	}
+	l.Init()
+	return l, p
+}
+
+type leaseRow struct {
+	Owner   string
+	Expired bool
+	// Released: a release write landed (it sets the expiry to -infinity).
+	Released bool
+}
+
+func readLease(t *testing.T, pool *pgxpool.Pool) leaseRow {
+	t.Helper()
+	var r leaseRow
+	err := pool.QueryRow(context.Background(),
+		`SELECT owner, expires_at <= clock_timestamp(), expires_at = '-infinity' FROM mefor_leader_lease WHERE key = 'listeners'`).Scan(&r.Owner, &r.Expired, &r.Released)
+	if err != nil {
+		t.Fatalf("read lease row: %v", err)
+	}
+	return r
+}
+
+// lockLeaseRow holds the lease row's lock from another transaction, so any
+// write to it blocks until the returned func is called: a slow or hung
+// release write, against the real database.
+func lockLeaseRow(t *testing.T, pool *pgxpool.Pool) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM mefor_leader_lease WHERE key = 'listeners' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	unlock = func() {
+		if !done {
+			done = true
+			_ = tx.Rollback(ctx)
+		}
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
+// waitBlockedOnLease waits until a statement on the lease table waits for
+// the row lock.
+func waitBlockedOnLease(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		err := pool.QueryRow(context.Background(), `
+			SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%mefor_leader_lease%'`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no statement blocked on the lease row within 5s")
+}
+
+func TestLeaseSingleHolderAndTakeoverOnlyAfterExpiry(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	a, _ := newLease(t, db.Pool, "a")
+	b, _ := newLease(t, db.Pool, "b")
+
+	a.Tick(ctx)
+	b.Tick(ctx)
+	if !a.Serving() || b.Serving() {
+		t.Fatalf("after both tried: a serving=%v b serving=%v, want only a", a.Serving(), b.Serving())
+	}
+	// a keeps renewing: b never gets it.
+	for range 5 {
+		time.Sleep(testHeartbeat)
+		a.Tick(ctx)
+		b.Tick(ctx)
+		if b.Serving() {
+			t.Fatal("b took a lease that a renews every heartbeat")
+		}
+	}
+	// a goes silent: b may take over only once the lease expired on the
+	// database clock.
+	silentSince := time.Now()
+	for !b.Serving() {
+		if time.Since(silentSince) > 5*testTTL {
+			t.Fatal("b never took over an expired lease")
+		}
+		b.Tick(ctx)
+		if b.Serving() && time.Since(silentSince) < testTTL {
+			t.Fatalf("b took over %v after a's last renewal, before the %v TTL", time.Since(silentSince), testTTL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// a's next renewal attempt finds b's live lease and closes its gate.
+	a.Tick(ctx)
+	if a.Serving() {
+		t.Fatal("a still serving after b took the lease")
+	}
+	if got := readLease(t, db.Pool); got.Owner != "b" || got.Expired {
+		t.Fatalf("lease row = %+v, want live and owned by b", got)
+	}
+}
+
+// A holder that cannot renew closes its gate before its lease can expire,
+// with no help from the database.
+func TestFenceWatchdogClosesGateBeforeExpiry(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, p := newLease(t, db.Pool, "a")
+	a.Tick(ctx)
+	if !a.Serving() {
+		t.Fatal("a did not acquire a free lease")
+	}
+	// Every renewal from now on hangs on the row lock, like a database that
+	// stopped answering.
+	lockLeaseRow(t, db.Pool)
+	go a.Run(ctx)
+	start := time.Now()
+	for p.changed.Load() < 2 { // 1: acquired, 2: fenced
+		if time.Since(start) > testTTL {
+			t.Fatalf("gate not closed %v after renewals stopped (fence_timeout %v, ttl %v)", time.Since(start), testFence, testTTL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if a.Serving() {
+		t.Fatal("fenced but still serving")
+	}
+	// The lease row is still a's and not yet expired: the gate closed first.
+	var live bool
+	if err := db.Pool.QueryRow(ctx, `SELECT expires_at > clock_timestamp() FROM mefor_leader_lease`).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	if !live {
+		t.Fatal("the lease expired before the holder fenced itself")
+	}
+}
+
+// A frozen process resumes with a stale renewal: Serving must say no at
+// once, without waiting for the watchdog goroutine to be scheduled.
+func TestServingChecksRenewalAgeItself(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	a, _ := newLease(t, db.Pool, "a")
+	a.Tick(context.Background())
+	if !a.Serving() {
+		t.Fatal("a did not acquire")
+	}
+	time.Sleep(testFence + 50*time.Millisecond) // no watchdog running: a "freeze"
+	if a.Serving() {
+		t.Fatal("serving on a renewal older than fence_timeout")
+	}
+}
+
+func TestStepdownRules(t *testing.T) {
+	ctx := context.Background()
+
+	// The gate is closed, and the listeners drained, before the release
+	// write: nothing acts as holder while the write is in flight.
+	t.Run("demotes before the release write", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, p := newLease(t, db.Pool, "a")
+		a.Tick(ctx)
+		unlock := lockLeaseRow(t, db.Pool)
+		res := make(chan StepdownResult, 1)
+		go func() { res <- a.StepDown(ctx) }()
+		waitBlockedOnLease(t, db.Pool)
+		if a.Serving() {
+			t.Error("still serving while the release write is in flight")
+		}
+		if p.drained.Load() != 1 {
+			t.Error("listeners not drained before the release write")
+		}
+		unlock()
+		if r := <-res; r.Outcome != OutcomeReleased || !r.WasHolder || r.ReleasedAt == nil {
+			t.Fatalf("stepdown = %+v, want released", r)
+		}
+		if got := readLease(t, db.Pool); !got.Released {
+			t.Fatal("lease row still live after a confirmed release")
+		}
+	})
+
+	// A slow release write must not use up the claim pause: right after it
+	// returns, this node still declines to claim, so a standby can.
+	t.Run("pause re-armed after a slow write", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, _ := newLease(t, db.Pool, "a")
+		b, _ := newLease(t, db.Pool, "b")
+		a.Tick(ctx)
+		unlock := lockLeaseRow(t, db.Pool)
+		res := make(chan StepdownResult, 1)
+		go func() { res <- a.StepDown(ctx) }()
+		waitBlockedOnLease(t, db.Pool)
+		time.Sleep(3 * testHeartbeat) // longer than the pause
+		unlock()
+		if r := <-res; r.Outcome != OutcomeReleased {
+			t.Fatalf("stepdown = %+v, want released", r)
+		}
+		a.Tick(ctx) // the renew branch would take the lease straight back
+		if a.Serving() {
+			t.Fatal("the releasing node re-claimed at once: the slow write spent its pause")
+		}
+		b.Tick(ctx)
+		if !b.Serving() {
+			t.Fatal("standby could not take the released lease")
+		}
+	})
+
+	// A request cancelled while the write is in flight still leaves the
+	// pause armed.
+	t.Run("cancelled request still arms the pause", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, _ := newLease(t, db.Pool, "a")
+		a.Tick(ctx)
+		unlock := lockLeaseRow(t, db.Pool)
+		cctx, cancel := context.WithCancel(ctx)
+		res := make(chan StepdownResult, 1)
+		go func() { res <- a.StepDown(cctx) }()
+		waitBlockedOnLease(t, db.Pool)
+		cancel()
+		r := <-res
+		unlock()
+		if r.Outcome != OutcomeReleaseUnconfirmed {
+			t.Fatalf("cancelled stepdown = %+v, want release-unconfirmed", r)
+		}
+		a.Tick(ctx)
+		if a.Serving() {
+			t.Fatal("re-claimed right after a cancelled stepdown: the pause was not armed")
+		}
+	})
+
+	// A renewal already in flight when the stepdown arrives must finish
+	// before the release, or its late "held" answer would re-promote a
+	// node whose lease was just expired.
+	t.Run("tick in flight cannot re-promote", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, _ := newLease(t, db.Pool, "a")
+		a.Tick(ctx)
+		unlock := lockLeaseRow(t, db.Pool)
+		tickDone := make(chan struct{})
+		go func() { a.Tick(ctx); close(tickDone) }()
+		waitBlockedOnLease(t, db.Pool)
+		res := make(chan StepdownResult, 1)
+		go func() { res <- a.StepDown(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		unlock()
+		<-tickDone
+		r := <-res
+		if r.Outcome != OutcomeReleased {
+			t.Fatalf("stepdown = %+v, want released", r)
+		}
+		if a.Serving() {
+			t.Fatal("the in-flight renewal re-promoted the node after its stepdown")
+		}
+		if got := readLease(t, db.Pool); !got.Released {
+			t.Fatal("lease live after the stepdown: the renewal landed after the release")
+		}
+	})
+
+	// The wait for the maintenance lock is bounded; a timeout changes
+	// nothing.
+	t.Run("lock wait bounded and refusal untouched", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, p := newLease(t, db.Pool, "a")
+		a.Tick(ctx)
+		a.sem <- struct{}{} // a tick that does not come back
+		res := make(chan StepdownResult, 1)
+		go func() { res <- a.StepDown(ctx) }()
+		var r StepdownResult
+		select {
+		case r = <-res:
+		case <-time.After(3 * testFence):
+			t.Fatal("stepdown waited for the lock past 3×fence_timeout")
+		}
+		<-a.sem
+		if r.Outcome != OutcomeLockTimeout {
+			t.Fatalf("stepdown = %+v, want lock-timeout", r)
+		}
+		if !a.held.Load() || p.changed.Load() != 1 || p.drained.Load() != 0 {
+			t.Fatal("a lock-timeout refusal touched leadership")
+		}
+		if got := readLease(t, db.Pool); got.Owner != "a" || got.Released {
+			t.Fatalf("lease row changed by a refusal: %+v", got)
+		}
+	})
+
+	// A write that does not return is a refusal, and the node owes it: the
+	// retry sends it again even though the gate is already closed.
+	t.Run("unconfirmed write is owed and retried", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, _ := newLease(t, db.Pool, "a")
+		a.Tick(ctx)
+		unlock := lockLeaseRow(t, db.Pool)
+		r := a.StepDown(ctx) // the write times out after fence_timeout
+		unlock()
+		if r.Outcome != OutcomeReleaseUnconfirmed || r.ReleasedAt != nil {
+			t.Fatalf("stepdown with a hung write = %+v, want release-unconfirmed", r)
+		}
+		if a.Serving() {
+			t.Fatal("serving after an unconfirmed release")
+		}
+		// Whether the abandoned write still lands once the row lock goes is
+		// up to the server (it does not notice the client gave up while it
+		// waits for a lock): exactly why the refusal cannot claim either.
+		// The retry must send the write either way.
+		r = a.StepDown(ctx)
+		if r.Outcome != OutcomeReleased || r.ReleasedAt == nil {
+			t.Fatalf("retried stepdown = %+v, want released", r)
+		}
+		if got := readLease(t, db.Pool); !got.Released {
+			t.Fatal("retry did not re-send the release write")
+		}
+	})
+
+	// A stepdown addressed to a standby sends nothing and arms nothing.
+	t.Run("non-holder changes nothing", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, _ := newLease(t, db.Pool, "a")
+		b, p := newLease(t, db.Pool, "b")
+		a.Tick(ctx)
+		b.Tick(ctx)
+		if r := b.StepDown(ctx); r.Outcome != OutcomeNotHolder || r.WasHolder {
+			t.Fatalf("stepdown on standby = %+v, want not-holder", r)
+		}
+		if got := readLease(t, db.Pool); got.Owner != "a" || got.Expired || !a.Serving() || p.changed.Load() != 0 {
+			t.Fatalf("a stepdown of a standby changed the lease: %+v", got)
+		}
+		// No pause was armed on b: once a releases, b takes over at once.
+		if r := a.StepDown(ctx); r.Outcome != OutcomeReleased {
+			t.Fatalf("stepdown of holder = %+v", r)
+		}
+		b.Tick(ctx)
+		if !b.Serving() {
+			t.Fatal("standby paused by a stepdown it refused")
+		}
+	})
+}
+
+// Requests reach the holder through the database, and every answer is
+// audited with what happened.
+func TestControlAnswersAndAudits(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	a, _ := newLease(t, db.Pool, "a")
+	b, _ := newLease(t, db.Pool, "b")
+	a.Tick(ctx)
+	b.Tick(ctx)
+	ca := &Control{Pool: db.Pool, NodeID: "a", Lease: a, Heartbeat: testHeartbeat, Logger: a.Logger}
+	cb := &Control{Pool: db.Pool, NodeID: "b", Lease: b, Heartbeat: testHeartbeat, Logger: b.Logger}
+
+	var toB, toA int64
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ('stepdown', 'b') RETURNING id`).Scan(&toB); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ('stepdown', 'a') RETURNING id`).Scan(&toA); err != nil {
+		t.Fatal(err)
+	}
+	cb.poll(ctx)
+	ca.poll(ctx)
+
+	type audit struct {
+		Outcome    string
+		WasHolder  bool
+		ReleasedAt *time.Time
+		Reason     *string
+	}
+	read := func(id int64) (audit, map[string]any) {
+		var a audit
+		var out map[string]any
+		err := db.Pool.QueryRow(ctx, `
+			SELECT s.outcome, s.was_holder, s.released_at, s.reason, r.outcome
+			FROM mefor_stepdown_audit s JOIN mefor_control_request r ON r.id = s.request_id
+			WHERE s.request_id = $1 AND r.status = 'answered'`, id).Scan(&a.Outcome, &a.WasHolder, &a.ReleasedAt, &a.Reason, &out)
+		if err == pgx.ErrNoRows {
+			t.Fatalf("request %d has no audited answer", id)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, out
+	}
+	gotB, outB := read(toB)
+	if gotB.Outcome != OutcomeNotHolder || gotB.WasHolder || gotB.ReleasedAt != nil || gotB.Reason == nil {
+		t.Errorf("standby's audit = %+v, want not-holder with a reason", gotB)
+	}
+	if outB["holder"] != "a" {
+		t.Errorf("standby's answer names holder %v, want a", outB["holder"])
+	}
+	gotA, _ := read(toA)
+	if gotA.Outcome != OutcomeReleased || !gotA.WasHolder || gotA.ReleasedAt == nil {
+		t.Errorf("holder's audit = %+v, want released with a time", gotA)
+	}
+}

@@ -1,0 +1,194 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
+)
+
+// Node is one row of the cluster's node listing.
+type Node = store.Node
+
+// Node statuses.
+const (
+	NodeActive = store.NodeActive
+	NodeStale  = store.NodeStale
+	NodeLeft   = store.NodeLeft
+)
+
+// ClusterStatus is the cluster part of `mefor status` and /cluster/status.
+type ClusterStatus = store.ClusterStatus
+
+// ListNodes returns every node that ever joined, by id.
+func ListNodes(ctx context.Context, pool *pgxpool.Pool) ([]Node, error) {
+	return store.ListNodes(ctx, pool)
+}
+
+// GetClusterStatus reads the lease, River's leader and the node counts from
+// one snapshot.
+func GetClusterStatus(ctx context.Context, pool *pgxpool.Pool) (ClusterStatus, error) {
+	var st ClusterStatus
+	err := readTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		st, err = store.ReadClusterStatus(ctx, tx)
+		return err
+	})
+	return st, err
+}
+
+// StepdownRequest says which node should release the listener lease.
+type StepdownRequest struct {
+	// Node addresses a node; "" means whichever node holds the lease now.
+	Node string
+	// Timeout bounds the wait for the node's answer (and, with WaitForNew,
+	// for a new holder).
+	Timeout time.Duration
+	// WaitForNew waits, after a release, until another node holds the lease.
+	WaitForNew bool
+	// Poll is how often the answer is looked for; zero means 100ms.
+	Poll time.Duration
+}
+
+// StepdownAnswer is what the addressed node did, as it audited it.
+type StepdownAnswer struct {
+	RequestID  int64      `json:"request_id,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Node       string     `json:"node"`
+	WasHolder  bool       `json:"was_holder"`
+	ReleasedAt *time.Time `json:"released_at"`
+	Reason     string     `json:"reason,omitempty"`
+	// Holder is the node holding the lease when the answer was written.
+	Holder string `json:"holder"`
+	// NewHolder is the node that took the lease over (WaitForNew only).
+	NewHolder string `json:"new_holder,omitempty"`
+}
+
+// Outcomes the CLI adds to the node's own ones (leader.Outcome*).
+const (
+	OutcomeNoHolder = "no-holder"
+	OutcomeNoAnswer = "no-answer"
+	OutcomeNotLive  = "not-live"
+)
+
+// RequestStepdown asks a node, through the database, to release the
+// listener lease, and waits for its answer. A request nobody answered in
+// time is withdrawn, so a node that comes back later does not act on it.
+func RequestStepdown(ctx context.Context, pool *pgxpool.Pool, req StepdownRequest) (StepdownAnswer, error) {
+	if req.Poll == 0 {
+		req.Poll = 100 * time.Millisecond
+	}
+	holder, err := leader.LeaseHolder(ctx, pool, leader.ListenerLeaseKey)
+	if err != nil {
+		return StepdownAnswer{}, err
+	}
+	target := req.Node
+	if target == "" {
+		if holder == "" {
+			return StepdownAnswer{Outcome: OutcomeNoHolder, Reason: "no node holds the listener lease"}, nil
+		}
+		target = holder
+	}
+	nodes, err := ListNodes(ctx, pool)
+	if err != nil {
+		return StepdownAnswer{}, err
+	}
+	live := false
+	for _, n := range nodes {
+		if n.ID == target && n.Status == NodeActive {
+			live = true
+		}
+	}
+	if !live {
+		return StepdownAnswer{Outcome: OutcomeNotLive, Node: target, Holder: holder,
+			Reason: fmt.Sprintf("node %q is not a live node (see 'mefor nodes')", target)}, nil
+	}
+
+	var id int64
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ($1, $2) RETURNING id`,
+			leader.RequestKindStepdown, target).Scan(&id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, leader.ControlChannel, target)
+		return err
+	})
+	if err != nil {
+		return StepdownAnswer{}, fmt.Errorf("send stepdown request: %w", err)
+	}
+
+	deadline := time.Now().Add(req.Timeout)
+	ans, answered, err := waitAnswer(ctx, pool, id, deadline, req.Poll)
+	if err != nil {
+		return StepdownAnswer{}, err
+	}
+	if !answered {
+		return StepdownAnswer{RequestID: id, Outcome: OutcomeNoAnswer, Node: target, Holder: holder,
+			Reason: fmt.Sprintf("node %q did not answer within %s", target, req.Timeout)}, nil
+	}
+	ans.RequestID = id
+	if req.WaitForNew && ans.Outcome == leader.OutcomeReleased {
+		for time.Now().Before(deadline) {
+			h, err := leader.LeaseHolder(ctx, pool, leader.ListenerLeaseKey)
+			if err != nil {
+				return ans, err
+			}
+			if h != "" && h != target {
+				ans.NewHolder = h
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ans, ctx.Err()
+			case <-time.After(req.Poll):
+			}
+		}
+	}
+	return ans, nil
+}
+
+// waitAnswer polls the request until it is answered or the deadline passes;
+// then it withdraws a request still pending. One claimed but not answered
+// is left alone: the node is acting on it, and its audit row will say how
+// it ended.
+func waitAnswer(ctx context.Context, pool *pgxpool.Pool, id int64, deadline time.Time, poll time.Duration) (StepdownAnswer, bool, error) {
+	withdrawn := false
+	for {
+		var status string
+		var out []byte
+		if err := pool.QueryRow(ctx, `SELECT status, outcome FROM mefor_control_request WHERE id = $1`, id).Scan(&status, &out); err != nil {
+			return StepdownAnswer{}, false, fmt.Errorf("read stepdown answer: %w", err)
+		}
+		if status == "answered" {
+			var ans StepdownAnswer
+			if err := json.Unmarshal(out, &ans); err != nil {
+				return StepdownAnswer{}, false, fmt.Errorf("decode stepdown answer: %w", err)
+			}
+			return ans, true, nil
+		}
+		if withdrawn {
+			return StepdownAnswer{}, false, nil
+		}
+		if time.Now().After(deadline) {
+			// Withdraw, then read once more: the answer may have landed
+			// between the last read and the withdrawal.
+			if _, err := pool.Exec(context.WithoutCancel(ctx),
+				`UPDATE mefor_control_request SET status = 'abandoned', answered_at = clock_timestamp() WHERE id = $1 AND status = 'pending'`, id); err != nil {
+				return StepdownAnswer{}, false, fmt.Errorf("withdraw stepdown request: %w", err)
+			}
+			withdrawn = true
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return StepdownAnswer{}, false, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
