@@ -12,6 +12,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/reference"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -173,5 +174,32 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 		WHERE m.control_id = 'W2' AND w.status = 'dead'`)
 	if len(reason) != 1 || !strings.Contains(reason[0], `PID(1)-8: the value is not in reference set "sex-codes"`) {
 		t.Fatalf("dead reason %q, want one naming the field and the set", reason)
+	}
+}
+
+// A node serves lookups from the moment Start returns: it loads the
+// snapshots before its River client takes any work, so no message is
+// transformed against an empty cache.
+func TestNodeLoadsSnapshotsBeforeWorking(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	dir, out := t.TempDir(), t.TempDir()
+	csvPath := filepath.Join(dir, "sex.csv")
+	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := refConfig(t, freeAddr(t), csvPath, out, "on_miss: keep")
+	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "earlier"}
+	if _, err := syncer.Sync(context.Background(), cfg.ReferenceSet("sex-codes")); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, db, cfg, nil)
+	v, found, err := n.ReferenceCache().Lookup("sex-codes", "F", "")
+	if err != nil || !found || v != "female" {
+		t.Fatalf("lookup right after Start: %q, %v, %v; want the stored snapshot", v, found, err)
+	}
+	// And with a snapshot there, starting enqueues no sync.
+	if jobs := queryInt(t, db, `SELECT count(*) FROM river_job WHERE kind = 'mefor_reference_sync'`); jobs != 0 {
+		t.Errorf("%d sync jobs enqueued at start though the set had a snapshot", jobs)
 	}
 }
