@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,13 +20,16 @@ import (
 )
 
 // BenchmarkRetention1M measures a retention pass over a million delivered
-// messages and what it does to intake: the latency of storing a message
+// messages (MEFOR_BENCH_MESSAGES overrides the count) and what it does to intake: the latency of storing a message
 // (the ACK waits for that commit) with and without the pass running. Run it
 // on its own:
 //
 //	go test -run '^$' -bench Retention1M -benchtime 1x -timeout 1h ./workers/
 func BenchmarkRetention1M(b *testing.B) {
-	const n = 1_000_000
+	n := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_MESSAGES")); err == nil && v > 0 {
+		n = v
+	}
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()
@@ -73,7 +78,7 @@ func BenchmarkRetention1M(b *testing.B) {
 		}
 
 		stop := make(chan struct{})
-		time.AfterFunc(20*time.Second, func() { close(stop) })
+		time.AfterFunc(15*time.Second, func() { close(stop) })
 		idle := intake(stop)
 
 		stop = make(chan struct{})
@@ -81,7 +86,7 @@ func BenchmarkRetention1M(b *testing.B) {
 		done := make(chan struct{})
 		go func() { during = intake(stop); close(done) }()
 		b.StartTimer()
-		run := runRetention(b, db.Pool, client)
+		run := runRetention(b, db.Pool, client, time.Hour)
 		b.StopTimer()
 		close(stop)
 		<-done

@@ -93,7 +93,7 @@ func retentionNode(t testing.TB, pool *pgxpool.Pool, policy *config.Retention) *
 
 // runRetention inserts a retention job and returns its audit row once the
 // job finished.
-func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx]) store.MaintenanceRun {
+func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], timeout time.Duration) store.MaintenanceRun {
 	t.Helper()
 	ctx := context.Background()
 	before, err := store.LastRunID(ctx, pool, workers.MaintenanceRetention)
@@ -103,7 +103,7 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx]) sto
 	if _, err := c.Insert(ctx, jobs.RetentionArgs{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		runs, err := store.RunsAfter(ctx, pool, workers.MaintenanceRetention, before)
 		if err != nil {
@@ -114,7 +114,7 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx]) sto
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("retention run not audited within 5 minutes")
+	t.Fatalf("retention run not audited within %s", timeout)
 	return store.MaintenanceRun{}
 }
 
@@ -168,7 +168,7 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 			}
 		})
 	}
-	run := runRetention(t, db.Pool, client)
+	run := runRetention(t, db.Pool, client, 5*time.Minute)
 	close(stop)
 	wg.Wait()
 
