@@ -25,15 +25,30 @@ const (
 type probe struct {
 	changed atomic.Int32
 	drained atomic.Int32
+	// fenced gets the time of the second gate change (acquired, then
+	// closed) of tests that watch the fence.
+	fenced chan time.Time
 }
 
 func newLease(t *testing.T, pool *pgxpool.Pool, id string) (*Lease, *probe) {
 	t.Helper()
-	p := &probe{}
+	return newLeaseTimed(t, pool, id, testHeartbeat, testFence, testTTL)
+}
+
+// newLeaseTimed is for tests that race the claim pause (two heartbeats)
+// against a test goroutine: a long heartbeat keeps them correct on a loaded
+// machine.
+func newLeaseTimed(t *testing.T, pool *pgxpool.Pool, id string, hb, fence, ttl time.Duration) (*Lease, *probe) {
+	t.Helper()
+	p := &probe{fenced: make(chan time.Time, 1)}
 	l := &Lease{
-		Pool: pool, NodeID: id, Heartbeat: testHeartbeat, FenceTimeout: testFence, TTL: testTTL,
+		Pool: pool, NodeID: id, Heartbeat: hb, FenceTimeout: fence, TTL: ttl,
 		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Changed: func() { p.changed.Add(1) },
+		Changed: func() {
+			if p.changed.Add(1) == 2 {
+				p.fenced <- time.Now()
+			}
+		},
 		Drain:   func(context.Context) { p.drained.Add(1) },
 	}
 	l.Init()
@@ -115,8 +130,10 @@ func TestLeaseSingleHolderAndTakeoverOnlyAfterExpiry(t *testing.T) {
 		t.Fatalf("after both tried: a serving=%v b serving=%v, want only a", a.Serving(), b.Serving())
 	}
 	// a keeps renewing: b never gets it.
+	var lastRenewal time.Time
 	for range 5 {
 		time.Sleep(testHeartbeat)
+		lastRenewal = time.Now() // the renewal executes after this
 		a.Tick(ctx)
 		b.Tick(ctx)
 		if b.Serving() {
@@ -125,14 +142,13 @@ func TestLeaseSingleHolderAndTakeoverOnlyAfterExpiry(t *testing.T) {
 	}
 	// a goes silent: b may take over only once the lease expired on the
 	// database clock.
-	silentSince := time.Now()
 	for !b.Serving() {
-		if time.Since(silentSince) > 5*testTTL {
+		if time.Since(lastRenewal) > 5*testTTL {
 			t.Fatal("b never took over an expired lease")
 		}
 		b.Tick(ctx)
-		if b.Serving() && time.Since(silentSince) < testTTL {
-			t.Fatalf("b took over %v after a's last renewal, before the %v TTL", time.Since(silentSince), testTTL)
+		if b.Serving() && time.Since(lastRenewal) < testTTL {
+			t.Fatalf("b took over %v after a's last renewal, before the %v TTL", time.Since(lastRenewal), testTTL)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -161,24 +177,25 @@ func TestFenceWatchdogClosesGateBeforeExpiry(t *testing.T) {
 	// stopped answering.
 	lockLeaseRow(t, db.Pool)
 	go a.Run(ctx)
-	start := time.Now()
-	for p.changed.Load() < 2 { // 1: acquired, 2: fenced
-		if time.Since(start) > testTTL {
-			t.Fatalf("gate not closed %v after renewals stopped (fence_timeout %v, ttl %v)", time.Since(start), testFence, testTTL)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var fencedAt time.Time
+	select {
+	case fencedAt = <-p.fenced:
+	case <-time.After(10 * testTTL):
+		t.Fatal("the gate never closed while renewals hung")
 	}
 	if a.Serving() {
 		t.Fatal("fenced but still serving")
 	}
-	// The lease row is still a's and not yet expired: the gate closed first.
-	var live bool
-	if err := db.Pool.QueryRow(ctx, `SELECT expires_at > clock_timestamp() FROM mefor_leader_lease`).Scan(&live); err != nil {
+	// The gate closed before the lease could pass to anyone. The database
+	// runs on this host's clock, so the two times compare.
+	var expires time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT expires_at FROM mefor_leader_lease`).Scan(&expires); err != nil {
 		t.Fatal(err)
 	}
-	if !live {
-		t.Fatal("the lease expired before the holder fenced itself")
+	if !fencedAt.Before(expires) {
+		t.Fatalf("fenced at %v, after the lease expired at %v", fencedAt, expires)
 	}
+	t.Logf("fenced %v before the lease expired", expires.Sub(fencedAt))
 }
 
 // A frozen process resumes with a stale renewal: Serving must say no at
@@ -226,16 +243,17 @@ func TestStepdownRules(t *testing.T) {
 
 	// A slow release write must not use up the claim pause: right after it
 	// returns, this node still declines to claim, so a standby can.
+	const hb, fence, ttl = 500 * time.Millisecond, 4 * time.Second, 8 * time.Second
 	t.Run("pause re-armed after a slow write", func(t *testing.T) {
 		db := testcontainers.NewDB(t)
-		a, _ := newLease(t, db.Pool, "a")
-		b, _ := newLease(t, db.Pool, "b")
+		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
+		b, _ := newLeaseTimed(t, db.Pool, "b", hb, fence, ttl)
 		a.Tick(ctx)
 		unlock := lockLeaseRow(t, db.Pool)
 		res := make(chan StepdownResult, 1)
 		go func() { res <- a.StepDown(ctx) }()
 		waitBlockedOnLease(t, db.Pool)
-		time.Sleep(3 * testHeartbeat) // longer than the pause
+		time.Sleep(3 * hb) // longer than the pause
 		unlock()
 		if r := <-res; r.Outcome != OutcomeReleased {
 			t.Fatalf("stepdown = %+v, want released", r)
@@ -254,7 +272,7 @@ func TestStepdownRules(t *testing.T) {
 	// pause armed.
 	t.Run("cancelled request still arms the pause", func(t *testing.T) {
 		db := testcontainers.NewDB(t)
-		a, _ := newLease(t, db.Pool, "a")
+		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		a.Tick(ctx)
 		unlock := lockLeaseRow(t, db.Pool)
 		cctx, cancel := context.WithCancel(ctx)
