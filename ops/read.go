@@ -59,6 +59,20 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 	err := readTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
 		st, err = store.ReadStatus(ctx, tx)
+		if err != nil {
+			return err
+		}
+		st.Config, err = store.ReadConfigStatus(ctx, tx, DefaultNodeTimeout)
+		if err != nil {
+			return err
+		}
+		cl, err := store.ReadClusterStatus(ctx, tx)
+		st.Cluster = &cl
+		if err != nil {
+			return err
+		}
+		rs, err := store.ReadRetentionStatus(ctx, tx)
+		st.Retention = &rs
 		return err
 	})
 	return st, err

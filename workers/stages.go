@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
@@ -74,6 +76,7 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
 	decisions := make([]store.TransformDecision, len(rows))
+	var wait time.Duration
 	for i, row := range rows {
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
@@ -81,11 +84,21 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 			continue
 		}
 		outs, err := g.Transform(ctx, row, msg)
+		if errors.Is(err, handler.ErrNotReady) {
+			// Not the message's fault (a reference set without a snapshot
+			// yet): hand off the rows before it and hold the lane at it.
+			rows, decisions, wait = rows[:i], decisions[:i], notReadyRetry
+			d.Logger.InfoContext(ctx, "transform waits for its data; lane held", "lane", row.Lane, "message_id", row.MessageID, "error", err)
+			break
+		}
 		if err != nil {
 			decisions[i].DeadReason = err.Error()
 			continue
 		}
 		decisions[i].Outs = outs
+	}
+	if len(rows) == 0 {
+		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		return store.TransformBatch(ctx, tx, ins, ex, rows, decisions)
@@ -98,7 +111,7 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 			d.Wake.Notify(o.Lane)
 		}
 	}
-	return stepResult{served: len(rows)}, nil
+	return stepResult{served: len(rows), snooze: wait}, nil
 }
 
 // OutboundWorker delivers one destination lane.

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,9 +234,11 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	}
 
 	sink := startProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink1", "--quiet")
-	node := startProc(t, dir, env, "run", "--migrate", "--config", cfg)
+	adminAddr := freePort(t)
+	node := startProc(t, dir, env, "run", "--migrate", "--config", cfg, "--node-id", "qs", "--admin-listen", adminAddr)
 	waitListening(t, downstream)
 	waitListening(t, listen)
+	checkAdmin(t, adminAddr, "qs")
 
 	out, err := runMefor(t, dir, env, "send", "--to", listen, msgs)
 	if err != nil {
@@ -342,12 +346,12 @@ destinations:
 	var acked []string
 	client := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second, DialTimeout: time.Second}
 	defer client.Close()
-	node := startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s")
+	node := startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
 	waitListening(t, listen)
 	for i := 0; i < total; i++ {
 		if i > 0 && i%(total/(kills+1)) == 0 && i < total-10 {
 			node.stop(t, syscall.SIGKILL)
-			node = startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s")
+			node = startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
 			waitListening(t, listen)
 		}
 		id := fmt.Sprintf("K%04d", i)
@@ -398,4 +402,48 @@ destinations:
 		t.Fatalf("%d duplicate deliveries for %d kills; at most one in-flight delivery per kill may repeat", dups, kills)
 	}
 	t.Logf("acked %d of %d, delivered %d (%d duplicates) across %d SIGKILLs", len(acked), total, len(got), len(got)-len(firsts), kills)
+}
+
+// checkAdmin reads the admin endpoints of a lone node that holds the
+// listener lease, as a load balancer's health check or a dashboard would.
+func checkAdmin(t *testing.T, addr, nodeID string) {
+	t.Helper()
+	get := func(path string, v any) int {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("GET %s: decode: %v", path, err)
+		}
+		return resp.StatusCode
+	}
+	var h struct {
+		Status     string `json:"status"`
+		Node       string `json:"node"`
+		HoldsLease bool   `json:"holds_lease"`
+	}
+	if code := get("/healthz", &h); code != 200 || h.Status != "ok" || h.Node != nodeID || !h.HoldsLease {
+		t.Errorf("/healthz = %d %+v, want 200 ok from %s holding the lease", code, h, nodeID)
+	}
+	var st struct {
+		LeaseHolder string `json:"lease_holder"`
+		Nodes       int    `json:"nodes"`
+	}
+	if code := get("/cluster/status", &st); code != 200 || st.LeaseHolder != nodeID || st.Nodes != 1 {
+		t.Errorf("/cluster/status = %d %+v, want %s holding the lease of 1 node", code, st, nodeID)
+	}
+	var nodes []struct {
+		ID         string `json:"id"`
+		Status     string `json:"status"`
+		HoldsLease bool   `json:"holds_lease"`
+	}
+	eventuallyT(t, 10*time.Second, "the node listed as active lease holder", func() bool {
+		if code := get("/cluster/nodes", &nodes); code != 200 {
+			t.Fatalf("/cluster/nodes answered %d", code)
+		}
+		return len(nodes) == 1 && nodes[0].ID == nodeID && nodes[0].Status == "active" && nodes[0].HoldsLease
+	})
 }

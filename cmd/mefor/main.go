@@ -33,8 +33,14 @@ type CLI struct {
 	ReplayDead replayDeadCmd `cmd:"" name:"replay-dead" help:"Re-queue every dead-lettered delivery matching a filter."`
 	Cancel     cancelCmd     `cmd:"" help:"Cancel pending deliveries to a destination."`
 	Status     statusCmd     `cmd:"" help:"Show per-channel and per-destination counts, backlog and oldest queued age."`
+	Nodes      nodesCmd      `cmd:"" help:"List the cluster's nodes: last heartbeat, status, listener lease holder, River leader."`
+	Stepdown   stepdownCmd   `cmd:"" help:"Planned failover: have the listener lease holder release it and stay on as a standby."`
+	Reload     reloadCmd     `cmd:"" help:"Validate a config file, then have every node reload its copy of it; wait until they all did."`
 	Send       sendCmd       `cmd:"" help:"Send HL7 messages from files to an MLLP listener and print each ACK code."`
 	Sink       sinkCmd       `cmd:"" help:"Run an MLLP receiver that answers AA and writes each message to a file."`
+
+	Maintenance maintenanceCmd `cmd:"" help:"List the scheduled maintenance jobs (reclaim, retention, reference syncs) or run one now."`
+	Reference   referenceCmd   `cmd:"" help:"List reference sets (code-mapping tables), show one's rows, or sync one from its source now."`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }

@@ -6,9 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"github.com/mefor/mefor/internal/admin"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/migrations"
@@ -19,13 +23,22 @@ type runCmd struct {
 	NodeID          string        `name:"node-id" placeholder:"ID" help:"Name of this node (default host:pid:random)."`
 	Migrate         bool          `help:"Apply pending migrations before starting (default: refuse to start on an old schema)."`
 	StopTimeout     time.Duration `name:"stop-timeout" default:"30s" help:"On SIGTERM/SIGINT, how long drainers may take to finish their current row before being cancelled."`
-	ReclaimInterval time.Duration `name:"reclaim-interval" default:"5s" help:"How often River's leader re-activates lanes left with backlog and no drainer."`
+	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /cluster/status, /cluster/nodes); empty disables them. Give each node on one host its own."`
+	ReclaimInterval time.Duration `name:"reclaim-interval" placeholder:"DURATION" help:"How often River's leader re-activates lanes left with backlog and no drainer; overrides maintenance.reclaim.schedule (default 5s)."`
 }
 
 func (c *runCmd) Help() string {
 	return `Starts a node: the River client working the route, transform and deliver
 queues, the inbound MLLP listeners of every channel, and the reclaim job.
-Several nodes may run the same config against one database.
+
+Several nodes may run the same config against one database. All of them
+process; only the holder of the listener lease binds the inbound listeners,
+and the others stay warm and take over within lease_ttl plus a heartbeat when
+it dies, or within about a heartbeat after 'mefor stepdown'. A holder that
+cannot renew the lease for fence_timeout stops listening on its own, before
+the lease can pass to another node. 'mefor nodes' shows who holds it. Two
+nodes on one host need their own --node-id (default host:pid:random is
+unique) and --admin-listen.
 
 On SIGTERM or SIGINT the node stops accepting connections first (no ACK is
 sent after that), lets each drainer finish the row in hand, and exits within
@@ -34,6 +47,7 @@ served again by the next node to run.
 
 Examples:
   mefor run --config examples/quickstart/mefor.yaml --migrate
+  mefor run --config mefor.yaml --node-id a --admin-listen 127.0.0.1:8576
   DATABASE_URL=postgres://mefor:secret@db/mefor mefor run --config /etc/mefor/mefor.yaml`
 }
 
@@ -70,14 +84,27 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	var adm *admin.Server
+	if c.AdminListen != "" {
+		adm = &admin.Server{Pool: pool, NodeID: nodeID, Serving: node.Lease().Serving, Logger: logger}
+		if err := adm.Start(c.AdminListen); err != nil {
+			return fmt.Errorf("admin HTTP listener on %s: %w (pick another with --admin-listen, or disable it with --admin-listen='')", c.AdminListen, err)
+		}
+		logger.Info("admin HTTP listening", "addr", adm.Addr())
+	}
 	if err := node.Start(ctx); err != nil {
 		return err
 	}
 	logger.Info("node running", "config", c.Config, "config_hash", cfg.Hash()[:12])
-	<-ctx.Done()
+	reloadOnHangup(ctx, node, logger)
 	logger.Info("stopping: listeners first, then drainers", "stop_timeout", c.StopTimeout)
 	if err := node.Stop(context.Background()); err != nil {
 		return fmt.Errorf("stop: %w", err)
+	}
+	if adm != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = adm.Stop(sctx)
+		cancel()
 	}
 	logger.Info("stopped")
 	return nil
@@ -88,4 +115,24 @@ func defaultNodeID() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// reloadOnHangup reloads the node's config file at each SIGHUP until ctx
+// ends. A bad file changes nothing: the node logs why and records it on its
+// row for 'mefor status'; a good one is announced to the other nodes.
+func reloadOnHangup(ctx context.Context, node *engine.Node, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		logger.Info("SIGHUP: reloading the config file", "config", node.Config().File)
+		if _, err := node.Reload(ctx); err != nil {
+			logger.Error("config reload failed; still running the previous config", "error", err)
+		}
+	}
 }

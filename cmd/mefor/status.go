@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -21,7 +22,13 @@ are queued for routing or transformation, and how long the oldest of those has
 waited. Per destination: lanes, deliveries queued, in flight (lanes whose
 drainer is running with a due head: being sent now), delivered, dead and
 cancelled, and the age of the oldest queued delivery. Ages are by the database
-clock, from when the row was created.
+clock, from when the row was created. The first line names the node holding
+the listener lease (and when it expires unless renewed), River's elected
+leader and how many nodes are active ('mefor nodes' lists them). Per node: the cluster config version it
+applied and its file's hash, flagged "behind" when it has not applied the
+latest 'mefor reload' (with the reason it recorded) and "file differs" when
+its file is not the one that reload validated. Under the channels: the age of
+the oldest message body retention has not purged yet ("retention" in JSON).
 
 Examples:
   mefor status
@@ -41,6 +48,7 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		return writeJSON(g.stdout, st)
 	}
+	printClusterLine(g.stdout, st.Cluster)
 
 	if len(st.Channels) == 0 {
 		fmt.Fprintln(g.stdout, "no messages yet")
@@ -56,12 +64,16 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if r := st.Retention; r != nil && r.OldestBodyAt != nil {
+			fmt.Fprintf(g.stdout, "oldest retained body: %s old (received %s)\n",
+				fmtAge(r.OldestBodyAgeSeconds), r.OldestBodyAt.UTC().Format(time.RFC3339))
+		}
 	}
 
 	fmt.Fprintln(g.stdout)
 	if len(st.Destinations) == 0 {
 		fmt.Fprintln(g.stdout, "no deliveries yet")
-		return nil
+		return printConfigStatus(g.stdout, st.Config)
 	}
 	tw := newTable(g.stdout)
 	fmt.Fprintln(tw, "DESTINATION\tLANES\tQUEUED\tIN FLIGHT\tOLDEST QUEUED\tDELIVERED\tDEAD\tCANCELLED")
@@ -69,7 +81,10 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\n", d.Destination, d.Lanes, d.Queued, d.InFlight,
 			fmtAge(d.OldestQueuedSeconds), d.Delivered, d.Dead, d.Cancelled)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printConfigStatus(g.stdout, st.Config)
 }
 
 // fmtAge prints an age in seconds the way an operator reads it: "-" for
@@ -89,4 +104,24 @@ func fmtAge(sec *float64) string {
 	default:
 		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
+}
+
+// printClusterLine summarizes who serves the listeners and who schedules
+// maintenance, above the counts.
+func printClusterLine(w io.Writer, cl *store.ClusterStatus) {
+	if cl == nil {
+		return
+	}
+	holder := "none (no node holds it)"
+	if cl.LeaseHolder != "" {
+		holder = cl.LeaseHolder
+		if cl.LeaseExpiresAt != nil {
+			holder += " (expires " + cl.LeaseExpiresAt.Local().Format("15:04:05.000") + ")"
+		}
+	}
+	river := cl.RiverLeader
+	if river == "" {
+		river = "none elected"
+	}
+	fmt.Fprintf(w, "cluster: %d nodes (%d active); listener lease: %s; River leader: %s\n\n", cl.Nodes, cl.ActiveNodes, holder, river)
 }

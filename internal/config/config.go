@@ -21,6 +21,10 @@ type Config struct {
 	Channels     []Channel
 	Handlers     []Handler
 	Destinations []Destination
+	// ReferenceSets are the code-mapping tables lookups translate through.
+	ReferenceSets []ReferenceSet
+	// Maintenance schedules the periodic jobs: reclaim, retention.
+	Maintenance Maintenance
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.
@@ -209,6 +213,9 @@ const (
 	MapSet   MapOpKind = "set"   // write Value to Target
 	MapCopy  MapOpKind = "copy"  // copy From to Target
 	MapClear MapOpKind = "clear" // empty Target
+	// MapLookup writes to Target what From's value maps to in reference
+	// set Set.
+	MapLookup MapOpKind = "lookup"
 )
 
 // MapOp is one edit of a map handler. Paths are HL7 locations such as
@@ -217,10 +224,16 @@ type MapOp struct {
 	Kind MapOpKind
 	// Target is the location written: set's path, copy's to, clear's path.
 	Target string
-	// Value is the text set writes.
+	// Value is the text set writes, and the text lookup writes on a miss
+	// with OnMiss default.
 	Value string
-	// From is the location copy reads.
+	// From is the location copy and lookup read.
 	From string
+	// Set, Column and OnMiss configure a lookup: the reference set, its
+	// value column (empty: the set's first) and what a miss does.
+	Set    string
+	Column string
+	OnMiss OnMiss
 }
 
 // DestinationType is the kind of a destination.

@@ -620,7 +620,7 @@ destinations:
 				{13, "handlers.fix.map[3].clear.path", "is required: an HL7 location such as PID-3.1"},
 				{14, "handlers.fix.map[4].set.path", "can't be changed: a message has exactly one MSH segment"},
 				{15, "handlers.fix.map[5]", "is empty; write one of set, copy or clear"},
-				{16, "handlers.fix.map[6].delete", "is not a known key (allowed here: set, copy, clear)"},
+				{16, "handlers.fix.map[6].delete", "is not a known key (allowed here: set, copy, clear, lookup)"},
 				{19, "handlers.empty.map", "lists no edits"},
 			},
 		},

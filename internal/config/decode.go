@@ -24,8 +24,10 @@ func (l *loader) decode(root *yaml.Node) *Config {
 		LeaseTTL:     defaultLeaseTTL,
 	}}
 	var top path
-	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations")
+	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance")
 	l.decodeCluster(m["cluster"], top.key("cluster"), &c.Cluster)
+	c.Maintenance = defaultMaintenance()
+	l.decodeMaintenance(m["maintenance"], top.key("maintenance"), &c.Maintenance)
 	l.named(m["channels"], top.key("channels"), func(name string, n *yaml.Node, p path) {
 		c.Channels = append(c.Channels, l.decodeChannel(name, n, p))
 	})
@@ -34,6 +36,9 @@ func (l *loader) decode(root *yaml.Node) *Config {
 	})
 	l.named(m["destinations"], top.key("destinations"), func(name string, n *yaml.Node, p path) {
 		c.Destinations = append(c.Destinations, l.decodeDestination(name, n, p))
+	})
+	l.named(m["reference_sets"], top.key("reference_sets"), func(name string, n *yaml.Node, p path) {
+		c.ReferenceSets = append(c.ReferenceSets, l.decodeReferenceSet(name, n, p))
 	})
 	return c
 }

@@ -74,12 +74,12 @@ func decodeMapOps(l *loader, n *yaml.Node, p path, h *Handler) {
 	h.Map = []MapOp{} // given, even if empty: checkMapOps reports that
 	for i, on := range l.sequence(n, p) {
 		ip := p.index(i)
-		m := l.mapping(on, ip, string(MapSet), string(MapCopy), string(MapClear))
+		m := l.mapping(on, ip, string(MapSet), string(MapCopy), string(MapClear), string(MapLookup))
 		// An op that can't be decoded is kept with an empty Kind so that
 		// the indexes of later ops still match the file.
 		var op MapOp
 		var kinds []string
-		for _, k := range []MapOpKind{MapSet, MapCopy, MapClear} {
+		for _, k := range []MapOpKind{MapSet, MapCopy, MapClear, MapLookup} {
 			if _, ok := m[string(k)]; ok {
 				kinds = append(kinds, string(k))
 				op.Kind = k
@@ -117,6 +117,8 @@ func decodeMapOp(l *loader, m map[string]*yaml.Node, p path, op *MapOp) {
 	case MapClear:
 		am := l.mapping(m[string(MapClear)], ap, "path")
 		decodeScalar(l, am, ap, "path", &op.Target, asString)
+	case MapLookup:
+		decodeLookupOp(l, m, ap, op) // checked with the reference sets
 	}
 }
 

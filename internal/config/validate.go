@@ -19,6 +19,8 @@ func (l *loader) validate(c *Config) {
 	l.checkChannels(c)
 	l.checkHandlers(c)
 	l.checkDestinations(c)
+	l.checkReferenceSets(c)
+	l.checkMaintenance(c.Maintenance)
 }
 
 func (l *loader) checkCluster(c Cluster) {

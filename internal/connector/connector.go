@@ -70,24 +70,54 @@ type Sender interface {
 type Pool struct {
 	mu      sync.Mutex
 	senders map[string]Sender
+	built   map[string]senderKey // the settings each lane's sender was built from
 }
 
 // NewPool returns an empty pool.
-func NewPool() *Pool { return &Pool{senders: map[string]Sender{}} }
+func NewPool() *Pool { return &Pool{senders: map[string]Sender{}, built: map[string]senderKey{}} }
 
-// Get returns the lane's sender, creating it for dest on first use.
+// Get returns the lane's sender, creating it for dest on first use. A
+// sender built from other settings (a config reload changed the address,
+// timeouts or directory) is closed and replaced, so the next send uses the
+// new settings. That cannot cut a send short: only the lane's drainer calls
+// Get for its lane, and it does so between sends.
 func (p *Pool) Get(lane string, dest *config.Destination) (Sender, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	key := keyOf(dest)
 	if s, ok := p.senders[lane]; ok {
-		return s, nil
+		if p.built[lane] == key {
+			return s, nil
+		}
+		_ = s.Close() // an idle connection to the old settings; nothing to report
+		delete(p.senders, lane)
 	}
 	s, err := New(dest)
 	if err != nil {
 		return nil, err
 	}
 	p.senders[lane] = s
+	p.built[lane] = key
 	return s, nil
+}
+
+// senderKey is what a sender is built from; two destinations with equal
+// keys can share a sender.
+type senderKey struct {
+	typ           config.DestinationType
+	mllp          config.MLLPDestination
+	dir, filename string
+}
+
+func keyOf(dest *config.Destination) senderKey {
+	k := senderKey{typ: dest.Type}
+	if dest.MLLP != nil {
+		k.mllp = *dest.MLLP
+	}
+	if dest.File != nil {
+		k.dir, k.filename = dest.File.Directory, dest.File.Filename
+	}
+	return k
 }
 
 // Close closes every sender.
@@ -98,6 +128,7 @@ func (p *Pool) Close() error {
 	for lane, s := range p.senders {
 		errs = append(errs, s.Close())
 		delete(p.senders, lane)
+		delete(p.built, lane)
 	}
 	return errors.Join(errs...)
 }

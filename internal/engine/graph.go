@@ -23,12 +23,13 @@ type Graph struct {
 	keys     map[string]hl7.Path // partitioned destination → key path
 }
 
-// NewGraph compiles cfg.
-func NewGraph(cfg *config.Config) (*Graph, error) {
+// NewGraph compiles cfg. opts reach every map handler; lookups need
+// handler.WithLookup (a node passes its reference cache).
+func NewGraph(cfg *config.Config, opts ...handler.MapOption) (*Graph, error) {
 	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, keys: map[string]hl7.Path{}}
 	g.handlers["passthrough"] = handler.Passthrough{}
 	for _, h := range cfg.Handlers {
-		built, err := buildHandler(h)
+		built, err := buildHandler(h, opts)
 		if err != nil {
 			return nil, fmt.Errorf("handler %q: %w", h.Name, err)
 		}
@@ -138,16 +139,22 @@ func headerOf(msg *hl7.Message) config.MessageHeader {
 }
 
 // buildHandler turns a handler's config into the handler.
-func buildHandler(h config.Handler) (handler.Handler, error) {
+func buildHandler(h config.Handler, opts []handler.MapOption) (handler.Handler, error) {
 	switch h.Type {
 	case config.HandlerPassthrough:
 		return handler.Passthrough{}, nil
 	case config.HandlerMap:
 		ops := make([]handler.MapOp, 0, len(h.Map))
 		for _, op := range h.Map {
-			ops = append(ops, handler.MapOp{Op: handler.OpKind(op.Kind), Path: op.Target, Value: op.Value, From: op.From})
+			mo := handler.MapOp{Op: handler.OpKind(op.Kind), Path: op.Target, Value: op.Value, From: op.From}
+			if op.Kind == config.MapLookup {
+				// The config keeps a lookup's default in Value.
+				mo.Value, mo.Default = "", op.Value
+				mo.Set, mo.Column, mo.OnMiss = op.Set, op.Column, handler.MissPolicy(op.OnMiss)
+			}
+			ops = append(ops, mo)
 		}
-		return handler.NewMap(ops)
+		return handler.NewMap(ops, opts...)
 	}
 	return nil, fmt.Errorf("unsupported handler type %q", h.Type)
 }

@@ -26,6 +26,18 @@ type Intake struct {
 	// Wake, when set, wakes this node's lingering ingress drainer after each
 	// commit instead of leaving it to poll.
 	Wake *workers.Wake
+	// Gate, when set, is the listener lease: MLLP intake stores nothing
+	// unless this node holds it, checked here and again in the storing
+	// transaction against the lease row.
+	Gate LeaseGate
+}
+
+// LeaseGate is the part of the listener lease intake needs.
+type LeaseGate interface {
+	// Serving reports whether the node holds the lease right now.
+	Serving() bool
+	// Owner is the id the lease row names when this node holds it.
+	Owner() string
 }
 
 // Result of storing one message.
@@ -40,8 +52,12 @@ type Received struct {
 // for inspection); only a database failure returns an error, and then the
 // message is not stored and must not be acknowledged.
 func (in *Intake) Receive(ctx context.Context, channel, source, remote string, raw []byte) (Received, error) {
+	return in.receive(ctx, channel, source, remote, raw, "")
+}
+
+func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner string) (Received, error) {
 	msg, perr := hl7.Parse(raw)
-	inbound := store.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw}
+	inbound := store.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner}
 	if perr != nil {
 		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()
 	} else {
@@ -77,10 +93,19 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 		if conn.RemoteAddr != nil {
 			remote = conn.RemoteAddr.String()
 		}
+		owner := ""
+		if in.Gate != nil {
+			if !in.Gate.Serving() {
+				in.Logger.WarnContext(ctx, "not the listener lease holder: closing connection without ACK",
+					"channel", ch.Name, "remote", remote, "size", len(raw))
+				return nil
+			}
+			owner = in.Gate.Owner()
+		}
 		// The sender waits on this answer, but a node that is stopping still
 		// commits what it accepted: do not let a cancelled connection
 		// context abort a commit mid-way.
-		rec, err := in.Receive(context.WithoutCancel(ctx), ch.Name, "mllp", remote, raw)
+		rec, err := in.receive(context.WithoutCancel(ctx), ch.Name, "mllp", remote, raw, owner)
 		if err != nil {
 			in.Logger.ErrorContext(ctx, "message not stored, closing connection without ACK",
 				"channel", ch.Name, "remote", remote, "size", len(raw), "error", err)

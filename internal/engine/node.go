@@ -33,8 +33,9 @@ type Options struct {
 	NodeID string
 	// Limits bound each drainer execution; zero means workers.DefaultLimits.
 	Limits workers.Limits
-	// ReclaimInterval is how often River's leader sweeps for stranded
-	// lanes; zero means 5s.
+	// ReclaimInterval, when not zero, overrides the config's
+	// maintenance.reclaim.schedule: how often River's leader sweeps for
+	// stranded lanes.
 	ReclaimInterval time.Duration
 	// StopTimeout bounds a graceful stop; past it running drainers are
 	// cancelled. Zero means 30s.
@@ -57,8 +58,23 @@ type Node struct {
 	stopBeat   context.CancelFunc
 	beatDone   chan struct{}
 
+	// The listener lease decides whether this node binds the inbound
+	// listeners; the other loops keep it, the listeners and the answers to
+	// operator requests in step with it.
+	lease        *leader.Lease
+	control      *leader.Control
+	clusterPool  *pgxpool.Pool // lease renewals, heartbeats, operator requests
+	leaseChanged chan struct{}
+	stopLease    context.CancelFunc // the lease loop and the control loop
+	leaseDone    sync.WaitGroup
+	stopSync     context.CancelFunc // the listener reconcile loop
+	syncDone     chan struct{}
+
 	mu        sync.Mutex
 	listeners []*boundListener
+
+	reload reloadState // config reload and the cluster config version watcher (reload.go)
+	refs   *references // reference-set cache, its watcher and the sync worker (reference.go)
 }
 
 type boundListener struct {
@@ -77,14 +93,12 @@ func New(opts Options) (*Node, error) {
 	if opts.Limits == (workers.Limits{}) {
 		opts.Limits = workers.DefaultLimits
 	}
-	if opts.ReclaimInterval == 0 {
-		opts.ReclaimInterval = 5 * time.Second
-	}
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 30 * time.Second
 	}
 	n := &Node{opts: opts, logger: opts.Logger, senders: connector.NewPool(), stopping: make(chan struct{})}
-	g, err := NewGraph(opts.Config)
+	n.refs = newReferences(opts)
+	g, err := NewGraph(opts.Config, n.refs.mapOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +116,34 @@ func New(opts Options) (*Node, error) {
 		// A node silent this long is dead: reclaim frees its drainers.
 		NodeTimeout: opts.Config.Cluster.NodeTimeout,
 	}
+	cl := opts.Config.Cluster
+	// The lease and the heartbeat get connections of their own: on a node
+	// whose pool is saturated by drainers, a renewal waiting for a
+	// connection would fence a healthy holder and fail the listeners over.
+	ccfg := opts.Pool.Config().Copy()
+	ccfg.MaxConns, ccfg.MinConns = 2, 0
+	cpool, err := pgxpool.NewWithConfig(context.Background(), ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("create cluster connection pool: %w", err)
+	}
+	n.clusterPool = cpool
+	n.leaseChanged = make(chan struct{}, 1)
+	n.lease = &leader.Lease{
+		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, FenceTimeout: cl.FenceTimeout, TTL: cl.LeaseTTL,
+		Logger: opts.Logger,
+		Changed: func() {
+			select {
+			case n.leaseChanged <- struct{}{}:
+			default:
+			}
+		},
+		Drain: n.UnbindListeners,
+	}
+	n.lease.Init()
+	n.control = &leader.Control{Pool: cpool, NodeID: opts.NodeID, Lease: n.lease, Heartbeat: cl.Heartbeat, Logger: opts.Logger}
 	n.membership = &leader.Membership{
-		Pool: opts.Pool, NodeID: opts.NodeID, Heartbeat: opts.Config.Cluster.Heartbeat, Logger: opts.Logger,
+		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, NodeTimeout: cl.NodeTimeout, Logger: opts.Logger,
+		HoldsLease: n.lease.Serving,
 	}
 	sendTimeout := maxSendTimeout(opts.Config)
 	w := river.NewWorkers()
@@ -111,6 +151,13 @@ func New(opts Options) (*Node, error) {
 	river.AddWorker(w, &workers.RoutedWorker{Deps: deps})
 	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: sendTimeout})
 	river.AddWorker(w, &workers.ReclaimWorker{Deps: deps})
+	river.AddWorker(w, n.refs.worker(n.Config))
+	river.AddWorker(w, &workers.RetentionWorker{Deps: deps, NodeID: opts.NodeID,
+		Policy: func() *config.Retention { return n.Config().Maintenance.Retention }})
+	maintenance := workers.MaintenanceJobs(opts.Config)
+	if opts.ReclaimInterval > 0 {
+		maintenance[0].Schedule = config.Every(opts.ReclaimInterval) // reclaim is always first
+	}
 
 	// A drainer legitimately runs for a slice plus one slow send; River
 	// must not rescue it before that, but should soon after (the default
@@ -123,7 +170,7 @@ func New(opts Options) (*Node, error) {
 			jobs.QueueIngress:     {MaxWorkers: or(opts.IngressWorkers, 50)},
 			jobs.QueueRouted:      {MaxWorkers: or(opts.RoutedWorkers, 50)},
 			jobs.QueueOutbound:    {MaxWorkers: or(opts.OutboundWorkers, 500)},
-			jobs.QueueMaintenance: {MaxWorkers: 2},
+			jobs.QueueMaintenance: {MaxWorkers: len(maintenance) + 1}, // a slot per job: retention never holds up reclaim
 		},
 		Workers:              w,
 		JobTimeout:           jobTimeout,
@@ -131,17 +178,13 @@ func New(opts Options) (*Node, error) {
 		// A newly activated lane should start within milliseconds.
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 200 * time.Millisecond,
-		PeriodicJobs: []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(opts.ReclaimInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return jobs.ReclaimArgs{}, nil },
-				&river.PeriodicJobOpts{RunOnStart: true}),
-		},
+		PeriodicJobs:      workers.PeriodicJobs(maintenance),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
-	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake}
+	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease}
 	return n, nil
 }
 
@@ -171,21 +214,7 @@ func (n *Node) Intake() *Intake { return n.intake }
 // Start dead-letters rows the config can no longer serve, starts the River
 // client and binds the inbound listeners.
 func (n *Node) Start(ctx context.Context) error {
-	cfg := n.opts.Config
-	known := store.Known{Handlers: []string{"passthrough"}}
-	for _, ch := range cfg.Channels {
-		known.Channels = append(known.Channels, ch.Name)
-		for _, r := range ch.Routes {
-			known.Routes = append(known.Routes, ch.Name+"/"+r.Name)
-		}
-	}
-	for _, h := range cfg.Handlers {
-		known.Handlers = append(known.Handlers, h.Name)
-	}
-	for _, d := range cfg.Destinations {
-		known.Destinations = append(known.Destinations, d.Name)
-	}
-	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, known)
+	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(n.Config()))
 	if err != nil {
 		return err
 	}
@@ -202,22 +231,91 @@ func (n *Node) Start(ctx context.Context) error {
 		defer close(n.beatDone)
 		n.membership.Run(beatCtx)
 	}()
+	if err := n.startConfigWatch(ctx); err != nil {
+		return err
+	}
 
+	if err := n.refs.start(ctx, n.Config(), n.client); err != nil {
+		return err
+	}
 	if err := n.client.Start(ctx); err != nil {
 		return fmt.Errorf("start River client: %w", err)
 	}
-	return n.BindListeners(ctx)
+
+	// One claim attempt before returning, so a lone node (or the first of a
+	// cluster) is listening when Start returns and a bad listen address is
+	// reported here rather than in a log line.
+	n.lease.Tick(ctx)
+	if err := n.syncListeners(ctx); err != nil {
+		n.lease.Release(ctx)
+		return err
+	}
+	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+	n.stopLease = stopLease
+	n.leaseDone.Add(2)
+	go func() { defer n.leaseDone.Done(); n.lease.Run(leaseCtx) }()
+	go func() { defer n.leaseDone.Done(); n.control.Run(leaseCtx) }()
+	syncCtx, stopSync := context.WithCancel(context.WithoutCancel(ctx))
+	n.stopSync, n.syncDone = stopSync, make(chan struct{})
+	go func() { defer close(n.syncDone); n.syncLoop(syncCtx) }()
+	return nil
 }
 
-// BindListeners binds every channel's inbound listener.
-func (n *Node) BindListeners(ctx context.Context) error {
+// Lease is the node's listener lease.
+func (n *Node) Lease() *leader.Lease { return n.lease }
+
+// syncLoop binds the listeners when the node holds the lease and unbinds
+// them when it does not: at once on a lease edge, and every heartbeat to
+// retry a bind that failed (a port still held by a stopping process).
+func (n *Node) syncLoop(ctx context.Context) {
+	t := time.NewTicker(n.opts.Config.Cluster.Heartbeat)
+	defer t.Stop()
+	for {
+		edge := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.leaseChanged:
+			edge = true
+		case <-t.C:
+		}
+		if err := n.syncListeners(ctx); err != nil {
+			n.logger.ErrorContext(ctx, "holding the listener lease but cannot listen; retrying each heartbeat", "error", err)
+		}
+		if edge {
+			// Show the new lease state in the node listing now rather
+			// than at the next beat.
+			_ = n.membership.Beat(ctx)
+		}
+	}
+}
+
+// syncListeners makes the bound listeners match the lease. A node that lost
+// the lease closes its listeners and connections at once: another node may
+// be about to take over, and nothing it still had in hand can be stored
+// (intake checks the lease in the storing transaction).
+func (n *Node) syncListeners(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.listeners) > 0 {
-		return nil
+	// Read under n.mu: a stepdown closes the gate and then drains under
+	// n.mu, so a bind decided on a stale gate finishes before that drain.
+	serving := n.lease.Serving()
+	switch {
+	case serving && len(n.listeners) == 0:
+		return n.bindLocked(ctx)
+	case !serving && len(n.listeners) > 0:
+		hard, cancel := context.WithCancel(ctx)
+		cancel()
+		n.unbindLocked(hard)
 	}
-	for i := range n.opts.Config.Channels {
-		ch := &n.opts.Config.Channels[i]
+	return nil
+}
+
+// bindLocked binds every channel's inbound listener; all or none.
+func (n *Node) bindLocked(ctx context.Context) error {
+	cfg := n.Config() // the reloaded one, if the node was reloaded
+	for i := range cfg.Channels {
+		ch := &cfg.Channels[i]
 		if ch.Inbound.MLLP == nil {
 			continue
 		}
@@ -244,7 +342,9 @@ func (n *Node) BindListeners(ctx context.Context) error {
 }
 
 // UnbindListeners stops accepting, lets in-flight messages finish (stored and
-// acknowledged) and closes every listener.
+// acknowledged) until ctx ends, and closes every listener. The listeners
+// come back on the next lease edge or heartbeat if the node still holds the
+// lease.
 func (n *Node) UnbindListeners(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -282,7 +382,19 @@ func (n *Node) ListenerAddrs() map[string]string {
 func (n *Node) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.StopTimeout)
 	defer cancel()
+	n.stopConfigWatch() // no reload may rebind listeners from here on
+	if n.stopSync != nil {
+		// Stop rebinding first; the lease keeps being renewed while the
+		// listeners drain, so messages in flight can still be stored.
+		n.stopSync()
+		<-n.syncDone
+	}
 	n.UnbindListeners(ctx)
+	if n.stopLease != nil {
+		n.stopLease()
+		n.leaseDone.Wait()
+		n.lease.Release(context.WithoutCancel(ctx))
+	}
 	close(n.stopping)
 	err := n.client.Stop(ctx)
 	if err != nil {
@@ -292,6 +404,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		ccancel()
 	}
 	n.senders.Close()
+	n.refs.stopWatch()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone
@@ -299,6 +412,7 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.logger.WarnContext(ctx, "could not mark node as left", "error", lerr)
 		}
 	}
+	n.clusterPool.Close()
 	return err
 }
 

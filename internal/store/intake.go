@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,32 @@ type Inbound struct {
 	// containing message content). The message is stored with status error
 	// for inspection and gets no stage work.
 	ParseError string
+
+	// LeaseOwner, when set, makes the store refuse the message unless this
+	// node holds a live listener lease, checked in the same transaction: a
+	// node that lost the lease (frozen, cut off) cannot store, and so never
+	// acknowledges, anything once another node may be listening.
+	LeaseOwner string
+}
+
+// ErrNotLeaseHolder is returned when Inbound.LeaseOwner no longer holds the
+// listener lease.
+var ErrNotLeaseHolder = errors.New("this node no longer holds the listener lease")
+
+// queueLeaseCheck adds the lease check to b. It takes no row lock: the
+// lease cannot pass to another node before its expiry, which this reads.
+func queueLeaseCheck(b *pgx.Batch, owner string) {
+	b.Queue(`SELECT count(*) FROM mefor_leader_lease WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
+		listenerLeaseKey, owner).QueryRow(func(r pgx.Row) error {
+		var n int
+		if err := r.Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotLeaseHolder
+		}
+		return nil
+	})
 }
 
 // Receive durably stores one inbound message in tx: the message row, its
@@ -43,6 +70,9 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 	}
 	lane := jobs.IngressLane(in.Channel)
 	b := &pgx.Batch{}
+	if in.LeaseOwner != "" {
+		queueLeaseCheck(b, in.LeaseOwner)
+	}
 	jobs.QueueLocks(b, []string{lane})
 	var id int64
 	b.Queue(`
@@ -75,6 +105,13 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 // receiveMalformed stores a message that did not parse, with status error
 // and its raw body for inspection, and no stage work.
 func receiveMalformed(ctx context.Context, tx pgx.Tx, in Inbound) (int64, error) {
+	if in.LeaseOwner != "" {
+		b := &pgx.Batch{}
+		queueLeaseCheck(b, in.LeaseOwner)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return 0, fmt.Errorf("store message for channel %s: %w", in.Channel, err)
+		}
+	}
 	var id int64
 	err := tx.QueryRow(ctx, `
 		INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error)

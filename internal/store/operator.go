@@ -125,6 +125,15 @@ func ReplayMessage(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, messageID 
 	if err := lockMessages(ctx, tx, []int64{messageID}); err != nil {
 		return res, err
 	}
+	// Retention may have purged the body after the first read: it takes
+	// the same row and finalize locks, so under them the answer is final.
+	if err := tx.QueryRow(ctx, `
+		SELECT body_purged_at IS NOT NULL FROM mefor_message WHERE id = $1`, messageID).Scan(&purged); err != nil {
+		return res, fmt.Errorf("read message %d: %w", messageID, err)
+	}
+	if purged {
+		return res, fmt.Errorf("message %d: %w", messageID, ErrBodyPurged)
+	}
 
 	// Pending rows: reset in place. Each row is re-checked under its row
 	// lock, so one a drainer finished meanwhile is left alone.
@@ -206,9 +215,11 @@ func requeue(ctx context.Context, tx pgx.Tx, ids []int64, from []string) ([]requ
 	}
 	rows, err := tx.Query(ctx, `
 		WITH locked AS (
-			SELECT id, lane, seq FROM mefor_work
+			SELECT id, lane, seq FROM mefor_work w
 			WHERE id = ANY($1) AND status = ANY($2)
-			FOR UPDATE
+			  -- Nothing is left to send once retention purged the body.
+			  AND NOT EXISTS (SELECT 1 FROM mefor_message m WHERE m.id = w.message_id AND m.body_purged_at IS NOT NULL)
+			FOR UPDATE OF w
 		), pick AS (
 			SELECT id, row_number() OVER (ORDER BY lane, seq, id) AS rn FROM locked
 		), fresh AS (

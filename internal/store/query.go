@@ -303,6 +303,15 @@ type Status struct {
 	At           time.Time           `json:"at"`
 	Channels     []ChannelStatus     `json:"channels"`
 	Destinations []DestinationStatus `json:"destinations"`
+	// Config is the cluster config version and each node's applied config
+	// (filled by ops.Status, not ReadStatus).
+	Config *ConfigStatus `json:"config,omitempty"`
+	// Cluster is the listener lease, River's leader and the node counts
+	// (filled by ops.Status, not ReadStatus).
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+	// Retention is the oldest message body still kept (filled by
+	// ops.Status).
+	Retention *RetentionStatus `json:"retention,omitempty"`
 }
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a

@@ -329,3 +329,27 @@ func OldestRetainedBody(ctx context.Context, db DBTX) (at time.Time, ok bool, er
 	}
 	return at, true, nil
 }
+
+// RetentionStatus is what `mefor status` shows of retention.
+type RetentionStatus struct {
+	// OldestBodyAt is when the oldest message whose body is still kept
+	// was received; nil when no body is kept.
+	OldestBodyAt *time.Time `json:"oldest_body_at,omitempty"`
+	// OldestBodyAgeSeconds is its age by the database clock.
+	OldestBodyAgeSeconds *float64 `json:"oldest_body_age_seconds,omitempty"`
+}
+
+// ReadRetentionStatus reads the oldest retained body and its age.
+func ReadRetentionStatus(ctx context.Context, db DBTX) (RetentionStatus, error) {
+	var rs RetentionStatus
+	err := db.QueryRow(ctx, `
+		SELECT received_at, extract(epoch FROM clock_timestamp() - received_at)::float8
+		FROM mefor_message WHERE body_purged_at IS NULL ORDER BY id LIMIT 1`).Scan(&rs.OldestBodyAt, &rs.OldestBodyAgeSeconds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rs, nil
+	}
+	if err != nil {
+		return rs, fmt.Errorf("read oldest retained body: %w", err)
+	}
+	return rs, nil
+}

@@ -20,6 +20,17 @@ if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
 	exit 0
 fi
 
+# Two builds at once (two shells running the tests on a fresh machine) would
+# both debootstrap for minutes; the second waits and then finds the image.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"/tmp/mefor-pgimage-$(id -u).lock"
+	flock 9
+	if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
+		echo "pgimage: $image already present (built while waiting)"
+		exit 0
+	fi
+fi
+
 if ! command -v debootstrap >/dev/null 2>&1; then
 	echo "pgimage: installing debootstrap" >&2
 	if [ "$(id -u)" != 0 ]; then
