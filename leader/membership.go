@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,11 +25,36 @@ type Membership struct {
 	// HoldsLease, when set, is folded into every heartbeat so the listing
 	// shows which node serves the listeners; nil records false.
 	HoldsLease func() bool
+
+	// lastOK is when the last confirmed heartbeat was sent, in nanoseconds
+	// of the monotonic clock since base.
+	base   time.Time
+	lastOK atomic.Int64
+}
+
+func (m *Membership) mono() int64 {
+	if m.base.IsZero() {
+		return 0
+	}
+	return int64(time.Since(m.base))
+}
+
+// Fresh reports whether this node's last confirmed heartbeat was sent within
+// d. The rest of the cluster treats a node silent for node_timeout as dead
+// and hands its drainers on; a drainer checks Fresh(node_timeout -
+// heartbeat) before each send, so a node resuming from a freeze does not
+// send what a replacement may already have sent.
+func (m *Membership) Fresh(d time.Duration) bool {
+	return !m.base.IsZero() && time.Duration(m.mono()-m.lastOK.Load()) <= d
 }
 
 // Join registers the node (or re-registers a restarted one with the same id).
 func (m *Membership) Join(ctx context.Context) error {
 	host, _ := os.Hostname()
+	if m.base.IsZero() {
+		m.base = time.Now()
+	}
+	sent := m.mono()
 	_, err := m.Pool.Exec(ctx, `
 		INSERT INTO mefor_node (id, host, pid, heartbeat_ms, node_timeout_ms) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
@@ -38,6 +64,7 @@ func (m *Membership) Join(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", m.NodeID, err)
 	}
+	m.lastOK.Store(sent)
 	return nil
 }
 
@@ -66,8 +93,12 @@ func (m *Membership) beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.Heartbeat)
 	defer cancel()
 	holds := m.HoldsLease != nil && m.HoldsLease()
+	sent := m.mono()
 	_, err := m.Pool.Exec(ctx, `UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active', holds_lease = $2 WHERE id = $1`,
 		m.NodeID, holds)
+	if err == nil {
+		m.lastOK.Store(sent)
+	}
 	return err
 }
 

@@ -75,6 +75,13 @@ type Deps struct {
 	// NodeTimeout is how long a node may miss heartbeats before reclaim
 	// treats its running drainers as dead; zero disables that rescue.
 	NodeTimeout time.Duration
+	// Alive, when set, reports whether the rest of the cluster still
+	// counts this node as live; an outbound drainer checks it right before
+	// each send and stops without sending when it is false. A node that
+	// resumes from a freeze (or was cut off) past node_timeout has had its
+	// drainers handed on, and a late send would reach the partner after the
+	// replacement's, out of order.
+	Alive func() bool
 	// Stopping is closed when the node begins a graceful stop: drainers
 	// finish the row in hand and yield their lane.
 	Stopping <-chan struct{}

@@ -156,6 +156,12 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 		if err != nil {
 			return stepResult{served: served}, err
 		}
+		if d.Alive != nil && !d.Alive() {
+			// Not a proof that another node took the lane, but this node
+			// can no longer know it did not; the fence would refuse the
+			// record anyway, and the send is what must not happen.
+			return stepResult{served: served}, store.ErrFenced
+		}
 		res := sender.Send(ctx, connector.Delivery{
 			MessageID: row.MessageID, WorkID: row.ID, Seq: row.Seq, Lane: row.Lane, Channel: row.Channel,
 			Destination: row.Destination, ControlID: row.ControlID, MessageType: row.MessageType,

@@ -115,6 +115,12 @@ func New(opts Options) (*Node, error) {
 		Stopping: n.stopping,
 		// A node silent this long is dead: reclaim frees its drainers.
 		NodeTimeout: opts.Config.Cluster.NodeTimeout,
+		// Stop sending a heartbeat before the others may count this node as
+		// dead.
+		Alive: func() bool {
+			cl := opts.Config.Cluster
+			return n.membership.Fresh(cl.NodeTimeout - cl.Heartbeat)
+		},
 	}
 	cl := opts.Config.Cluster
 	// The lease and the heartbeat get connections of their own: on a node

@@ -1,0 +1,118 @@
+package workers_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/workers"
+)
+
+// A node the cluster may already count as dead (its heartbeat went
+// unconfirmed for too long: frozen, cut off) must not send: its lanes may
+// be running elsewhere, and a late send would reach the partner after the
+// replacement's. The row stays queued for whichever drainer serves the lane.
+func TestDrainerDoesNotSendWhileNodeNotAlive(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, err := config.Parse("alive.yaml", []byte(fmt.Sprintf(`
+channels:
+  c:
+    inbound:
+      mllp: {listen: "127.0.0.1:1"}  # never bound here
+    routes:
+      - name: r
+        destinations: [d]
+destinations:
+  d:
+    type: file
+    file: {directory: %q}
+`, dir)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := engine.NewGraph(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alive atomic.Bool
+	deps := &workers.Deps{
+		Pool:    db.Pool,
+		Graph:   func() workers.Graph { return g },
+		Senders: connector.NewPool(),
+		Limits:  workers.DefaultLimits,
+		Logger:  slog.New(slog.DiscardHandler),
+		Alive:   alive.Load,
+	}
+	w := river.NewWorkers()
+	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: time.Second})
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{jobs.QueueOutbound: {MaxWorkers: 2}},
+		Workers:           w,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+
+	lane := jobs.OutboundLane("d", 1, 0)
+	job := queue(t, db, client, lane)
+	waitFor(t, "the drainer to run and stop", func() bool { return jobState(t, db, job) == "completed" })
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
+		t.Fatalf("a node not counted as alive delivered %d file(s)", len(files))
+	}
+	var pending int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE lane = $1 AND status = 'pending'`, lane).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 1 {
+		t.Fatalf("%d rows pending, want the 1 row kept for the next drainer", pending)
+	}
+
+	// Alive again (or another node): the lane is served.
+	alive.Store(true)
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
+			return err
+		}
+		return jobs.Activate(ctx, tx, client, []string{lane})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the row delivered once the node is alive", func() bool {
+		files, _ := os.ReadDir(dir)
+		return len(files) == 1
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
