@@ -43,13 +43,13 @@ func newLeaseTimed(t *testing.T, pool *pgxpool.Pool, id string, hb, fence, ttl t
 	p := &probe{fenced: make(chan time.Time, 1)}
 	l := &Lease{
 		Pool: pool, NodeID: id, Heartbeat: hb, FenceTimeout: fence, TTL: ttl,
-		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Changed: func() {
 			if p.changed.Add(1) == 2 {
 				p.fenced <- time.Now()
 			}
 		},
-		Drain:   func(context.Context) { p.drained.Add(1) },
+		Drain: func(context.Context) { p.drained.Add(1) },
 	}
 	l.Init()
 	return l, p
