@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -11,6 +12,9 @@ import (
 // errNoDatabase is returned by commands that need PostgreSQL when no URL was given.
 var errNoDatabase = errors.New("no database: pass --database-url or set DATABASE_URL " +
 	"(e.g. postgres://mefor:secret@localhost:5432/mefor)")
+
+// defaultMaxConns is the pool size unless the URL sets pool_max_conns.
+const defaultMaxConns = 20
 
 // pool opens a connection pool and checks that the database answers, so a bad
 // URL fails here with the host named rather than on a later query.
@@ -22,6 +26,12 @@ func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		// pgx's parse errors can echo the URL, password included.
 		return nil, errors.New("database URL is not valid: want postgres://user:password@host:port/dbname")
+	}
+	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {
+		// pgx's default (4 on a 2-core host) starves a node whose stage
+		// drainers each hold a connection per hand-off; connections are
+		// opened on demand, so a CLI command still uses one or two.
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
