@@ -91,10 +91,13 @@ func ReadClusterStatus(ctx context.Context, tx DBTX) (ClusterStatus, error) {
 	var st ClusterStatus
 	err := func() error {
 		var owner string
-		var expires time.Time
+		var expires *time.Time
 		var live bool
-		err := tx.QueryRow(ctx, `SELECT owner, expires_at, expires_at > clock_timestamp() FROM mefor_leader_lease WHERE key = $1`,
-			listenerLeaseKey).Scan(&owner, &expires, &live)
+		// A released lease reads -infinity (which time.Time cannot hold):
+		// show no expiry for it.
+		err := tx.QueryRow(ctx, `
+			SELECT owner, CASE WHEN expires_at = '-infinity' THEN NULL ELSE expires_at END, expires_at > clock_timestamp()
+			FROM mefor_leader_lease WHERE key = $1`, listenerLeaseKey).Scan(&owner, &expires, &live)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -103,10 +106,7 @@ func ReadClusterStatus(ctx context.Context, tx DBTX) (ClusterStatus, error) {
 			if live {
 				st.LeaseHolder = owner
 			}
-			// A released lease reads -infinity; show no expiry for it.
-			if expires.Year() > 1 {
-				st.LeaseExpiresAt = &expires
-			}
+			st.LeaseExpiresAt = expires
 		}
 		err = tx.QueryRow(ctx, `SELECT leader_id FROM river_leader WHERE expires_at > now() LIMIT 1`).Scan(&st.RiverLeader)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
