@@ -41,7 +41,7 @@ func (c *Control) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		c.Logger.WarnContext(ctx, "control listener failed; polling until it reconnects", "node", c.NodeID, "error", err)
+		c.Logger.WarnContext(ctx, "control listener failed; polling until it reconnects", "error", err)
 		c.poll(ctx)
 		select {
 		case <-ctx.Done():
@@ -86,7 +86,7 @@ func (c *Control) poll(ctx context.Context) {
 		req, ok, err := c.claim(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				c.Logger.WarnContext(ctx, "could not read control requests", "node", c.NodeID, "error", err)
+				c.Logger.WarnContext(ctx, "could not read control requests", "error", err)
 			}
 			return
 		}
@@ -128,10 +128,10 @@ func (c *Control) handle(ctx context.Context, req request) {
 	switch req.Kind {
 	case RequestKindStepdown:
 		res := c.Lease.StepDown(ctx)
-		c.Logger.InfoContext(ctx, "stepdown request answered", "node", c.NodeID, "request", req.ID,
+		c.Logger.InfoContext(ctx, "stepdown request answered", "request", req.ID,
 			"outcome", res.Outcome, "was_holder", res.WasHolder)
 		if err := c.answerStepdown(context.WithoutCancel(ctx), req.ID, res); err != nil {
-			c.Logger.ErrorContext(ctx, "could not record the stepdown answer", "node", c.NodeID, "request", req.ID,
+			c.Logger.ErrorContext(ctx, "could not record the stepdown answer", "request", req.ID,
 				"outcome", res.Outcome, "error", err)
 		}
 	default:

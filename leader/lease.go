@@ -41,7 +41,9 @@ type Lease struct {
 	Heartbeat    time.Duration
 	FenceTimeout time.Duration
 	TTL          time.Duration
-	Logger       *slog.Logger
+	// Logger should carry the node id: every lease edge is logged once
+	// through it.
+	Logger *slog.Logger
 	// Changed is called whenever the gate opens or closes, from whichever
 	// goroutine moved it. It must not block: the fence watchdog calls it.
 	Changed func()
@@ -139,7 +141,7 @@ func (l *Lease) watchdog(ctx context.Context) {
 		}
 		since := time.Duration(l.mono() - l.lastOK.Load())
 		if since > l.FenceTimeout && l.held.CompareAndSwap(true, false) {
-			l.Logger.WarnContext(ctx, "listener lease fenced", "node", l.NodeID,
+			l.Logger.WarnContext(ctx, "listener lease fenced",
 				"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.FenceTimeout, "lease_ttl", l.TTL)
 			l.Changed()
 		}
@@ -196,7 +198,7 @@ func (l *Lease) Tick(ctx context.Context) {
 		if !l.failing {
 			l.failing = true
 			l.Logger.WarnContext(ctx, "listener lease renewal failed; will retry each heartbeat",
-				"node", l.NodeID, "holding", l.held.Load(), "error", err)
+				"holding", l.held.Load(), "error", err)
 		}
 		return
 	}
@@ -204,7 +206,7 @@ func (l *Lease) Tick(ctx context.Context) {
 	if !held {
 		l.gapSince = 0
 		if l.held.CompareAndSwap(true, false) {
-			l.Logger.WarnContext(ctx, "listener lease lost", "node", l.NodeID)
+			l.Logger.WarnContext(ctx, "listener lease lost")
 			l.Changed()
 		}
 		return
@@ -212,10 +214,10 @@ func (l *Lease) Tick(ctx context.Context) {
 	l.lastOK.Store(sent)
 	switch {
 	case l.held.CompareAndSwap(false, true):
-		l.Logger.InfoContext(ctx, "listener lease acquired", "node", l.NodeID, "lease_ttl", l.TTL)
+		l.Logger.InfoContext(ctx, "listener lease acquired", "lease_ttl", l.TTL)
 		l.Changed()
 	case l.gapSince != 0:
-		l.Logger.InfoContext(ctx, "listener lease renewed after gap", "node", l.NodeID,
+		l.Logger.InfoContext(ctx, "listener lease renewed after gap",
 			"gap", time.Duration(sent-l.gapSince).Round(time.Millisecond))
 	}
 	l.gapSince = 0
@@ -311,12 +313,12 @@ func (l *Lease) StepDown(ctx context.Context) StepdownResult {
 	l.armPause()
 	if err != nil {
 		l.Logger.ErrorContext(ctx, "listener lease release not confirmed; this node stopped serving but the lease may still be live",
-			"node", l.NodeID, "error", err)
+			"error", err)
 		return StepdownResult{Outcome: OutcomeReleaseUnconfirmed, WasHolder: true,
 			Reason: "the release write did not return: " + err.Error()}
 	}
 	l.owed.Store(false)
-	l.Logger.InfoContext(ctx, "listener lease released", "node", l.NodeID, "reason", "stepdown")
+	l.Logger.InfoContext(ctx, "listener lease released", "reason", "stepdown")
 	return StepdownResult{Outcome: OutcomeReleased, WasHolder: true, ReleasedAt: releasedAt}
 }
 
@@ -352,9 +354,9 @@ func (l *Lease) Release(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
 	defer cancel()
 	if _, err := l.release(ctx); err != nil {
-		l.Logger.WarnContext(ctx, "could not release the listener lease; it expires on its own", "node", l.NodeID, "error", err)
+		l.Logger.WarnContext(ctx, "could not release the listener lease; it expires on its own", "error", err)
 		return
 	}
 	l.owed.Store(false)
-	l.Logger.InfoContext(ctx, "listener lease released", "node", l.NodeID, "reason", "stop")
+	l.Logger.InfoContext(ctx, "listener lease released", "reason", "stop")
 }

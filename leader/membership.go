@@ -84,7 +84,7 @@ func (m *Membership) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
-			m.Logger.WarnContext(ctx, "heartbeat failed", "node", m.NodeID, "error", err)
+			m.Logger.WarnContext(ctx, "heartbeat failed", "error", err)
 		}
 	}
 }

@@ -95,3 +95,27 @@ func RescueDeadNodes(ctx context.Context, d *Deps) (int, error) {
 	}
 	return count, rows.Err()
 }
+
+// HasDeadNodeDrainers reports whether a drainer is still marked running on
+// a node silent for longer than nodeTimeout (or that left). Every node asks
+// this each heartbeat and, when it is true, enqueues a reclaim at once: the
+// periodic reclaim is scheduled by River's leader, and when the dead node
+// was that leader, River takes its own leadership TTL (15s and more) to
+// elect another one.
+func HasDeadNodeDrainers(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, nodeTimeout time.Duration) (bool, error) {
+	var found bool
+	err := db.QueryRow(ctx, `
+		SELECT EXISTS (
+			SELECT 1 FROM river_job j
+			JOIN mefor_node n ON n.id = j.attempted_by[array_length(j.attempted_by, 1)]
+			WHERE j.state = 'running'
+			  AND j.kind = ANY($2::text[])
+			  AND (n.status = 'left' OR n.last_seen < clock_timestamp() - make_interval(secs => $1::float8)))`,
+		nodeTimeout.Seconds(), jobs.DrainerKinds()).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("look for drainers of dead nodes: %w", err)
+	}
+	return found, nil
+}

@@ -288,12 +288,35 @@ func (n *Node) syncLoop(ctx context.Context) {
 		if err := n.syncListeners(ctx); err != nil {
 			n.logger.ErrorContext(ctx, "holding the listener lease but cannot listen; retrying each heartbeat", "error", err)
 		}
+		if !edge {
+			n.reclaimDeadNodes(ctx)
+		}
 		if edge {
 			// Show the new lease state in the node listing now rather
 			// than at the next beat.
 			_ = n.membership.Beat(ctx)
 		}
 	}
+}
+
+// reclaimDeadNodes enqueues a reclaim as soon as a dead node still holds
+// running drainers, so its lanes move within node_timeout and a heartbeat
+// even when the dead node was River's leader (which the periodic reclaim
+// would wait out). The reclaim job is unique per second, so several nodes
+// noticing at once enqueue one.
+func (n *Node) reclaimDeadNodes(ctx context.Context) {
+	nt := n.opts.Config.Cluster.NodeTimeout
+	ctx, cancel := context.WithTimeout(ctx, n.opts.Config.Cluster.Heartbeat)
+	defer cancel()
+	found, err := workers.HasDeadNodeDrainers(ctx, n.clusterPool, nt)
+	if err != nil || !found {
+		return
+	}
+	if _, err := n.client.Insert(ctx, jobs.ReclaimArgs{}, nil); err != nil {
+		n.logger.WarnContext(ctx, "could not enqueue a reclaim for a dead node's lanes", "error", err)
+		return
+	}
+	n.logger.InfoContext(ctx, "a dead node still holds drainers: reclaim enqueued", "node_timeout", nt)
 }
 
 // syncListeners makes the bound listeners match the lease. A node that lost
