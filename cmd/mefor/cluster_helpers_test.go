@@ -738,23 +738,6 @@ func (c *cluster) waitAcked(tr *traffic, n int, timeout time.Duration) {
 	}
 }
 
-// waitAckedAnyLane waits until some lane has at least n more AAs than now.
-func (c *cluster) waitAckedAnyLane(tr *traffic, n int, timeout time.Duration) {
-	c.t.Helper()
-	base := make([]int, len(tr.senders))
-	for i, s := range tr.senders {
-		base[i] = len(s.acked())
-	}
-	c.eventually(timeout, fmt.Sprintf("%d more acknowledged messages on some lane", n), func() bool {
-		for i, s := range tr.senders {
-			if len(s.acked()) >= base[i]+n {
-				return true
-			}
-		}
-		return false
-	})
-}
-
 // dbActivity describes the test database's sessions: what each waits on and
 // who blocks it (for a failed test).
 func (c *cluster) dbActivity() string {
