@@ -105,11 +105,30 @@ func (c *cluster) node(id, dbURL string) *clusterNode {
 		dbURL = c.db.URL
 	}
 	n := &clusterNode{id: id, ports: map[string]string{}, dbURL: dbURL}
-	for _, l := range clLanes {
-		n.ports[l.channel] = freePort(c.t)
-	}
 	c.nodes = append(c.nodes, n)
+	for _, l := range clLanes {
+		n.ports[l.channel] = c.uniquePort()
+	}
 	return n
+}
+
+// uniquePort is a free port no other node of the cluster was given:
+// freePort closes its probe, so two calls can return the same port, and a
+// node then binds the port another node just unbound.
+func (c *cluster) uniquePort() string {
+	c.t.Helper()
+	for {
+		addr := freePort(c.t)
+		used := false
+		for _, n := range c.nodes {
+			for _, a := range n.ports {
+				used = used || a == addr
+			}
+		}
+		if !used {
+			return addr
+		}
+	}
 }
 
 // run starts the node's `mefor run` process.
@@ -761,6 +780,9 @@ func (c *cluster) dbActivity() string {
 			return err.Error()
 		}
 		fmt.Fprintf(&b, "  pid %d %s wait=%s xact=%.1fs blocked_by=%s %q\n", pid, state, wait, xact, blockers, query)
+	}
+	if err := rows.Err(); err != nil {
+		fmt.Fprintf(&b, "  (reading sessions: %v)\n", err)
 	}
 	return b.String()
 }
