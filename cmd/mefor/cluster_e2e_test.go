@@ -486,17 +486,14 @@ func TestStepdownMovesListeners(t *testing.T) {
 	c.assertNoOverlap()
 }
 
-// cutOffSessionsBlockLanes marks a known gap: a node cut off from the
-// database (or frozen) in the middle of a transaction leaves its session,
-// with the lane lock it took, alive in PostgreSQL, which only notices a dead
-// peer after TCP keepalive (hours by default). The new holder's intake for
-// that channel waits on the lock (pg_advisory_xact_lock), so the lane
-// accepts nothing until the old node's connection dies: seen as one lane, or
-// both, at +0 acknowledgements for 30s after the cut. Ending such sessions
-// server-side, e.g. idle_in_transaction_session_timeout=1000 on the nodes'
-// connections, made this test pass. Set to false once that is in place, so
-// the tests require every lane to move during the cut or freeze.
-const cutOffSessionsBlockLanes = true
+// cutOffSessionsBlockLanes was the switch for a gap now closed: a node cut
+// off from the database (or frozen) in the middle of a transaction left its
+// session, with the lane lock it took, alive in PostgreSQL until TCP
+// keepalive gave up (hours), so the new holder's intake for that channel
+// waited on the lock. `mefor run` now sets idle_in_transaction_session_timeout
+// to lease_ttl on its sessions; with this false the tests require every
+// lane to move during the cut or freeze.
+const cutOffSessionsBlockLanes = false
 
 // dbHostPort is the host:port of a database URL.
 func dbHostPort(t *testing.T, dbURL string) string {

@@ -19,6 +19,11 @@ const defaultMaxConns = 20
 // pool opens a connection pool and checks that the database answers, so a bad
 // URL fails here with the host named rather than on a later query.
 func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
+	return g.poolWith(ctx, nil)
+}
+
+// poolWith is pool with a hook that adjusts the configuration first.
+func (g *Globals) poolWith(ctx context.Context, adjust func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	if g.DatabaseURL == "" {
 		return nil, errNoDatabase
 	}
@@ -32,6 +37,9 @@ func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 		// drainers each hold a connection per hand-off; connections are
 		// opened on demand, so a CLI command still uses one or two.
 		cfg.MaxConns = defaultMaxConns
+	}
+	if adjust != nil {
+		adjust(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/admin"
 	"github.com/mefor/mefor/internal/config"
@@ -56,7 +59,16 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx)
+	pool, err := g.poolWith(ctx, func(pc *pgxpool.Config) {
+		// A node frozen or cut off in the middle of a transaction keeps its
+		// session, and with it its lane locks and River row locks, until
+		// TCP gives up (hours): the node that takes over would wait on
+		// them. Nothing mefor does sits idle inside a transaction, so the
+		// server may end such a session once the lease could have moved.
+		if _, set := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+			pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.Cluster.LeaseTTL.Milliseconds(), 10)
+		}
+	})
 	if err != nil {
 		return err
 	}
