@@ -18,8 +18,9 @@ import (
 // senders that move to whichever node answers; at the end every message a
 // node acknowledged has been delivered, each lane in send order. Each test
 // prints MEASURED lines with the failover time it saw, for the timings in
-// cluster_helpers_test.go (heartbeat 200ms, fence_timeout 600ms, lease_ttl
-// 1s, node_timeout 2s, reclaim every 500ms).
+// cluster_helpers_test.go (heartbeat 300ms, fence_timeout 1.2s, lease_ttl
+// 2s, node_timeout 4s, reclaim every 500ms: loose enough that a renewal
+// slowed by the rest of the suite does not fence a healthy holder).
 
 // twoNodes starts node-a, waits until it holds the lease and serves, starts
 // traffic, then starts node-b as a standby. Drainers created before node-b

@@ -31,12 +31,12 @@ import (
 // that records every delivery, senders that fail over between the nodes'
 // ports, and readers of the nodes' JSON logs.
 
-// Fast cluster timings, so a failover takes about a second.
+// Fast cluster timings, so a failover takes about two seconds.
 const (
-	clHeartbeat    = 200 * time.Millisecond
-	clFenceTimeout = 600 * time.Millisecond
-	clLeaseTTL     = time.Second
-	clNodeTimeout  = 2 * time.Second
+	clHeartbeat    = 300 * time.Millisecond
+	clFenceTimeout = 1200 * time.Millisecond
+	clLeaseTTL     = 2 * time.Second
+	clNodeTimeout  = 4 * time.Second
 	clReclaim      = 500 * time.Millisecond
 	// clSlack absorbs process scheduling on a busy 2-core machine.
 	clSlack = time.Second
