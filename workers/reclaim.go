@@ -119,3 +119,44 @@ func HasDeadNodeDrainers(ctx context.Context, db interface {
 	}
 	return found, nil
 }
+
+// TerminateDeadNodeSessions ends the database sessions of nodes silent for
+// longer than nodeTimeout, found by the application_name `mefor run` gives
+// its connections (ApplicationName). A node frozen or cut off in the middle
+// of a transaction keeps its session, and the lane locks it holds, for as
+// long as TCP does: idle_in_transaction_session_timeout ends most of them,
+// but not one stopped half-way through a pipelined batch (the server then
+// waits for the rest of it, "active"). The cluster already counts such a
+// node as dead and has handed its drainers on; ending its sessions frees
+// its locks, and fencing keeps it from acting if it comes back.
+func TerminateDeadNodeSessions(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, nodeTimeout time.Duration) ([]string, error) {
+	rows, err := db.Query(ctx, `
+		WITH dead AS MATERIALIZED (
+			-- Materialized so the filter is complete before any session is
+			-- ended: the planner may otherwise evaluate the call first.
+			SELECT a.pid, n.id FROM pg_stat_activity a
+			JOIN mefor_node n ON a.application_name = left($2 || n.id, 63)
+			WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+			  AND n.status = 'active' AND n.last_seen < clock_timestamp() - make_interval(secs => $1::float8))
+		SELECT id FROM dead WHERE pg_terminate_backend(pid)`, nodeTimeout.Seconds(), ApplicationNamePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("end sessions of dead nodes: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// ApplicationNamePrefix starts the application_name of a node's database
+// sessions; the node id follows.
+const ApplicationNamePrefix = "mefor "
+
+// ApplicationName is the application_name of a node's sessions, cut to the
+// 63 bytes PostgreSQL keeps.
+func ApplicationName(nodeID string) string {
+	name := ApplicationNamePrefix + nodeID
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return name
+}

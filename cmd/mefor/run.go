@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/migrations"
+	"github.com/mefor/mefor/workers"
 )
 
 type runCmd struct {
@@ -59,12 +60,19 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	nodeID := c.NodeID
+	if nodeID == "" {
+		nodeID = defaultNodeID()
+	}
 	pool, err := g.poolWith(ctx, func(pc *pgxpool.Config) {
 		// A node frozen or cut off in the middle of a transaction keeps its
 		// session, and with it its lane locks and River row locks, until
 		// TCP gives up (hours): the node that takes over would wait on
 		// them. Nothing mefor does sits idle inside a transaction, so the
 		// server may end such a session once the lease could have moved.
+		// Named, so the other nodes can end this node's sessions once
+		// it has been silent past node_timeout.
+		pc.ConnConfig.RuntimeParams["application_name"] = workers.ApplicationName(nodeID)
 		if _, set := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
 			pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.Cluster.LeaseTTL.Milliseconds(), 10)
 		}
@@ -84,10 +92,6 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		return errors.New("the database schema is not up to date: run 'mefor migrate' (or start with --migrate)")
 	}
 
-	nodeID := c.NodeID
-	if nodeID == "" {
-		nodeID = defaultNodeID()
-	}
 	logger := g.logger.With("node", nodeID)
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,

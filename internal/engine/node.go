@@ -69,6 +69,9 @@ type Node struct {
 	leaseDone    sync.WaitGroup
 	stopSync     context.CancelFunc // the listener reconcile loop
 	syncDone     chan struct{}
+	// terminateWarned: the missing privilege to end dead nodes' sessions
+	// was logged (once; only syncLoop touches it).
+	terminateWarned bool
 
 	mu        sync.Mutex
 	listeners []*boundListener
@@ -308,6 +311,15 @@ func (n *Node) reclaimDeadNodes(ctx context.Context) {
 	nt := n.opts.Config.Cluster.NodeTimeout
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Config.Cluster.Heartbeat)
 	defer cancel()
+	if ended, err := workers.TerminateDeadNodeSessions(ctx, n.clusterPool, nt); err != nil {
+		if !n.terminateWarned {
+			n.terminateWarned = true
+			n.logger.WarnContext(ctx, "cannot end the database sessions of dead nodes; their locks stay until TCP gives up "+
+				"(grant the nodes' role pg_signal_backend, or run every node as one role)", "error", err)
+		}
+	} else if len(ended) > 0 {
+		n.logger.WarnContext(ctx, "ended the database sessions of dead nodes", "nodes", ended, "sessions", len(ended))
+	}
 	found, err := workers.HasDeadNodeDrainers(ctx, n.clusterPool, nt)
 	if err != nil || !found {
 		return
