@@ -161,8 +161,12 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 	finished := []rivertype.JobState{rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	var attemptedAt *time.Time
 	for {
 		row, err := q.JobGet(ctx, res.JobID)
+		if err == nil && row.AttemptedAt != nil {
+			attemptedAt = row.AttemptedAt
+		}
 		switch {
 		case errors.Is(err, river.ErrNotFound):
 			// Finished jobs are eventually cleaned out by River; one
@@ -188,6 +192,17 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 		runs, err := store.RunsAfter(context.WithoutCancel(ctx), pool, name, before)
 		if err != nil {
 			return res, err
+		}
+		if len(runs) == 0 && res.Joined && attemptedAt != nil {
+			// The joined run may have written its audit before `before`
+			// was read (River marks the job completed a moment after).
+			// Its run is then the last one, if it started with that job.
+			if runs, err = store.RunsAfter(context.WithoutCancel(ctx), pool, name, before-1); err != nil {
+				return res, err
+			}
+			if len(runs) > 0 && runs[len(runs)-1].StartedAt.Before(attemptedAt.Add(-time.Second)) {
+				runs = nil
+			}
 		}
 		if len(runs) > 0 {
 			res.Run = &runs[len(runs)-1]
