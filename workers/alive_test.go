@@ -116,3 +116,82 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// During a reload's convergence a node still on the old config may drain a
+// lane of a destination the new config adds. While the cluster has a newer
+// config than the node applied, such a row waits; once the node is current
+// and still does not know the destination, it is dead-lettered as before.
+func TestUnknownDestinationWaitsWhileNodeBehindClusterConfig(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	cfg, err := config.Parse("behind.yaml", []byte(fmt.Sprintf(`
+channels:
+  c:
+    inbound:
+      mllp: {listen: "127.0.0.1:1"}  # never bound here
+    routes:
+      - name: r
+        destinations: [other]
+destinations:
+  other:
+    type: file
+    file: {directory: %q}
+`, t.TempDir())), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := engine.NewGraph(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var behind atomic.Bool
+	behind.Store(true)
+	deps := &workers.Deps{
+		Pool:         db.Pool,
+		Graph:        func() workers.Graph { return g },
+		Senders:      connector.NewPool(),
+		Limits:       workers.DefaultLimits,
+		Logger:       slog.New(slog.DiscardHandler),
+		ConfigBehind: func(context.Context) bool { return behind.Load() },
+	}
+	w := river.NewWorkers()
+	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: time.Second})
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{jobs.QueueOutbound: {MaxWorkers: 2}},
+		Workers:           w,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+
+	lane := jobs.OutboundLane("d", 1, 0) // queue() writes rows for destination d
+	job := queue(t, db, client, lane)
+	// A short snooze leaves the job "available" with a later scheduled_at,
+	// so watch for the drainer having run instead of for a state.
+	waitFor(t, "the drainer to look at the row", func() bool {
+		var ran bool
+		if err := db.Pool.QueryRow(ctx, `SELECT attempted_at IS NOT NULL FROM river_job WHERE id = $1`, job).Scan(&ran); err != nil {
+			t.Fatal(err)
+		}
+		return ran
+	})
+	status := func() string {
+		var s string
+		if err := db.Pool.QueryRow(ctx, `SELECT status FROM mefor_work WHERE lane = $1`, lane).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	time.Sleep(1500 * time.Millisecond) // at least one more look at the row
+	if s := status(); s != "pending" {
+		t.Fatalf("row is %s while the node is behind the cluster config, want pending", s)
+	}
+	behind.Store(false)
+	waitFor(t, "the row dead-lettered once the node is current", func() bool { return status() == "dead" })
+}

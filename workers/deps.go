@@ -75,6 +75,12 @@ type Deps struct {
 	// NodeTimeout is how long a node may miss heartbeats before reclaim
 	// treats its running drainers as dead; zero disables that rescue.
 	NodeTimeout time.Duration
+	// ConfigBehind, when set, reports whether the cluster has announced a
+	// config version this node has not applied yet. A row for a channel or
+	// destination this node does not know then waits instead of being
+	// dead-lettered: the new config probably adds it, and this node is a
+	// heartbeat from reloading.
+	ConfigBehind func(ctx context.Context) bool
 	// Alive, when set, reports whether the rest of the cluster still
 	// counts this node as live; an outbound drainer checks it right before
 	// each send and stops without sending when it is false. A node that
@@ -85,6 +91,14 @@ type Deps struct {
 	// Stopping is closed when the node begins a graceful stop: drainers
 	// finish the row in hand and yield their lane.
 	Stopping <-chan struct{}
+}
+
+// behindRetry is how long a row waits for this node to catch up with the
+// cluster's config before it is looked at again.
+const behindRetry = time.Second
+
+func (d *Deps) behind(ctx context.Context) bool {
+	return d.ConfigBehind != nil && d.ConfigBehind(ctx)
 }
 
 func (d *Deps) stopping() bool {

@@ -36,6 +36,7 @@ func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArg
 func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
 	decisions := make([]store.RouteDecision, len(rows))
+	var wait time.Duration
 	for i, row := range rows {
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
@@ -43,11 +44,20 @@ func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inser
 			continue
 		}
 		outs, ok := g.Route(row.Channel, msg)
+		if !ok && d.behind(ctx) {
+			// Hand off the rows before it; hold the lane until this node
+			// has applied the cluster's newer config.
+			rows, decisions, wait = rows[:i], decisions[:i], behindRetry
+			break
+		}
 		if !ok {
 			decisions[i].DeadReason = fmt.Sprintf("channel %q is not in the config", row.Channel)
 			continue
 		}
 		decisions[i].Outs = outs
+	}
+	if len(rows) == 0 {
+		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		return store.RouteBatch(ctx, tx, ins, ex, rows, decisions)
@@ -56,7 +66,7 @@ func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inser
 		return stepResult{}, err
 	}
 	d.Wake.Notify(jobs.RoutedLane(rows[0].Channel))
-	return stepResult{served: len(rows)}, nil
+	return stepResult{served: len(rows), snooze: wait}, nil
 }
 
 // RoutedWorker runs handlers for a channel's routed messages.
@@ -144,6 +154,9 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 			return stepResult{served: served}, nil
 		}
 		dest := d.Graph().Destination(row.Destination)
+		if dest == nil && d.behind(ctx) {
+			return stepResult{served: served, snooze: behindRetry}, nil
+		}
 		if dest == nil {
 			reason := fmt.Sprintf("destination %q is not in the config", row.Destination)
 			if err := d.inTx(ctx, ex, func(tx pgx.Tx) error { return store.DeadLetter(ctx, tx, row, reason) }); err != nil {

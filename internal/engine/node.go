@@ -118,6 +118,10 @@ func New(opts Options) (*Node, error) {
 		Stopping: n.stopping,
 		// A node silent this long is dead: reclaim frees its drainers.
 		NodeTimeout: opts.Config.Cluster.NodeTimeout,
+		ConfigBehind: func(ctx context.Context) bool {
+			cc, err := store.ReadClusterConfig(ctx, opts.Pool)
+			return err == nil && cc.Version > n.AppliedConfigVersion()
+		},
 		// Stop sending a heartbeat before the others may count this node as
 		// dead.
 		Alive: func() bool {
