@@ -291,6 +291,28 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	if node.cmd.ProcessState.ExitCode() != 0 {
 		t.Fatalf("mefor run exited %d after SIGTERM", node.cmd.ProcessState.ExitCode())
 	}
+
+	// A clean stop leaves the node listed as left, holding nothing, and the
+	// lease free for another node at once rather than after its TTL.
+	out, err = runMefor(t, dir, env, "nodes", "--json")
+	if err != nil {
+		t.Fatalf("nodes: %v\n%s", err, out)
+	}
+	var nodes []struct {
+		ID         string `json:"id"`
+		Status     string `json:"status"`
+		HoldsLease bool   `json:"holds_lease"`
+	}
+	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+		t.Fatalf("nodes --json: %v\n%s", err, out)
+	}
+	if len(nodes) != 1 || nodes[0].Status != "left" || nodes[0].HoldsLease {
+		t.Errorf("after SIGTERM: nodes = %+v, want qs left and not holding the lease", nodes)
+	}
+	var free bool
+	if err := db.Pool.QueryRow(context.Background(), `SELECT expires_at < clock_timestamp() FROM mefor_leader_lease`).Scan(&free); err != nil || !free {
+		t.Errorf("lease still live after a clean stop (err %v)", err)
+	}
 }
 
 // A node killed with SIGKILL mid-stream and started again loses nothing it
