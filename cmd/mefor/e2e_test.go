@@ -120,14 +120,25 @@ func runMefor(t *testing.T, dir string, env []string, args ...string) (string, e
 	return string(out), err
 }
 
+// handedOut holds the addresses freePort returned, so it never returns one
+// twice in a test binary (the kernel readily reuses a just-closed port).
+var handedOut sync.Map
+
+// freePort returns a loopback address nothing listens on right now and that
+// no other caller in this test binary got.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func waitListening(t *testing.T, addr string) {

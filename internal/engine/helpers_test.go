@@ -89,16 +89,27 @@ func (p *partner) receivedIDs() []string {
 	return append([]string(nil), p.received...)
 }
 
-// freeAddr returns a loopback address nothing listens on right now.
+// handedOut holds the addresses freeAddr returned, so it never returns
+// one twice in a test binary: the kernel readily hands a just-closed port
+// out again, and two nodes given the same listen address no longer fail
+// (only the lease holder binds), they silently share it.
+var handedOut sync.Map
+
+// freeAddr returns a loopback address nothing listens on right now and that
+// no other caller in this test binary got.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
+			return addr
+		}
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // adt builds a small ADT^A01 with the given control id and patient id.
