@@ -36,12 +36,23 @@ type Control struct {
 
 // Run serves requests until ctx ends.
 func (c *Control) Run(ctx context.Context) {
+	failing := false
 	for ctx.Err() == nil {
-		err := c.listen(ctx)
+		err := c.listen(ctx, func() {
+			if failing {
+				failing = false
+				c.Logger.InfoContext(ctx, "control listener reconnected")
+			}
+		})
 		if ctx.Err() != nil {
 			return
 		}
-		c.Logger.WarnContext(ctx, "control listener failed; polling until it reconnects", "error", err)
+		if !failing {
+			// Once per outage: a database that stays away would otherwise
+			// log this every heartbeat.
+			failing = true
+			c.Logger.WarnContext(ctx, "control listener failed; polling until it reconnects", "error", err)
+		}
 		c.poll(ctx)
 		select {
 		case <-ctx.Done():
@@ -52,7 +63,7 @@ func (c *Control) Run(ctx context.Context) {
 
 // listen holds its own connection rather than one of the pool's, which the
 // node's workers need.
-func (c *Control) listen(ctx context.Context) error {
+func (c *Control) listen(ctx context.Context, connected func()) error {
 	conn, err := pgx.ConnectConfig(ctx, c.Pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("connect for LISTEN: %w", err)
@@ -61,6 +72,7 @@ func (c *Control) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+ControlChannel); err != nil {
 		return fmt.Errorf("LISTEN %s: %w", ControlChannel, err)
 	}
+	connected()
 	for {
 		c.poll(ctx)
 		wctx, cancel := context.WithTimeout(ctx, c.Heartbeat)
