@@ -53,7 +53,7 @@ func (c *Control) Run(ctx context.Context) {
 			failing = true
 			c.Logger.WarnContext(ctx, "control listener failed; polling until it reconnects", "error", err)
 		}
-		c.poll(ctx)
+		_ = c.poll(ctx) // its failure is the outage just logged
 		select {
 		case <-ctx.Done():
 		case <-time.After(c.Heartbeat):
@@ -74,7 +74,9 @@ func (c *Control) listen(ctx context.Context, connected func()) error {
 	}
 	connected()
 	for {
-		c.poll(ctx)
+		if err := c.poll(ctx); err != nil {
+			return err
+		}
 		wctx, cancel := context.WithTimeout(ctx, c.Heartbeat)
 		_, err := conn.WaitForNotification(wctx)
 		cancel()
@@ -93,20 +95,18 @@ type request struct {
 }
 
 // poll claims and answers this node's pending requests, oldest first.
-func (c *Control) poll(ctx context.Context) {
+func (c *Control) poll(ctx context.Context) error {
 	for ctx.Err() == nil {
 		req, ok, err := c.claim(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				c.Logger.WarnContext(ctx, "could not read control requests", "error", err)
-			}
-			return
+			return err
 		}
 		if !ok {
-			return
+			return nil
 		}
 		c.handle(ctx, req)
 	}
+	return nil
 }
 
 func (c *Control) claim(ctx context.Context) (request, bool, error) {

@@ -417,8 +417,12 @@ func TestControlAnswersAndAudits(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ('stepdown', 'a') RETURNING id`).Scan(&toA); err != nil {
 		t.Fatal(err)
 	}
-	cb.poll(ctx)
-	ca.poll(ctx)
+	if err := cb.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	type audit struct {
 		Outcome    string
