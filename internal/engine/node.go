@@ -295,13 +295,12 @@ func (n *Node) syncLoop(ctx context.Context) {
 		if err := n.syncListeners(ctx); err != nil {
 			n.logger.ErrorContext(ctx, "holding the listener lease but cannot listen; retrying each heartbeat", "error", err)
 		}
-		if !edge {
-			n.reclaimDeadNodes(ctx)
-		}
 		if edge {
 			// Show the new lease state in the node listing now rather
 			// than at the next beat.
 			_ = n.membership.Beat(ctx)
+		} else {
+			n.reclaimDeadNodes(ctx)
 		}
 	}
 }
