@@ -46,10 +46,7 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := engine.NewGraph(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := graph(t, cfg)
 	var alive atomic.Bool
 	deps := &workers.Deps{
 		Pool:    db.Pool,
@@ -59,21 +56,7 @@ destinations:
 		Logger:  slog.New(slog.DiscardHandler),
 		Alive:   alive.Load,
 	}
-	w := river.NewWorkers()
-	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: time.Second})
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{jobs.QueueOutbound: {MaxWorkers: 2}},
-		Workers:           w,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	client := startOutbound(t, db, deps)
 
 	lane := jobs.OutboundLane("d", 1, 0)
 	job := queue(t, db, client, lane)
@@ -140,10 +123,7 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := engine.NewGraph(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := graph(t, cfg)
 	var behind atomic.Bool
 	behind.Store(true)
 	deps := &workers.Deps{
@@ -154,21 +134,7 @@ destinations:
 		Logger:       slog.New(slog.DiscardHandler),
 		ConfigBehind: func(context.Context) bool { return behind.Load() },
 	}
-	w := river.NewWorkers()
-	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: time.Second})
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{jobs.QueueOutbound: {MaxWorkers: 2}},
-		Workers:           w,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	client := startOutbound(t, db, deps)
 
 	lane := jobs.OutboundLane("d", 1, 0) // queue() writes rows for destination d
 	job := queue(t, db, client, lane)
@@ -194,4 +160,34 @@ destinations:
 	}
 	behind.Store(false)
 	waitFor(t, "the row dead-lettered once the node is current", func() bool { return status() == "dead" })
+}
+
+// startOutbound runs a River client with only the outbound drainer, on deps.
+func startOutbound(t *testing.T, db *testcontainers.DB, deps *workers.Deps) *river.Client[pgx.Tx] {
+	t.Helper()
+	w := river.NewWorkers()
+	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: time.Second})
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{jobs.QueueOutbound: {MaxWorkers: 2}},
+		Workers:           w,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	return client
+}
+
+func graph(t *testing.T, cfg *config.Config) workers.Graph {
+	t.Helper()
+	g, err := engine.NewGraph(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/config"
 )
 
 // errNoDatabase is returned by commands that need PostgreSQL when no URL was given.
@@ -50,4 +52,18 @@ func (g *Globals) poolWith(ctx context.Context, adjust func(*pgxpool.Config)) (*
 		return nil, fmt.Errorf("connect to database at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return pool, nil
+}
+
+// configAndPool loads a config file, then opens the database, for the
+// commands that need both; the caller closes the pool.
+func (g *Globals) configAndPool(ctx context.Context, path string) (*config.Config, *pgxpool.Pool, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, pool, nil
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
@@ -50,11 +49,7 @@ Examples:
 }
 
 func (c *maintenanceListCmd) Run(ctx context.Context, g *Globals) error {
-	cfg, err := config.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	pool, err := g.pool(ctx)
+	cfg, pool, err := g.configAndPool(ctx, c.Config)
 	if err != nil {
 		return err
 	}
@@ -129,11 +124,7 @@ Examples:
 }
 
 func (c *maintenanceRunCmd) Run(ctx context.Context, g *Globals) error {
-	cfg, err := config.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	pool, err := g.pool(ctx)
+	cfg, pool, err := g.configAndPool(ctx, c.Config)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
@@ -48,11 +47,7 @@ Examples:
 }
 
 func (c *referenceListCmd) Run(ctx context.Context, g *Globals) error {
-	cfg, err := config.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	pool, err := g.pool(ctx)
+	cfg, pool, err := g.configAndPool(ctx, c.Config)
 	if err != nil {
 		return err
 	}
@@ -114,11 +109,7 @@ func (c *referenceShowCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Limit < 0 {
 		return errors.New("--limit must be 0 (all rows) or more")
 	}
-	cfg, err := config.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	pool, err := g.pool(ctx)
+	cfg, pool, err := g.configAndPool(ctx, c.Config)
 	if err != nil {
 		return err
 	}
@@ -190,11 +181,7 @@ Examples:
 }
 
 func (c *referenceSyncCmd) Run(ctx context.Context, g *Globals) error {
-	cfg, err := config.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	pool, err := g.pool(ctx)
+	cfg, pool, err := g.configAndPool(ctx, c.Config)
 	if err != nil {
 		return err
 	}
