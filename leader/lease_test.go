@@ -374,6 +374,26 @@ func TestStepdownRules(t *testing.T) {
 		}
 	})
 
+	// A holder that fenced itself still owns a live lease row: a stepdown
+	// releases it rather than answering "not the holder".
+	t.Run("self-fenced holder can still be stepped down", func(t *testing.T) {
+		db := testcontainers.NewDB(t)
+		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
+		a.Tick(ctx)
+		a.held.Store(false) // what the watchdog does, without the wait
+		r := a.StepDown(ctx)
+		if r.Outcome != OutcomeReleased || r.ReleasedAt == nil {
+			t.Fatalf("stepdown of a self-fenced holder = %+v, want released", r)
+		}
+		if got := readLease(t, db.Pool); !got.Released {
+			t.Fatal("the self-fenced holder's lease row is still live")
+		}
+		a.Tick(ctx)
+		if a.Serving() {
+			t.Fatal("re-claimed right after the stepdown")
+		}
+	})
+
 	// A stepdown addressed to a standby sends nothing and arms nothing.
 	t.Run("non-holder changes nothing", func(t *testing.T) {
 		db := testcontainers.NewDB(t)
