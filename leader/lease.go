@@ -293,11 +293,13 @@ func (l *Lease) StepDown(ctx context.Context) StepdownResult {
 		// but the lease row may still name it and be live: then it is still
 		// the holder as far as the cluster can tell, and its next renewal
 		// would take the gate back. Release that lease too.
-		mine, err := l.rowIsMine(ctx)
+		rctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+		holder, err := LeaseHolder(rctx, l.Pool, l.Key)
+		cancel()
 		if err != nil {
 			return StepdownResult{Outcome: OutcomeLockTimeout, Reason: "could not read the lease: " + err.Error() + "; nothing was changed"}
 		}
-		if !mine {
+		if holder != l.NodeID {
 			return StepdownResult{Outcome: OutcomeNotHolder, Reason: "this node does not hold the listener lease"}
 		}
 	}
@@ -330,23 +332,6 @@ func (l *Lease) StepDown(ctx context.Context) StepdownResult {
 	l.owed.Store(false)
 	l.Logger.InfoContext(ctx, "listener lease released", "reason", "stepdown")
 	return StepdownResult{Outcome: OutcomeReleased, WasHolder: true, ReleasedAt: releasedAt}
-}
-
-// rowIsMine reports whether the live lease row names this node.
-func (l *Lease) rowIsMine(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
-	defer cancel()
-	var mine bool
-	err := l.Pool.QueryRow(ctx, `
-		SELECT owner = $2 FROM mefor_leader_lease WHERE key = $1 AND expires_at > clock_timestamp()`,
-		l.Key, l.NodeID).Scan(&mine)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read lease %s: %w", l.Key, err)
-	}
-	return mine, nil
 }
 
 // release expires the lease row if this node still owns it. It returns the

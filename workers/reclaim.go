@@ -66,6 +66,12 @@ func Reclaim(ctx context.Context, d *Deps, ins jobs.Inserter) (int, error) {
 	return len(lanes), nil
 }
 
+// deadNode is when node row n (silent past $1 seconds, or left) counts as
+// dead. RescueDeadNodes and the trigger that enqueues it share it: if they
+// disagreed, a node would enqueue reclaims every heartbeat for drainers the
+// rescue never frees.
+const deadNode = `(n.status = 'left' OR n.last_seen < clock_timestamp() - make_interval(secs => $1::float8))`
+
 // RescueDeadNodes makes the running drainers of nodes silent for longer than
 // node_timeout (or that left) available again at once, rather than after
 // River's rescue delay, which must cover a slice plus a slow send. If such a
@@ -78,7 +84,7 @@ func RescueDeadNodes(ctx context.Context, d *Deps) (int, error) {
 		WHERE j.state = 'running'
 		  AND j.kind = ANY($2::text[])
 		  AND n.id = j.attempted_by[array_length(j.attempted_by, 1)]
-		  AND (n.status = 'left' OR n.last_seen < clock_timestamp() - make_interval(secs => $1::float8))
+		  AND `+deadNode+`
 		RETURNING j.id, j.args->>'lane', n.id`, d.NodeTimeout.Seconds(), jobs.DrainerKinds())
 	if err != nil {
 		return 0, fmt.Errorf("rescue drainers of dead nodes: %w", err)
@@ -112,7 +118,7 @@ func HasDeadNodeDrainers(ctx context.Context, db interface {
 			JOIN mefor_node n ON n.id = j.attempted_by[array_length(j.attempted_by, 1)]
 			WHERE j.state = 'running'
 			  AND j.kind = ANY($2::text[])
-			  AND (n.status = 'left' OR n.last_seen < clock_timestamp() - make_interval(secs => $1::float8)))`,
+			  AND `+deadNode+`)`,
 		nodeTimeout.Seconds(), jobs.DrainerKinds()).Scan(&found)
 	if err != nil {
 		return false, fmt.Errorf("look for drainers of dead nodes: %w", err)
