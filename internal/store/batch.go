@@ -151,19 +151,22 @@ type RouteDecision struct {
 // RouteBatch hands a batch of ingress rows of one channel off: consumes them,
 // writes one routed row per matched route (in row order, so the routed lane
 // keeps the ingress order), sets routed/unrouted, records the events and
-// activates the routed lane.
+// activates the routed lane. Everything it produces is tied, in one
+// statement, to the rows it actually consumed: a row someone else ended
+// after the drainer read it (dead-lettered by an operator or an orphan
+// sweep) yields nothing.
 func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []WorkRow, decisions []RouteDecision) error {
 	h := newHandoff(ex)
 	var (
 		dead        []WorkRow
 		deadReasons []string
-		consumed    []int64
-		// routed rows to insert
-		rMsg                []int64
+		// consumed rows, each with the status its message gets
+		cWork, cMsg []int64
+		cStatus     []string
+		// routed rows to insert, by the row they come from
+		rWork               []int64
 		rRoute, rHandler    []string
-		statusIDs           []int64
-		statuses            []string
-		evMsg, evWork       []int64
+		evWork              []int64
 		evName, evDetail    []string
 		channel, routedLane string
 	)
@@ -175,49 +178,59 @@ func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution,
 			continue
 		}
 		channel = row.Channel
-		consumed = append(consumed, row.ID)
-		statusIDs = append(statusIDs, row.MessageID)
+		cWork, cMsg = append(cWork, row.ID), append(cMsg, row.MessageID)
 		if len(d.Outs) == 0 {
-			statuses = append(statuses, StatusUnrouted)
-			evMsg, evWork = append(evMsg, row.MessageID), append(evWork, row.ID)
+			cStatus = append(cStatus, StatusUnrouted)
+			evWork = append(evWork, row.ID)
 			evName, evDetail = append(evName, EventUnrouted), append(evDetail, "no route matched")
 			continue
 		}
-		statuses = append(statuses, StatusRouted)
+		cStatus = append(cStatus, StatusRouted)
 		detail := ""
 		for j, o := range d.Outs {
-			rMsg = append(rMsg, row.MessageID)
+			rWork = append(rWork, row.ID)
 			rRoute, rHandler = append(rRoute, o.Route), append(rHandler, o.Handler)
 			if j > 0 {
 				detail += ", "
 			}
 			detail += o.Route
 		}
-		evMsg, evWork = append(evMsg, row.MessageID), append(evWork, row.ID)
+		evWork = append(evWork, row.ID)
 		evName, evDetail = append(evName, EventRouted), append(evDetail, detail)
 	}
 
 	var act *jobs.Activation
-	if len(rMsg) > 0 {
+	if len(rWork) > 0 {
 		routedLane = jobs.RoutedLane(channel)
 		jobs.QueueLocks(&h.b, []string{routedLane})
 	}
 	h.deadLetter(dead, deadReasons)
-	if len(consumed) > 0 {
+	if len(cWork) > 0 {
 		h.b.Queue(`
-			UPDATE mefor_work SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
-			WHERE id = ANY($1::bigint[]) AND status = 'pending'`, consumed)
-		h.b.Queue(`
-			UPDATE mefor_message m SET status = u.status, updated_at = clock_timestamp()
-			FROM unnest($1::bigint[], $2::text[]) AS u(id, status) WHERE m.id = u.id`, statusIDs, statuses)
-		queueEvents(&h.b, evMsg, evWork, evName, evDetail, nil)
-	}
-	if len(rMsg) > 0 {
-		h.b.Queue(`
+			WITH u AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(work, msg, status)),
+			consumed AS (
+				UPDATE mefor_work w SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
+				FROM u WHERE w.id = u.work AND w.status = 'pending'
+				RETURNING w.id, w.message_id
+			), st AS (
+				UPDATE mefor_message m SET status = u.status, updated_at = clock_timestamp()
+				FROM u JOIN consumed c ON c.id = u.work
+				WHERE m.id = u.msg
+			), ev AS (
+				INSERT INTO mefor_event (message_id, event, work_id, detail)
+				SELECT c.message_id, e.name, e.work, NULLIF(e.detail, '')
+				FROM unnest($4::bigint[], $5::text[], $6::text[]) WITH ORDINALITY AS e(work, name, detail, n)
+				JOIN consumed c ON c.id = e.work
+				ORDER BY e.n
+			)
 			INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler)
-			SELECT m, 'routed', $4, $5, r, h
-			FROM unnest($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY AS u(m, r, h, n)
-			ORDER BY n`, rMsg, rRoute, rHandler, routedLane, channel)
+			SELECT c.message_id, 'routed', $10, $11, r.route, r.handler
+			FROM unnest($7::bigint[], $8::text[], $9::text[]) WITH ORDINALITY AS r(work, route, handler, n)
+			JOIN consumed c ON c.id = r.work
+			ORDER BY r.n`,
+			cWork, cMsg, cStatus, evWork, evName, evDetail, rWork, rRoute, rHandler, routedLane, channel)
+	}
+	if len(rWork) > 0 {
 		act = jobs.QueueActivation(&h.b, []string{routedLane})
 	}
 	return h.run(ctx, tx, ins, act)
@@ -232,20 +245,22 @@ type TransformDecision struct {
 
 // TransformBatch hands a batch of routed rows off: consumes them, writes one
 // outbound row per delivery (in row order), records the events, finalizes
-// the messages and activates every destination lane written.
+// the messages and activates every destination lane written. As in
+// RouteBatch, the outbound rows and events are produced in the statement
+// that consumes, only for the rows it consumed.
 func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []WorkRow, decisions []TransformDecision) error {
 	h := newHandoff(ex)
 	var (
-		dead                    []WorkRow
-		deadReasons             []string
-		consumed                []int64
-		oMsg                    []int64
-		oLane, oChan, oRoute    []string
-		oHandler, oDest         []string
-		oPayload                [][]byte
-		evMsg, evWork           []int64
-		evName, evDetail, evDst []string
-		lanes                   []string
+		dead                 []WorkRow
+		deadReasons          []string
+		consumed             []int64
+		oWork                []int64
+		oLane, oChan, oRoute []string
+		oHandler, oDest      []string
+		oPayload             [][]byte
+		evWork               []int64
+		evName, evDetail     []string
+		lanes                []string
 	)
 	for i, row := range rows {
 		d := decisions[i]
@@ -257,7 +272,7 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 		consumed = append(consumed, row.ID)
 		h.finalize = append(h.finalize, row.MessageID)
 		for _, o := range d.Outs {
-			oMsg = append(oMsg, row.MessageID)
+			oWork = append(oWork, row.ID)
 			oLane, oChan, oRoute = append(oLane, o.Lane), append(oChan, row.Channel), append(oRoute, row.Route)
 			oHandler, oDest, oPayload = append(oHandler, row.Handler), append(oDest, o.Destination), append(oPayload, o.Payload)
 			lanes = append(lanes, o.Lane)
@@ -266,8 +281,7 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 		if len(d.Outs) == 0 {
 			ev = EventFiltered
 		}
-		evMsg, evWork, evName, evDetail, evDst = append(evMsg, row.MessageID), append(evWork, row.ID),
-			append(evName, ev), append(evDetail, row.Handler), append(evDst, "")
+		evWork, evName, evDetail = append(evWork, row.ID), append(evName, ev), append(evDetail, row.Handler)
 	}
 
 	// Lanes before message locks: the order every writer follows.
@@ -276,34 +290,29 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 	var act *jobs.Activation
 	if len(consumed) > 0 {
 		h.b.Queue(`
-			UPDATE mefor_work SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
-			WHERE id = ANY($1::bigint[]) AND status = 'pending'`, consumed)
-		queueEvents(&h.b, evMsg, evWork, evName, evDetail, evDst)
-	}
-	if len(oMsg) > 0 {
-		h.b.Queue(`
+			WITH consumed AS (
+				UPDATE mefor_work SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
+				WHERE id = ANY($1::bigint[]) AND status = 'pending'
+				RETURNING id, message_id
+			), ev AS (
+				INSERT INTO mefor_event (message_id, event, work_id, detail)
+				SELECT c.message_id, e.name, e.work, NULLIF(e.detail, '')
+				FROM unnest($2::bigint[], $3::text[], $4::text[]) WITH ORDINALITY AS e(work, name, detail, n)
+				JOIN consumed c ON c.id = e.work
+				ORDER BY e.n
+			)
 			INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination, payload)
-			SELECT m, 'outbound', l, c, r, hd, d, p
-			FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[])
-				WITH ORDINALITY AS u(m, l, c, r, hd, d, p, n)
-			ORDER BY n`, oMsg, oLane, oChan, oRoute, oHandler, oDest, oPayload)
+			SELECT c.message_id, 'outbound', o.lane, o.channel, o.route, o.handler, o.destination, o.payload
+			FROM unnest($5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[])
+				WITH ORDINALITY AS o(work, lane, channel, route, handler, destination, payload, n)
+			JOIN consumed c ON c.id = o.work
+			ORDER BY o.n`,
+			consumed, evWork, evName, evDetail, oWork, oLane, oChan, oRoute, oHandler, oDest, oPayload)
+	}
+	if len(oWork) > 0 {
 		act = jobs.QueueActivation(&h.b, lanes)
 	}
 	return h.run(ctx, tx, ins, act)
-}
-
-func queueEvents(b *pgx.Batch, msg, work []int64, name, detail, dest []string) {
-	if len(msg) == 0 {
-		return
-	}
-	if dest == nil {
-		dest = make([]string, len(msg))
-	}
-	b.Queue(`
-		INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
-		SELECT m, e, w, NULLIF(d, ''), NULLIF(x, '')
-		FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[]) WITH ORDINALITY AS u(m, e, w, d, x, n)
-		ORDER BY n`, msg, name, work, dest, detail)
 }
 
 // RecordAttempt records one delivery attempt of row in one round trip: the
