@@ -153,6 +153,13 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 		if d.stopping() {
 			return stepResult{served: served}, nil
 		}
+		if row.CancelRequested {
+			// An operator cancelled it while this drainer held the lane, and
+			// it has not been sent: cancel it (and any other marked row),
+			// then read the lane again.
+			n, err := d.cancelMarked(ctx, ex, row.Lane)
+			return stepResult{served: served + n}, err
+		}
 		dest := d.Graph().Destination(row.Destination)
 		if dest == nil && d.behind(ctx) {
 			return stepResult{served: served, snooze: behindRetry}, nil
@@ -184,11 +191,21 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 		attempts := row.Attempts + 1
 		dead := !res.OK && dest.Retry.Exhausted(attempts)
 		backoff := dest.Retry.Backoff(attempts)
+		var rec store.Recorded
 		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-			_, err := store.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
+			var err error
+			rec, err = store.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
 			return err
 		}); err != nil {
 			return stepResult{served: served}, err
+		}
+		if rec.CancelsPending {
+			// Rows were marked for cancelling while this one was being
+			// sent; it is recorded as it went. Cancel the others before
+			// sending anything more, then read the lane again: the rows in
+			// hand may be among them.
+			n, err := d.cancelMarked(ctx, ex, row.Lane)
+			return stepResult{served: served + 1 + n}, err
 		}
 		if res.OK {
 			served++
@@ -204,4 +221,19 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 		return stepResult{served: served, snooze: backoff}, nil
 	}
 	return stepResult{served: served}, nil
+}
+
+// cancelMarked cancels the lane's rows an operator marked for cancelling,
+// in a fenced transaction.
+func (d *Deps) cancelMarked(ctx context.Context, ex store.Execution, lane string) (int, error) {
+	var n int
+	err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
+		var err error
+		n, err = store.CancelMarked(ctx, tx, lane)
+		return err
+	})
+	if err == nil && n > 0 {
+		d.Logger.InfoContext(ctx, "cancelled deliveries an operator marked while this drainer held the lane", "lane", lane, "rows", n)
+	}
+	return n, err
 }

@@ -315,12 +315,26 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 	return h.run(ctx, tx, ins, act)
 }
 
+// Recorded is what RecordAttempt found.
+type Recorded struct {
+	// Recorded is false when the row was no longer pending.
+	Recorded bool
+	// CancelsPending is true when rows of the lane are marked for
+	// cancelling (an operator cancelled them while this drainer was
+	// running): the drainer must resolve them (CancelMarked) before it
+	// sends anything else. A marked row it just sent is recorded as
+	// delivered all the same.
+	CancelsPending bool
+}
+
 // RecordAttempt records one delivery attempt of row in one round trip: the
 // fence, the row (done; or its attempt, error and next attempt; or dead),
 // the partner's reply, the events and, when the row ended, the finalizer.
-// It returns false when the row was no longer pending (cancelled meanwhile).
-func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a Attempt, delivered bool, backoff time.Duration, dead bool) (bool, error) {
+// The same round trip asks whether rows of the lane are marked for
+// cancelling, an index probe that costs nothing while none are.
+func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a Attempt, delivered bool, backoff time.Duration, dead bool) (Recorded, error) {
 	h := newHandoff(ex)
+	var res Recorded
 	var n int
 	count := func(r pgx.Row) error { return r.Scan(&n) }
 	if delivered {
@@ -368,8 +382,11 @@ func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a 
 			h.finalize = append(h.finalize, row.MessageID)
 		}
 	}
+	h.b.Queue(`SELECT EXISTS (SELECT 1 FROM mefor_work WHERE lane = $1 AND status = 'pending' AND cancel_requested_at IS NOT NULL)`,
+		row.Lane).QueryRow(func(r pgx.Row) error { return r.Scan(&res.CancelsPending) })
 	if err := h.run(ctx, tx, nil, nil); err != nil {
-		return false, err
+		return Recorded{}, err
 	}
-	return n == 1, nil
+	res.Recorded = n == 1
+	return res, nil
 }

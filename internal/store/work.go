@@ -23,6 +23,10 @@ type WorkRow struct {
 	Handler     string
 	Destination string
 	Attempts    int
+	// CancelRequested is set when an operator asked for the row to be
+	// cancelled while the lane's drainer was running: the drainer must
+	// cancel it instead of sending it.
+	CancelRequested bool
 	// DueIn is how long until the row may be attempted (zero when due), by
 	// the database clock so that nodes with skewed clocks agree.
 	DueIn time.Duration
@@ -66,7 +70,8 @@ func PendingRows(ctx context.Context, q DBTX, lane string, limit int) ([]WorkRow
 	rows, err := q.Query(ctx, `
 		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
 			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
-			w.attempts, greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
+			w.attempts, w.cancel_requested_at IS NOT NULL,
+			greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
 			coalesce(w.payload, m.raw, ''::bytea),
 			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
 		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
@@ -80,7 +85,7 @@ func PendingRows(ctx context.Context, q DBTX, lane string, limit int) ([]WorkRow
 		var w WorkRow
 		var dueIn float64
 		err := r.Scan(&w.ID, &w.MessageID, &w.Stage, &w.Lane, &w.Seq, &w.Channel,
-			&w.Route, &w.Handler, &w.Destination, &w.Attempts, &dueIn, &w.Body,
+			&w.Route, &w.Handler, &w.Destination, &w.Attempts, &w.CancelRequested, &dueIn, &w.Body,
 			&w.ControlID, &w.MessageType, &w.ReceivedAt)
 		w.DueIn = time.Duration(dueIn * float64(time.Second))
 		return w, err
@@ -153,7 +158,8 @@ type Attempt struct {
 // Delivered records a successful delivery without a fence, for operator
 // tools and tests; drainers use RecordAttempt with their execution.
 func Delivered(ctx context.Context, tx pgx.Tx, row WorkRow, a Attempt) (bool, error) {
-	return RecordAttempt(ctx, tx, NoFence, row, a, true, 0, false)
+	r, err := RecordAttempt(ctx, tx, NoFence, row, a, true, 0, false)
+	return r.Recorded, err
 }
 
 // Failed records a failed delivery attempt without a fence, like Delivered.
