@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
@@ -190,6 +191,12 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 		attempt := store.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
 		attempts := row.Attempts + 1
 		dead := !res.OK && dest.Retry.Exhausted(attempts)
+		if res.Outcome == connector.OutcomeAR && dest.OnReject == config.RejectDeadLetter {
+			// The partner will never accept it: retrying would only hold
+			// the lane behind it.
+			dead = true
+			attempt.DeadReason = fmt.Sprintf("partner rejected it (%s); on_reject: %s", res.AckCode, config.RejectDeadLetter)
+		}
 		backoff := dest.Retry.Backoff(attempts)
 		var rec store.Recorded
 		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {

@@ -254,7 +254,24 @@ type Destination struct {
 
 	Ordering Ordering
 	Retry    Retry
+	// OnReject says what a partner's reject (AR: it will never accept the
+	// message) does to a delivery. Defaults to RejectDeadLetter.
+	OnReject RejectPolicy
 }
+
+// RejectPolicy is what a partner's reject does to a delivery.
+type RejectPolicy string
+
+const (
+	// RejectDeadLetter dead-letters the row at the first reject, keeping
+	// the partner's reply: retrying a message the partner will never
+	// accept would block its lane forever.
+	RejectDeadLetter RejectPolicy = "dead-letter"
+	// RejectRetry treats a reject like any failed attempt: retried under
+	// the retry policy, blocking its lane meanwhile, for partners whose
+	// AR means "not now".
+	RejectRetry RejectPolicy = "retry"
+)
 
 // MLLPDestination delivers to an MLLP receiver and waits for its ACK.
 type MLLPDestination struct {
@@ -263,7 +280,8 @@ type MLLPDestination struct {
 	ConnectTimeout time.Duration
 	AckTimeout     time.Duration
 	// AEIsFailure makes an AE (application error) ACK count as a failed
-	// delivery to retry. AR is always a failure.
+	// delivery to retry. AR is always a failure; the destination's
+	// OnReject decides whether it is retried.
 	AEIsFailure bool
 }
 

@@ -371,13 +371,13 @@ func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a 
 				SELECT w.message_id, v.event, w.id, $2, v.detail
 				FROM w CROSS JOIN LATERAL (VALUES
 					(1, 'failed', format('attempt %s: %s', w.attempts, $6::text)),
-					(2, 'dead', format('gave up after %s attempts', w.attempts))
+					(2, 'dead', coalesce(NULLIF($9, ''), format('gave up after %s attempts', w.attempts)))
 				) AS v(n, event, detail)
 				WHERE v.n = 1 OR w.status = 'dead'
 				ORDER BY v.n
 			)
 			SELECT count(*) FROM w`, row.ID, row.Destination, a.Outcome, a.AckCode, a.Reply,
-			a.Error, backoff.Seconds(), dead).QueryRow(count)
+			a.Error, backoff.Seconds(), dead, a.DeadReason).QueryRow(count)
 		if dead {
 			h.finalize = append(h.finalize, row.MessageID)
 		}

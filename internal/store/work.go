@@ -153,6 +153,9 @@ type Attempt struct {
 	AckCode string
 	Reply   []byte // what the partner answered, if anything
 	Error   string // failure description, never message content
+	// DeadReason, for a failed attempt that ends the row, says why (never
+	// message content); empty means it ran out of attempts.
+	DeadReason string
 }
 
 // Delivered records a successful delivery without a fence, for operator
