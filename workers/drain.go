@@ -22,16 +22,42 @@ type stepResult struct {
 	snooze time.Duration
 }
 
+// run is one execution of a drainer, as its steps see it.
+type run struct {
+	ex   store.Execution
+	ins  jobs.Inserter
+	lane string
+	// rescue is set while this execution follows one that died and has
+	// not yet settled the crash (see rescueOf).
+	rescue *rescue
+	// rescues is the job's rescue count, recorded at each clean yield.
+	rescues int
+}
+
 // stepFunc serves rows of a lane, head first.
-type stepFunc func(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error)
+type stepFunc func(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error)
 
 // drain is the loop every stage drainer runs.
 func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lane string, step stepFunc) error {
 	if job.AttemptedAt == nil {
 		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
 	}
-	ex := store.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt}
-	ins := river.ClientFromContext[pgx.Tx](ctx)
+	r := &run{
+		ex:   store.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt},
+		ins:  river.ClientFromContext[pgx.Tx](ctx),
+		lane: lane,
+	}
+	r.rescue, r.rescues = rescueOf(job.JobRow)
+	if stage, _ := jobs.StageOf(lane); stage != jobs.StageOutbound {
+		// Only a send is counted: routing and transforming have no effect
+		// outside the database, and a crash there repeats them harmlessly.
+		r.rescue = nil
+	}
+	if r.rescue != nil {
+		d.Logger.InfoContext(ctx, "drainer takes over from an execution that died", "lane", lane, "job_id", job.ID,
+			"rescues", r.rescues)
+	}
+	ex := r.ex
 	lim := d.Limits
 	deadline := time.Now().Add(lim.Slice)
 	served := 0
@@ -39,7 +65,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	for {
 		if d.stopping() || served >= lim.MaxRows || time.Now().After(deadline) {
 			// Yield: available again at once, for this node or another.
-			return river.JobSnooze(0)
+			return r.snooze(ctx, 0)
 		}
 		woken := d.wakeC(lane) // before reading, so a commit in between still wakes us
 		rows, err := store.PendingRows(ctx, d.Pool, lane, lim.Batch)
@@ -62,7 +88,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			}
 			continue // a producer slipped a row in before the lock
 		}
-		res, err := step(ctx, ex, ins, rows)
+		res, err := step(ctx, r, rows)
 		served += res.served
 		if errors.Is(err, store.ErrFenced) {
 			return d.fenced(ctx, lane, ex)
@@ -71,9 +97,22 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return err
 		}
 		if res.snooze > 0 {
-			return river.JobSnooze(res.snooze)
+			return r.snooze(ctx, res.snooze)
 		}
 	}
+}
+
+// snooze ends the execution cleanly, waiting d before the lane is served
+// again. It records on the job that this execution ended cleanly having
+// seen its rescues, unless it leaves a crash unsettled, so the next
+// execution knows whether it follows one that died.
+func (r *run) snooze(ctx context.Context, d time.Duration) error {
+	if r.rescue == nil {
+		// Outside a worker (a test driving a drainer by hand) there is
+		// nowhere to record it and nothing to remember.
+		_ = river.RecordOutput(ctx, cleanEnd{RescuesSeen: r.rescues})
+	}
+	return river.JobSnooze(d)
 }
 
 // fenced ends a superseded execution. It returns nil: any other answer would

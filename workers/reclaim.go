@@ -78,8 +78,17 @@ const deadNode = `(n.status = 'left' OR n.last_seen < clock_timestamp() - make_i
 // node was only frozen and comes back, fencing stops its drainers: their
 // execution (job id + attempted_at) is no longer the running one.
 func RescueDeadNodes(ctx context.Context, d *Deps) (int, error) {
+	// Recorded the way River's own rescuer records a rescue (an error
+	// entry at the rescue time, river:rescue_count), so the next execution
+	// can tell it follows one that died.
 	rows, err := d.Pool.Query(ctx, `
-		UPDATE river_job j SET state = 'available', scheduled_at = clock_timestamp()
+		UPDATE river_job j SET state = 'available', scheduled_at = clock_timestamp(),
+			errors = array_append(j.errors, jsonb_build_object(
+				'at', clock_timestamp(), 'attempt', j.attempt, 'trace', '',
+				'error', format('rescued by mefor reclaim: node %s last heartbeat %s', n.id, n.last_seen))),
+			metadata = j.metadata || jsonb_build_object('river:rescue_count',
+				coalesce(CASE WHEN jsonb_typeof(j.metadata -> 'river:rescue_count') = 'number'
+					THEN (j.metadata ->> 'river:rescue_count')::int END, 0) + 1)
 		FROM mefor_node n
 		WHERE j.state = 'running'
 		  AND j.kind = ANY($2::text[])

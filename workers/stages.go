@@ -34,7 +34,7 @@ func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArg
 // routeStep parses and routes a batch, handing all of it off in one
 // transaction: routing has no side effects outside the database, so a batch
 // is as safe as one row and much cheaper.
-func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) routeStep(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
 	decisions := make([]store.RouteDecision, len(rows))
 	var wait time.Duration
@@ -61,7 +61,7 @@ func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inser
 		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.RouteBatch(ctx, tx, ins, ex, rows, decisions)
+		return store.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -84,7 +84,7 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 	return drain(ctx, w.Deps, job, job.Args.Lane, w.Deps.transformStep)
 }
 
-func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) transformStep(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error) {
 	g := d.Graph()
 	decisions := make([]store.TransformDecision, len(rows))
 	var wait time.Duration
@@ -112,7 +112,7 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.TransformBatch(ctx, tx, ins, ex, rows, decisions)
+		return store.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -145,7 +145,8 @@ func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundA
 // deliverStep delivers rows one at a time, head first, each recorded in its
 // own transaction: a crash repeats at most the one send in flight. A failed
 // head that may be retried stops the step so the lane waits behind it.
-func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error) {
+	ex := r.ex
 	served := 0
 	for _, row := range rows {
 		if row.DueIn > 0 {
@@ -182,6 +183,18 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 			// can no longer know it did not; the fence would refuse the
 			// record anyway, and the send is what must not happen.
 			return stepResult{served: served}, store.ErrFenced
+		}
+		if r.rescue != nil {
+			// This execution follows one that died, maybe sending this
+			// row: count that attempt before sending it again (rescue.go).
+			dead, err := d.recordCrash(ctx, r, &row, dest)
+			if err != nil {
+				return stepResult{served: served}, err
+			}
+			if dead {
+				served++
+				continue
+			}
 		}
 		res := sender.Send(ctx, connector.Delivery{
 			MessageID: row.MessageID, WorkID: row.ID, Seq: row.Seq, Lane: row.Lane, Channel: row.Channel,
@@ -243,4 +256,31 @@ func (d *Deps) cancelMarked(ctx context.Context, ex store.Execution, lane string
 		d.Logger.InfoContext(ctx, "cancelled deliveries an operator marked while this drainer held the lane", "lane", lane, "rows", n)
 	}
 	return n, err
+}
+
+// recordCrash settles the crash r follows: it records the attempt the dead
+// execution may have been making on row, the lane's head, and reports
+// whether that ended the row. row's attempt count is updated to match.
+func (d *Deps) recordCrash(ctx context.Context, r *run, row *store.WorkRow, dest *config.Destination) (bool, error) {
+	attempts := row.Attempts + 1
+	dead := dest.Retry.Exhausted(attempts)
+	a := store.Attempt{Outcome: connector.OutcomeCrashed,
+		Error: connector.OutcomeCrashed + ": the drainer serving this lane stopped (its node died or froze) while this message may have been in flight"}
+	var rec store.Recorded
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		var err error
+		rec, err = store.RecordCrash(ctx, tx, r.ex, *row, a, r.rescue.diedAt, dead)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	r.rescue = nil
+	if !rec.Recorded {
+		return false, nil // not due yet when the dead execution stopped: never in flight
+	}
+	row.Attempts = attempts
+	d.Logger.WarnContext(ctx, "counted a crash against the lane's head",
+		"lane", row.Lane, "message_id", row.MessageID, "work_id", row.ID, "attempt", attempts, "dead", dead)
+	return dead, nil
 }

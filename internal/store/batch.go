@@ -333,6 +333,22 @@ type Recorded struct {
 // The same round trip asks whether rows of the lane are marked for
 // cancelling, an index probe that costs nothing while none are.
 func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a Attempt, delivered bool, backoff time.Duration, dead bool) (Recorded, error) {
+	return recordAttempt(ctx, tx, ex, row, a, delivered, backoff, dead, nil)
+}
+
+// RecordCrash counts, for a drainer execution that follows one that died
+// (River or reclaim rescued the job), the attempt the dead one may have been
+// making on the lane's head when it died: a send that crashes the node must
+// count toward max_attempts, or a message that kills the node every time
+// would block its lane forever. It is recorded as a failed attempt with
+// outcome a.Outcome, ending the row when dead, and only when the row was
+// already due at diedAt (the rescue; nil when unknown: always): a row that
+// became due after it was never in flight.
+func RecordCrash(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a Attempt, diedAt *time.Time, dead bool) (Recorded, error) {
+	return recordAttempt(ctx, tx, ex, row, a, false, 0, dead, diedAt)
+}
+
+func recordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a Attempt, delivered bool, backoff time.Duration, dead bool, dueBy *time.Time) (Recorded, error) {
 	h := newHandoff(ex)
 	var res Recorded
 	var n int
@@ -361,7 +377,7 @@ func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a 
 					status = CASE WHEN $8 THEN 'dead' ELSE 'pending' END,
 					finished_at = CASE WHEN $8 THEN clock_timestamp() END,
 					updated_at = clock_timestamp()
-				WHERE id = $1 AND status = 'pending'
+				WHERE id = $1 AND status = 'pending' AND ($10::timestamptz IS NULL OR next_attempt_at <= $10)
 				RETURNING id, message_id, attempts, status
 			), r AS (
 				INSERT INTO mefor_response (message_id, work_id, destination, attempt, outcome, ack_code, body)
@@ -377,7 +393,7 @@ func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row WorkRow, a 
 				ORDER BY v.n
 			)
 			SELECT count(*) FROM w`, row.ID, row.Destination, a.Outcome, a.AckCode, a.Reply,
-			a.Error, backoff.Seconds(), dead, a.DeadReason).QueryRow(count)
+			a.Error, backoff.Seconds(), dead, a.DeadReason, dueBy).QueryRow(count)
 		if dead {
 			h.finalize = append(h.finalize, row.MessageID)
 		}
