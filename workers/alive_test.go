@@ -101,10 +101,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // During a reload's convergence a node still on the old config may drain a
-// lane of a destination the new config adds. While the cluster has a newer
-// config than the node applied, such a row waits; once the node is current
-// and still does not know the destination, it is dead-lettered as before.
-func TestUnknownDestinationWaitsWhileNodeBehindClusterConfig(t *testing.T) {
+// lane of a destination the new config adds, and a node started from
+// another file may drain one its file lacks. While the cluster does not
+// agree on the node's config, such a row waits, untouched; once it does and
+// the node still does not know the destination, it is dead-lettered.
+func TestUnknownDestinationWaitsUntilClusterAgrees(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
 	cfg, err := config.Parse("behind.yaml", []byte(fmt.Sprintf(`
@@ -124,15 +125,14 @@ destinations:
 		t.Fatal(err)
 	}
 	g := graph(t, cfg)
-	var behind atomic.Bool
-	behind.Store(true)
+	var agreed atomic.Bool
 	deps := &workers.Deps{
 		Pool:         db.Pool,
 		Graph:        func() workers.Graph { return g },
 		Senders:      connector.NewPool(),
 		Limits:       workers.DefaultLimits,
 		Logger:       slog.New(slog.DiscardHandler),
-		ConfigBehind: func(context.Context) bool { return behind.Load() },
+		ConfigAgreed: func(context.Context) bool { return agreed.Load() },
 	}
 	client := startOutbound(t, db, deps)
 
@@ -156,10 +156,10 @@ destinations:
 	}
 	time.Sleep(1500 * time.Millisecond) // at least one more look at the row
 	if s := status(); s != "pending" {
-		t.Fatalf("row is %s while the node is behind the cluster config, want pending", s)
+		t.Fatalf("row is %s while the cluster does not agree on the node's config, want pending", s)
 	}
-	behind.Store(false)
-	waitFor(t, "the row dead-lettered once the node is current", func() bool { return status() == "dead" })
+	agreed.Store(true)
+	waitFor(t, "the row dead-lettered once the cluster agrees", func() bool { return status() == "dead" })
 }
 
 // startOutbound runs a River client with only the outbound drainer, on deps.

@@ -11,6 +11,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -30,7 +31,8 @@ type Graph interface {
 	Route(channel string, msg *hl7.Message) (outs []store.RoutedOut, ok bool)
 	// Transform runs a route's handler and returns the deliveries it
 	// produced (none: filtered). An error dead-letters the row; its text
-	// must not contain message content.
+	// must not contain message content. It wraps ErrNotInConfig when what
+	// the row needs is not in the config.
 	Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error)
 	// Destination returns a destination's config, nil when it left the config.
 	Destination(name string) *config.Destination
@@ -75,12 +77,13 @@ type Deps struct {
 	// NodeTimeout is how long a node may miss heartbeats before reclaim
 	// treats its running drainers as dead; zero disables that rescue.
 	NodeTimeout time.Duration
-	// ConfigBehind, when set, reports whether the cluster has announced a
-	// config version this node has not applied yet. A row for a channel or
-	// destination this node does not know then waits instead of being
-	// dead-lettered: the new config probably adds it, and this node is a
-	// heartbeat from reloading.
-	ConfigBehind func(ctx context.Context) bool
+	// ConfigAgreed, when set, reports whether this node's config is the
+	// cluster's agreed one (every live node applied it, from the same
+	// file). Only then is a row for a channel, route, handler or
+	// destination this node does not know dead-lettered; otherwise its
+	// drainer yields the lane at once without touching it, so that a node
+	// that knows it serves it. Unset means agreed (a lone node in tests).
+	ConfigAgreed func(ctx context.Context) bool
 	// Alive, when set, reports whether the rest of the cluster still
 	// counts this node as live; an outbound drainer checks it right before
 	// each send and stops without sending when it is false. A node that
@@ -93,12 +96,30 @@ type Deps struct {
 	Stopping <-chan struct{}
 }
 
-// behindRetry is how long a row waits for this node to catch up with the
-// cluster's config before it is looked at again.
-const behindRetry = time.Second
+// unknownRetry is how long a lane whose head this node does not know is
+// left to the other nodes before this node looks at it again.
+const unknownRetry = time.Second
 
-func (d *Deps) behind(ctx context.Context) bool {
-	return d.ConfigBehind != nil && d.ConfigBehind(ctx)
+// unknownPolicy returns mayDeadLetterUnknown asked at most once: a batch
+// with several unknown rows costs one look at the cluster.
+func (d *Deps) unknownPolicy() func(context.Context) bool {
+	var asked, may bool
+	return func(ctx context.Context) bool {
+		if !asked {
+			asked, may = true, d.mayDeadLetterUnknown(ctx)
+		}
+		return may
+	}
+}
+
+// ErrNotInConfig is wrapped by Graph.Transform's error when the row's
+// route, handler or a destination of its route is not in the config.
+var ErrNotInConfig = errors.New("not in the config")
+
+// mayDeadLetterUnknown reports whether a row this node's config does not
+// know may be dead-lettered (see ConfigAgreed).
+func (d *Deps) mayDeadLetterUnknown(ctx context.Context) bool {
+	return d.ConfigAgreed == nil || d.ConfigAgreed(ctx)
 }
 
 func (d *Deps) stopping() bool {

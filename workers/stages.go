@@ -38,6 +38,7 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []store.WorkRow) (ste
 	g := d.Graph()
 	decisions := make([]store.RouteDecision, len(rows))
 	var wait time.Duration
+	unknown := d.unknownPolicy()
 	for i, row := range rows {
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
@@ -45,10 +46,10 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []store.WorkRow) (ste
 			continue
 		}
 		outs, ok := g.Route(row.Channel, msg)
-		if !ok && d.behind(ctx) {
-			// Hand off the rows before it; hold the lane until this node
-			// has applied the cluster's newer config.
-			rows, decisions, wait = rows[:i], decisions[:i], behindRetry
+		if !ok && !unknown(ctx) {
+			// Hand off the rows before it and leave the lane to a node that
+			// knows the channel.
+			rows, decisions, wait = rows[:i], decisions[:i], unknownRetry
 			break
 		}
 		if !ok {
@@ -88,6 +89,7 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []store.WorkRow) 
 	g := d.Graph()
 	decisions := make([]store.TransformDecision, len(rows))
 	var wait time.Duration
+	unknown := d.unknownPolicy()
 	for i, row := range rows {
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
@@ -100,6 +102,13 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []store.WorkRow) 
 			// yet): hand off the rows before it and hold the lane at it.
 			rows, decisions, wait = rows[:i], decisions[:i], notReadyRetry
 			d.Logger.InfoContext(ctx, "transform waits for its data; lane held", "lane", row.Lane, "message_id", row.MessageID, "error", err)
+			break
+		}
+		if errors.Is(err, ErrNotInConfig) && !unknown(ctx) {
+			// Its route, handler or a destination is not in this node's
+			// config but may be in the cluster's: leave it to a node that
+			// knows it.
+			rows, decisions, wait = rows[:i], decisions[:i], unknownRetry
 			break
 		}
 		if err != nil {
@@ -149,9 +158,6 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 	ex := r.ex
 	served := 0
 	for _, row := range rows {
-		if row.DueIn > 0 {
-			return stepResult{served: served, snooze: row.DueIn}, nil
-		}
 		if d.stopping() {
 			return stepResult{served: served}, nil
 		}
@@ -163,8 +169,10 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 			return stepResult{served: served + n}, err
 		}
 		dest := d.Graph().Destination(row.Destination)
-		if dest == nil && d.behind(ctx) {
-			return stepResult{served: served, snooze: behindRetry}, nil
+		if dest == nil && !d.mayDeadLetterUnknown(ctx) {
+			// Not this node's to judge: yield the lane, without sending,
+			// to a node that knows the destination.
+			return stepResult{served: served, snooze: unknownRetry}, nil
 		}
 		if dest == nil {
 			reason := fmt.Sprintf("destination %q is not in the config", row.Destination)
@@ -173,6 +181,9 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 			}
 			served++
 			continue
+		}
+		if row.DueIn > 0 {
+			return stepResult{served: served, snooze: row.DueIn}, nil
 		}
 		sender, err := d.Senders.Get(row.Lane, dest)
 		if err != nil {

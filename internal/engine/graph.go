@@ -13,6 +13,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/workers"
 )
 
 // Graph is a config compiled for the pipeline: handlers built, partition
@@ -72,15 +73,15 @@ func (g *Graph) Route(channel string, msg *hl7.Message) ([]store.RoutedOut, bool
 func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error) {
 	ch := g.cfg.Channel(row.Channel)
 	if ch == nil {
-		return nil, fmt.Errorf("channel %q is not in the config", row.Channel)
+		return nil, fmt.Errorf("channel %q is %w", row.Channel, workers.ErrNotInConfig)
 	}
 	route := ch.Route(row.Route)
 	if route == nil {
-		return nil, fmt.Errorf("route %q of channel %q is not in the config", row.Route, row.Channel)
+		return nil, fmt.Errorf("route %q of channel %q is %w", row.Route, row.Channel, workers.ErrNotInConfig)
 	}
 	h, ok := g.handlers[row.Handler]
 	if !ok {
-		return nil, fmt.Errorf("handler %q is not in the config", row.Handler)
+		return nil, fmt.Errorf("handler %q is %w", row.Handler, workers.ErrNotInConfig)
 	}
 	out, err := h.Handle(ctx, msg)
 	if err != nil {
@@ -94,7 +95,7 @@ func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Messa
 	for _, name := range route.Destinations {
 		dest := g.cfg.Destination(name)
 		if dest == nil {
-			return nil, fmt.Errorf("destination %q is not in the config", name)
+			return nil, fmt.Errorf("destination %q is %w", name, workers.ErrNotInConfig)
 		}
 		outs = append(outs, store.OutboundOut{
 			Destination: name,

@@ -18,7 +18,6 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/mllp"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
@@ -77,7 +76,11 @@ type Node struct {
 	listeners []*boundListener
 
 	reload reloadState // config reload and the cluster config version watcher (reload.go)
-	refs   *references // reference-set cache, its watcher and the sync worker (reference.go)
+	// agreeMu guards disagreement: why the cluster does not agree on this
+	// node's config ("" when it does), as last logged.
+	agreeMu      sync.Mutex
+	disagreement string
+	refs         *references // reference-set cache, its watcher and the sync worker (reference.go)
 }
 
 type boundListener struct {
@@ -117,11 +120,8 @@ func New(opts Options) (*Node, error) {
 		Logger:   opts.Logger,
 		Stopping: n.stopping,
 		// A node silent this long is dead: reclaim frees its drainers.
-		NodeTimeout: opts.Config.Cluster.NodeTimeout,
-		ConfigBehind: func(ctx context.Context) bool {
-			cc, err := store.ReadClusterConfig(ctx, opts.Pool)
-			return err == nil && cc.Version > n.AppliedConfigVersion()
-		},
+		NodeTimeout:  opts.Config.Cluster.NodeTimeout,
+		ConfigAgreed: n.configAgreed,
 		// Stop sending a heartbeat before the others may count this node as
 		// dead.
 		Alive: func() bool {
@@ -224,17 +224,9 @@ func (n *Node) Client() *river.Client[pgx.Tx] { return n.client }
 // Intake is the node's intake, for other sources than its listeners.
 func (n *Node) Intake() *Intake { return n.intake }
 
-// Start dead-letters rows the config can no longer serve, starts the River
-// client and binds the inbound listeners.
+// Start joins the cluster, dead-letters rows the cluster's agreed config can
+// no longer serve, starts the River client and binds the inbound listeners.
 func (n *Node) Start(ctx context.Context) error {
-	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(n.Config()))
-	if err != nil {
-		return err
-	}
-	if dead > 0 {
-		n.logger.WarnContext(ctx, "dead-lettered queued rows the config no longer serves", "rows", dead)
-	}
-
 	if err := n.membership.Join(ctx); err != nil {
 		return err
 	}
@@ -247,6 +239,8 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startConfigWatch(ctx); err != nil {
 		return err
 	}
+	// After this node recorded what it runs, so the agreement check sees it.
+	n.deadLetterOrphans(ctx)
 
 	if err := n.refs.start(ctx, n.Config(), n.client); err != nil {
 		return err

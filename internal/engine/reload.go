@@ -54,7 +54,9 @@ import (
 // What a reload removes: rows still queued for a channel, route, handler or
 // destination the new file no longer has are dead-lettered with the reason,
 // exactly as a restart with that file does, so they show in `mefor dead
-// list` and can be replayed if the removal was a mistake.
+// list` and can be replayed if the removal was a mistake; but only once the
+// cluster agrees on the file (every live node applied the reload, from the
+// same file): until then another node may still serve them.
 
 // ReloadResult says what a reload did on this node.
 type ReloadResult struct {
@@ -127,6 +129,9 @@ func (n *Node) Reload(ctx context.Context) (*ReloadResult, error) {
 	rs.applied.Store(v)
 	res.Version = v
 	n.recordApplied(ctx, v, res.Hash)
+	if res.Changed {
+		res.DeadLettered = n.deadLetterOrphans(ctx)
+	}
 	n.logger.InfoContext(ctx, "config reloaded", "version", v, "config_hash", short(res.Hash),
 		"changed", res.Changed, "dead_lettered", res.DeadLettered, "listeners", res.Listeners)
 	return res, nil
@@ -267,6 +272,9 @@ func (n *Node) checkConfigVersion(ctx context.Context) {
 	rs.applied.Store(cc.Version)
 	res.Version = cc.Version
 	n.recordApplied(ctx, cc.Version, res.Hash)
+	// The last node to apply a reload is the one that finds the cluster
+	// agreed; each node checks, whether or not its file changed.
+	res.DeadLettered = n.deadLetterOrphans(ctx)
 	n.logger.InfoContext(ctx, "config reloaded to match the cluster", "version", cc.Version,
 		"config_hash", short(res.Hash), "reference_hash", short(cc.Hash), "changed", res.Changed,
 		"dead_lettered", res.DeadLettered, "listeners", res.Listeners)
@@ -322,17 +330,49 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	res.Listeners = n.swapListeners(sctx, plan)
 	cancel()
 	n.mu.Unlock()
+	return res, nil
+}
 
-	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(next))
+// deadLetterOrphans dead-letters the rows the node's config cannot serve,
+// when that config is the cluster's agreed one, and returns how many. A
+// node whose file differs from the others', or that is ahead of or behind
+// them, leaves such rows alone: another node may still serve them. Call it
+// after the node recorded the config it applied.
+func (n *Node) deadLetterOrphans(ctx context.Context) int {
+	if !n.configAgreed(ctx) {
+		return 0
+	}
+	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(n.Config()))
 	if err != nil {
 		// The drainers dead-letter such rows as they reach them anyway.
-		n.logger.WarnContext(ctx, "could not dead-letter rows the new config no longer serves", "error", err)
+		n.logger.WarnContext(ctx, "could not dead-letter rows the config no longer serves", "error", err)
 	}
-	res.DeadLettered = dead
 	if dead > 0 {
-		n.logger.WarnContext(ctx, "dead-lettered queued rows the config no longer serves", "rows", dead)
+		n.logger.WarnContext(ctx, "dead-lettered queued rows the cluster's config no longer serves", "rows", dead)
 	}
-	return res, nil
+	return dead
+}
+
+// configAgreed reports whether the cluster agrees on this node's config
+// (store.ReadConfigAgreement), logging when that changes, so a node whose
+// file differs says so once rather than at every row it leaves alone.
+func (n *Node) configAgreed(ctx context.Context) bool {
+	a, err := store.ReadConfigAgreement(ctx, n.opts.Pool, n.opts.NodeID)
+	if err != nil {
+		a.Reason = "cannot read the nodes' configs: " + err.Error()
+	}
+	n.agreeMu.Lock()
+	defer n.agreeMu.Unlock()
+	if a.Reason != n.disagreement {
+		if a.Agreed {
+			n.logger.InfoContext(ctx, "the cluster agrees on this node's config again: rows it cannot serve are dead-lettered")
+		} else {
+			n.logger.WarnContext(ctx, "this node's config is not the cluster's agreed one: rows for what its file lacks are left to the nodes that have it",
+				"reason", a.Reason)
+		}
+		n.disagreement = a.Reason
+	}
+	return a.Agreed
 }
 
 // restartNeeded lists the changes next makes that a running node cannot

@@ -181,3 +181,67 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// ConfigAgreement says whether the cluster agrees on nodeID's config.
+type ConfigAgreement struct {
+	// Agreed is true when every live node, nodeID included, has applied
+	// the cluster's config version and runs a file with nodeID's hash.
+	Agreed bool
+	// Reason says why not, naming a node, without message content.
+	Reason string
+}
+
+// ReadConfigAgreement tells nodeID whether its config is the cluster's
+// agreed one: the latest reload (or, before any, the file each node
+// started with), applied by every live node, from the same file. Only
+// then may nodeID treat what its file lacks as removed from the cluster's
+// config: a node whose file differs, or that is ahead of or behind the
+// others, may lack what they still serve. A live node is one that has not
+// left and was seen within its own recorded node_timeout.
+func ReadConfigAgreement(ctx context.Context, q DBTX, nodeID string) (ConfigAgreement, error) {
+	rows, err := q.Query(ctx, `
+		SELECT n.id, coalesce(n.config_version, -1), coalesce(n.config_hash, ''), c.version
+		FROM mefor_node n CROSS JOIN mefor_cluster_config c
+		WHERE n.id = $1 OR (n.status = 'active'
+			AND n.last_seen >= clock_timestamp() - n.node_timeout_ms * interval '1 millisecond')
+		ORDER BY n.id <> $1, n.id`, nodeID)
+	if err != nil {
+		return ConfigAgreement{}, fmt.Errorf("read the nodes' configs: %w", err)
+	}
+	type nodeCfg struct {
+		id      string
+		version int64
+		hash    string
+		cluster int64
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeCfg, error) {
+		var n nodeCfg
+		return n, r.Scan(&n.id, &n.version, &n.hash, &n.cluster)
+	})
+	if err != nil {
+		return ConfigAgreement{}, fmt.Errorf("read the nodes' configs: %w", err)
+	}
+	if len(nodes) == 0 || nodes[0].id != nodeID {
+		return ConfigAgreement{Reason: "this node has not recorded its config yet"}, nil
+	}
+	me := nodes[0]
+	if me.version != me.cluster {
+		return ConfigAgreement{Reason: fmt.Sprintf("this node runs config version %d, the cluster is at %d", me.version, me.cluster)}, nil
+	}
+	for _, n := range nodes[1:] {
+		switch {
+		case n.version != me.version:
+			return ConfigAgreement{Reason: fmt.Sprintf("node %s runs config version %d, this node %d", n.id, n.version, me.version)}, nil
+		case n.hash != me.hash:
+			return ConfigAgreement{Reason: fmt.Sprintf("node %s runs another file (hash %s, this node %s)", n.id, short(n.hash), short(me.hash))}, nil
+		}
+	}
+	return ConfigAgreement{Agreed: true}, nil
+}
+
+func short(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
+}
