@@ -58,7 +58,7 @@ destinations:
 	}
 	client := startOutbound(t, db, deps)
 
-	lane := jobs.OutboundLane("d", 1, 0)
+	lane := jobs.OutboundLane("d", 0, 1, 0)
 	job := queue(t, db, client, lane)
 	waitFor(t, "the drainer to run and stop", func() bool { return jobState(t, db, job) == "completed" })
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
@@ -136,7 +136,7 @@ destinations:
 	}
 	client := startOutbound(t, db, deps)
 
-	lane := jobs.OutboundLane("d", 1, 0) // queue() writes rows for destination d
+	lane := jobs.OutboundLane("d", 0, 1, 0) // queue() writes rows for destination d
 	job := queue(t, db, client, lane)
 	// A short snooze leaves the job "available" with a later scheduled_at,
 	// so watch for the drainer having run instead of for a state.

@@ -100,6 +100,10 @@ type Deps struct {
 // left to the other nodes before this node looks at it again.
 const unknownRetry = time.Second
 
+// heldRetry is how often a lane held behind the lanes of its destination's
+// previous ordering looks again.
+const heldRetry = 300 * time.Millisecond
+
 // unknownPolicy returns mayDeadLetterUnknown asked at most once: a batch
 // with several unknown rows costs one look at the cluster.
 func (d *Deps) unknownPolicy() func(context.Context) bool {

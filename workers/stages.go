@@ -182,6 +182,11 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 			served++
 			continue
 		}
+		if row.Held {
+			// The destination's ordering changed; rows queued under the
+			// previous one, in other lanes, go first.
+			return stepResult{served: served, snooze: heldRetry}, nil
+		}
 		if row.DueIn > 0 {
 			return stepResult{served: served, snooze: row.DueIn}, nil
 		}

@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -308,4 +309,16 @@ type Ordering struct {
 	// Key is the HL7 path whose value picks the lane of a partitioned
 	// destination; empty for other modes.
 	Key string
+}
+
+// Layout names how o lays a destination's messages out over lanes: two
+// orderings with the same layout put every message in the same lane.
+func (o Ordering) Layout() string {
+	switch o.Mode {
+	case OrderParallel:
+		return fmt.Sprintf("%s/%d", o.Mode, o.Lanes)
+	case OrderPartitioned:
+		return fmt.Sprintf("%s/%d/%s", o.Mode, o.Lanes, o.Key)
+	}
+	return string(OrderFIFO)
 }

@@ -17,17 +17,27 @@ import (
 )
 
 // Graph is a config compiled for the pipeline: handlers built, partition
-// keys parsed. It is immutable; a reload builds a new one.
+// keys parsed, each destination's lane layout numbered. It is immutable; a
+// reload builds a new one.
 type Graph struct {
 	cfg      *config.Config
 	handlers map[string]handler.Handler
 	keys     map[string]hl7.Path // partitioned destination → key path
+	// gens is each destination's layout generation (store.ResolveLayouts);
+	// a destination missing from it uses generation 0.
+	gens map[string]int
 }
 
-// NewGraph compiles cfg. opts reach every map handler; lookups need
-// handler.WithLookup (a node passes its reference cache).
+// NewGraph compiles cfg with every destination at layout generation 0, for
+// tools and tests; a node uses NewGraphWith. opts reach every map handler;
+// lookups need handler.WithLookup (a node passes its reference cache).
 func NewGraph(cfg *config.Config, opts ...handler.MapOption) (*Graph, error) {
-	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, keys: map[string]hl7.Path{}}
+	return NewGraphWith(cfg, nil, opts...)
+}
+
+// NewGraphWith compiles cfg with the destinations' layout generations.
+func NewGraphWith(cfg *config.Config, gens map[string]int, opts ...handler.MapOption) (*Graph, error) {
+	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, keys: map[string]hl7.Path{}, gens: gens}
 	g.handlers["passthrough"] = handler.Passthrough{}
 	for _, h := range cfg.Handlers {
 		built, err := buildHandler(h, opts)
@@ -110,16 +120,16 @@ func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Messa
 // round-robin by message id for parallel, and by a hash of the key field for
 // partitioned, so one patient's messages always share a lane.
 func (g *Graph) laneFor(dest *config.Destination, msg *hl7.Message, messageID int64) string {
-	n := dest.Ordering.Lanes
+	n, gen := dest.Ordering.Lanes, g.gens[dest.Name]
 	switch dest.Ordering.Mode {
 	case config.OrderParallel:
-		return jobs.OutboundLane(dest.Name, n, int(messageID%int64(n)))
+		return jobs.OutboundLane(dest.Name, gen, n, int(messageID%int64(n)))
 	case config.OrderPartitioned:
 		h := fnv.New32a()
 		h.Write([]byte(msg.GetPath(g.keys[dest.Name])))
-		return jobs.OutboundLane(dest.Name, n, int(h.Sum32()%uint32(n)))
+		return jobs.OutboundLane(dest.Name, gen, n, int(h.Sum32()%uint32(n)))
 	}
-	return jobs.OutboundLane(dest.Name, 1, 0)
+	return jobs.OutboundLane(dest.Name, gen, 1, 0)
 }
 
 // Destination implements workers.Graph.

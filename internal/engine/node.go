@@ -227,6 +227,12 @@ func (n *Node) Intake() *Intake { return n.intake }
 // Start joins the cluster, dead-letters rows the cluster's agreed config can
 // no longer serve, starts the River client and binds the inbound listeners.
 func (n *Node) Start(ctx context.Context) error {
+	// Before anything produces rows: lanes are named by layout generation.
+	g, err := n.buildGraph(ctx, n.Config())
+	if err != nil {
+		return err
+	}
+	n.graph.Store(g)
 	if err := n.membership.Join(ctx); err != nil {
 		return err
 	}

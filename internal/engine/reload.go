@@ -313,7 +313,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	if reasons := n.restartNeeded(next); len(reasons) > 0 {
 		return nil, &RestartError{Reasons: reasons}
 	}
-	g, err := NewGraph(next, n.refs.mapOptions()...)
+	g, err := n.buildGraph(ctx, next)
 	if err != nil {
 		return nil, fmt.Errorf("not applied: %w", err)
 	}
@@ -331,6 +331,22 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	cancel()
 	n.mu.Unlock()
 	return res, nil
+}
+
+// buildGraph compiles cfg with its destinations' layout generations,
+// numbering the layouts the cluster has not delivered under before
+// (store.ResolveLayouts): an ordering change gets lanes of its own, which
+// deliver only once the lanes of the previous ordering have drained.
+func (n *Node) buildGraph(ctx context.Context, cfg *config.Config) (*Graph, error) {
+	layouts := make(map[string]string, len(cfg.Destinations))
+	for _, d := range cfg.Destinations {
+		layouts[d.Name] = d.Ordering.Layout()
+	}
+	gens, err := store.ResolveLayouts(ctx, n.opts.Pool, layouts)
+	if err != nil {
+		return nil, err
+	}
+	return NewGraphWith(cfg, gens, n.refs.mapOptions()...)
 }
 
 // deadLetterOrphans dead-letters the rows the node's config cannot serve,

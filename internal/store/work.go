@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,11 @@ type WorkRow struct {
 	// cancelled while the lane's drainer was running: the drainer must
 	// cancel it instead of sending it.
 	CancelRequested bool
+	// Held is set on an outbound row while a lane of another layout
+	// generation of its destination has a pending row with a lower seq
+	// (see layout.go): the destination's ordering changed, and rows queued
+	// under the old one go first.
+	Held bool
 	// DueIn is how long until the row may be attempted (zero when due), by
 	// the database clock so that nodes with skewed clocks agree.
 	DueIn time.Duration
@@ -65,19 +71,23 @@ func Fence(ctx context.Context, tx pgx.Tx, jobID int64, attemptedAt time.Time) e
 // the running one, and locks it until the transaction ends.
 const fenceSQL = `SELECT 1 FROM river_job WHERE id = $1 AND state = 'running' AND attempted_at = $2 FOR UPDATE`
 
-// PendingRows returns up to limit pending rows of a lane, head first.
+// PendingRows returns up to limit pending rows of a lane, head first. For
+// an outbound lane the same query reads the layout barrier (Held).
 func PendingRows(ctx context.Context, q DBTX, lane string, limit int) ([]WorkRow, error) {
+	stage, _, _ := strings.Cut(lane, ":")
 	rows, err := q.Query(ctx, `
 		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
 			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
 			w.attempts, w.cancel_requested_at IS NOT NULL,
+			w.seq > coalesce(b.seq, w.seq),
 			greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
 			coalesce(w.payload, m.raw, ''::bytea),
 			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
 		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		LEFT JOIN (`+layoutBarrierSQL+`) b ON $3
 		WHERE w.lane = $1 AND w.status = 'pending'
 		ORDER BY w.seq
-		LIMIT $2`, lane, limit)
+		LIMIT $2`, lane, limit, stage == jobs.StageOutbound)
 	if err != nil {
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}
@@ -85,7 +95,7 @@ func PendingRows(ctx context.Context, q DBTX, lane string, limit int) ([]WorkRow
 		var w WorkRow
 		var dueIn float64
 		err := r.Scan(&w.ID, &w.MessageID, &w.Stage, &w.Lane, &w.Seq, &w.Channel,
-			&w.Route, &w.Handler, &w.Destination, &w.Attempts, &w.CancelRequested, &dueIn, &w.Body,
+			&w.Route, &w.Handler, &w.Destination, &w.Attempts, &w.CancelRequested, &w.Held, &dueIn, &w.Body,
 			&w.ControlID, &w.MessageType, &w.ReceivedAt)
 		w.DueIn = time.Duration(dueIn * float64(time.Second))
 		return w, err
@@ -95,6 +105,20 @@ func PendingRows(ctx context.Context, q DBTX, lane string, limit int) ([]WorkRow
 	}
 	return out, nil
 }
+
+// layoutBarrierSQL is the lowest pending seq in the lanes of lane $1's
+// destination that belong to another lane group (jobs.LaneGroup), that is,
+// another layout generation. The lanes come from mefor_lane (a row per lane
+// ever activated, few), each probed at its head.
+const layoutBarrierSQL = `
+	SELECT min(h.seq) AS seq
+	FROM mefor_lane l
+	CROSS JOIN LATERAL (
+		SELECT x.seq FROM mefor_work x WHERE x.lane = l.name AND x.status = 'pending' ORDER BY x.seq LIMIT 1
+	) h
+	WHERE l.stage = 'outbound'
+	  AND split_part(split_part(l.name, '#', 1), '~', 1) = split_part(split_part($1, '#', 1), '~', 1)
+	  AND split_part(l.name, '#', 1) <> split_part($1, '#', 1)`
 
 // CompleteIfEmpty takes the lane's lock and reports whether the lane has no
 // pending row. The caller completes its drainer job in the same tx when it

@@ -7,3 +7,19 @@
 ALTER TABLE mefor_work ADD COLUMN cancel_requested_at timestamptz;
 CREATE INDEX mefor_work_cancel_requested ON mefor_work (lane)
     WHERE cancel_requested_at IS NOT NULL AND status = 'pending';
+
+-- The lane layouts (ordering mode, lane count, key) each destination has been
+-- delivered under, numbered per destination in the order they were first
+-- used. Lanes of a later generation carry it in their name, so rows queued
+-- under an earlier ordering stay in lanes of their own, and a drainer can
+-- hold its lane while older-generation lanes of its destination still have
+-- lower-seq rows: an ordering change never lets a patient's new messages
+-- overtake the ones queued before it.
+CREATE TABLE mefor_destination_layout (
+    destination   text        NOT NULL,
+    layout        text        NOT NULL,
+    generation    integer     NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (destination, layout),
+    CONSTRAINT mefor_destination_layout_generation UNIQUE (destination, generation)
+);
