@@ -19,8 +19,8 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
 )
 
 // Graph is the running configuration as the drainers use it. It is looked up
@@ -28,12 +28,12 @@ import (
 type Graph interface {
 	// Route picks the routes of a channel that match msg. ok is false when
 	// the channel is no longer configured.
-	Route(channel string, msg *hl7.Message) (outs []store.RoutedOut, ok bool)
+	Route(channel string, msg *hl7.Message) (outs []drainer.RoutedOut, ok bool)
 	// Transform runs a route's handler and returns the deliveries it
 	// produced (none: filtered). An error dead-letters the row; its text
 	// must not contain message content. It wraps ErrNotInConfig when what
 	// the row needs is not in the config.
-	Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error)
+	Transform(ctx context.Context, row drainer.Row, msg *hl7.Message) ([]drainer.OutboundOut, error)
 	// Destination returns a destination's config, nil when it left the config.
 	Destination(name string) *config.Destination
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -24,7 +24,7 @@ type stepResult struct {
 
 // run is one execution of a drainer, as its steps see it.
 type run struct {
-	ex   store.Execution
+	ex   drainer.Execution
 	ins  jobs.Inserter
 	lane string
 	// rescue is set while this execution follows one that died and has
@@ -35,7 +35,7 @@ type run struct {
 }
 
 // stepFunc serves rows of a lane, head first.
-type stepFunc func(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error)
+type stepFunc func(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error)
 
 // drain is the loop every stage drainer runs.
 func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lane string, step stepFunc) error {
@@ -43,7 +43,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
 	}
 	r := &run{
-		ex:   store.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt},
+		ex:   drainer.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt},
 		ins:  river.ClientFromContext[pgx.Tx](ctx),
 		lane: lane,
 	}
@@ -68,7 +68,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return r.snooze(ctx, 0)
 		}
 		woken := d.wakeC(lane) // before reading, so a commit in between still wakes us
-		rows, err := store.PendingRows(ctx, d.Pool, lane, lim.Batch)
+		rows, err := drainer.PendingRows(ctx, d.Pool, lane, lim.Batch)
 		if err != nil {
 			return err
 		}
@@ -77,7 +77,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 				continue
 			}
 			done, err := completeIfEmpty(ctx, d, ex, job, lane)
-			if errors.Is(err, store.ErrFenced) {
+			if errors.Is(err, drainer.ErrSuperseded) {
 				return d.fenced(ctx, lane, ex)
 			}
 			if err != nil {
@@ -90,8 +90,15 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		}
 		res, err := step(ctx, r, rows)
 		served += res.served
-		if errors.Is(err, store.ErrFenced) {
+		if errors.Is(err, drainer.ErrSuperseded) {
 			return d.fenced(ctx, lane, ex)
+		}
+		if errors.Is(err, drainer.ErrNodeNotAlive) {
+			// Ended as a superseded execution is, for the same reasons:
+			// this node may already have been replaced.
+			d.Logger.WarnContext(ctx, "drainer stops: this node's heartbeat is too old to know it still holds the lane",
+				"lane", lane, "job_id", ex.JobID)
+			return nil
 		}
 		if err != nil {
 			return err
@@ -120,7 +127,7 @@ func (r *run) snooze(ctx context.Context, d time.Duration) error {
 // this one (the completer does not compare attempts), and a snooze here
 // would ping-pong between the two. If the job is left completed, the lane is
 // re-activated by the next producer or by reclaim.
-func (d *Deps) fenced(ctx context.Context, lane string, ex store.Execution) error {
+func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) error {
 	d.Logger.WarnContext(ctx, "drainer superseded, stopping without further writes",
 		"lane", lane, "job_id", ex.JobID, "attempted_at", ex.AttemptedAt)
 	return nil
@@ -172,13 +179,13 @@ func (d *Deps) wakeC(lane string) <-chan struct{} {
 
 // completeIfEmpty completes the drainer's job in the same transaction that
 // saw the lane empty under the lane lock.
-func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex store.Execution, job *river.Job[T], lane string) (bool, error) {
+func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string) (bool, error) {
 	done := false
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, ex.JobID, ex.AttemptedAt); err != nil {
+		if err := drainer.Fence(ctx, tx, ex); err != nil {
 			return err
 		}
-		empty, err := store.CompleteIfEmpty(ctx, tx, lane)
+		empty, err := drainer.CompleteIfEmpty(ctx, tx, lane)
 		if err != nil || !empty {
 			return err
 		}
@@ -189,14 +196,4 @@ func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex store.Exe
 		return nil
 	})
 	return done, err
-}
-
-// inTx runs fn in a transaction that first checks the fence.
-func (d *Deps) inTx(ctx context.Context, ex store.Execution, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, ex.JobID, ex.AttemptedAt); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
 }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -34,9 +34,9 @@ func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArg
 // routeStep parses and routes a batch, handing all of it off in one
 // transaction: routing has no side effects outside the database, so a batch
 // is as safe as one row and much cheaper.
-func (d *Deps) routeStep(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
 	g := d.Graph()
-	decisions := make([]store.RouteDecision, len(rows))
+	decisions := make([]drainer.RouteDecision, len(rows))
 	var wait time.Duration
 	unknown := d.unknownPolicy()
 	for i, row := range rows {
@@ -62,7 +62,7 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []store.WorkRow) (ste
 		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
+		return drainer.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -85,9 +85,9 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 	return drain(ctx, w.Deps, job, job.Args.Lane, w.Deps.transformStep)
 }
 
-func (d *Deps) transformStep(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
 	g := d.Graph()
-	decisions := make([]store.TransformDecision, len(rows))
+	decisions := make([]drainer.TransformDecision, len(rows))
 	var wait time.Duration
 	unknown := d.unknownPolicy()
 	for i, row := range rows {
@@ -121,7 +121,7 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []store.WorkRow) 
 		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
+		return drainer.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -154,7 +154,7 @@ func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundA
 // deliverStep delivers rows one at a time, head first, each recorded in its
 // own transaction: a crash repeats at most the one send in flight. A failed
 // head that may be retried stops the step so the lane waits behind it.
-func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
 	ex := r.ex
 	served := 0
 	for _, row := range rows {
@@ -176,7 +176,7 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 		}
 		if dest == nil {
 			reason := fmt.Sprintf("destination %q is not in the config", row.Destination)
-			if err := d.inTx(ctx, ex, func(tx pgx.Tx) error { return store.DeadLetter(ctx, tx, row, reason) }); err != nil {
+			if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return drainer.DeadLetter(ctx, tx, ex, row, reason) }); err != nil {
 				return stepResult{served: served}, err
 			}
 			served++
@@ -198,7 +198,7 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 			// Not a proof that another node took the lane, but this node
 			// can no longer know it did not; the fence would refuse the
 			// record anyway, and the send is what must not happen.
-			return stepResult{served: served}, store.ErrFenced
+			return stepResult{served: served}, drainer.ErrNodeNotAlive
 		}
 		if r.rescue != nil {
 			// This execution follows one that died, maybe sending this
@@ -217,7 +217,7 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 			Destination: row.Destination, ControlID: row.ControlID, MessageType: row.MessageType,
 			Received: row.ReceivedAt, Payload: row.Body,
 		})
-		attempt := store.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
+		attempt := drainer.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
 		attempts := row.Attempts + 1
 		dead := !res.OK && dest.Retry.Exhausted(attempts)
 		if res.Outcome == connector.OutcomeAR && dest.OnReject == config.RejectDeadLetter {
@@ -227,10 +227,10 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 			attempt.DeadReason = fmt.Sprintf("partner rejected it (%s); on_reject: %s", res.AckCode, config.RejectDeadLetter)
 		}
 		backoff := dest.Retry.Backoff(attempts)
-		var rec store.Recorded
+		var rec drainer.Recorded
 		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 			var err error
-			rec, err = store.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
+			rec, err = drainer.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
 			return err
 		}); err != nil {
 			return stepResult{served: served}, err
@@ -261,11 +261,11 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []store.WorkRow) (s
 
 // cancelMarked cancels the lane's rows an operator marked for cancelling,
 // in a fenced transaction.
-func (d *Deps) cancelMarked(ctx context.Context, ex store.Execution, lane string) (int, error) {
+func (d *Deps) cancelMarked(ctx context.Context, ex drainer.Execution, lane string) (int, error) {
 	var n int
-	err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = store.CancelMarked(ctx, tx, lane)
+		n, err = drainer.CancelMarked(ctx, tx, ex, lane)
 		return err
 	})
 	if err == nil && n > 0 {
@@ -277,15 +277,15 @@ func (d *Deps) cancelMarked(ctx context.Context, ex store.Execution, lane string
 // recordCrash settles the crash r follows: it records the attempt the dead
 // execution may have been making on row, the lane's head, and reports
 // whether that ended the row. row's attempt count is updated to match.
-func (d *Deps) recordCrash(ctx context.Context, r *run, row *store.WorkRow, dest *config.Destination) (bool, error) {
+func (d *Deps) recordCrash(ctx context.Context, r *run, row *drainer.Row, dest *config.Destination) (bool, error) {
 	attempts := row.Attempts + 1
 	dead := dest.Retry.Exhausted(attempts)
-	a := store.Attempt{Outcome: connector.OutcomeCrashed,
+	a := drainer.Attempt{Outcome: connector.OutcomeCrashed,
 		Error: connector.OutcomeCrashed + ": the drainer serving this lane stopped (its node died or froze) while this message may have been in flight"}
-	var rec store.Recorded
+	var rec drainer.Recorded
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		var err error
-		rec, err = store.RecordCrash(ctx, tx, r.ex, *row, a, r.rescue.diedAt, dead)
+		rec, err = drainer.RecordCrash(ctx, tx, r.ex, *row, a, r.rescue.diedAt, dead)
 		return err
 	})
 	if err != nil {

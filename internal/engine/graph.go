@@ -9,9 +9,9 @@ import (
 	"hash/fnv"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/workers"
 )
@@ -63,16 +63,16 @@ func NewGraphWith(cfg *config.Config, gens map[string]int, opts ...handler.MapOp
 func (g *Graph) Config() *config.Config { return g.cfg }
 
 // Route implements workers.Graph.
-func (g *Graph) Route(channel string, msg *hl7.Message) ([]store.RoutedOut, bool) {
+func (g *Graph) Route(channel string, msg *hl7.Message) ([]drainer.RoutedOut, bool) {
 	ch := g.cfg.Channel(channel)
 	if ch == nil {
 		return nil, false
 	}
 	h := headerOf(msg)
-	var outs []store.RoutedOut
+	var outs []drainer.RoutedOut
 	for _, r := range ch.Routes {
 		if r.Match.Matches(h) {
-			outs = append(outs, store.RoutedOut{Route: r.Name, Handler: r.Handler})
+			outs = append(outs, drainer.RoutedOut{Route: r.Name, Handler: r.Handler})
 		}
 	}
 	return outs, true
@@ -80,7 +80,7 @@ func (g *Graph) Route(channel string, msg *hl7.Message) ([]store.RoutedOut, bool
 
 // Transform implements workers.Graph: run the route's handler and lay out
 // one delivery per destination of the route.
-func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error) {
+func (g *Graph) Transform(ctx context.Context, row drainer.Row, msg *hl7.Message) ([]drainer.OutboundOut, error) {
 	ch := g.cfg.Channel(row.Channel)
 	if ch == nil {
 		return nil, fmt.Errorf("channel %q is %w", row.Channel, workers.ErrNotInConfig)
@@ -101,13 +101,13 @@ func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Messa
 		return nil, nil // filtered
 	}
 	payload := out.Encode()
-	outs := make([]store.OutboundOut, 0, len(route.Destinations))
+	outs := make([]drainer.OutboundOut, 0, len(route.Destinations))
 	for _, name := range route.Destinations {
 		dest := g.cfg.Destination(name)
 		if dest == nil {
 			return nil, fmt.Errorf("destination %q is %w", name, workers.ErrNotInConfig)
 		}
-		outs = append(outs, store.OutboundOut{
+		outs = append(outs, drainer.OutboundOut{
 			Destination: name,
 			Lane:        g.laneFor(dest, out, row.MessageID),
 			Payload:     payload,

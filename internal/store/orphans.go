@@ -39,8 +39,9 @@ const orphanSQL = `
 		OR (stage = 'outbound' AND NOT (destination = ANY($4))))`
 
 type orphan struct {
-	row    WorkRow
-	reason string
+	id, messageID     int64
+	lane, destination string
+	reason            string
 }
 
 func readOrphans(ctx context.Context, q DBTX, k Known, extra string, args ...any) ([]orphan, error) {
@@ -51,7 +52,7 @@ func readOrphans(ctx context.Context, q DBTX, k Known, extra string, args ...any
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
 		var o orphan
-		err := r.Scan(&o.row.ID, &o.row.MessageID, &o.row.Lane, &o.row.Destination, &o.reason)
+		err := r.Scan(&o.id, &o.messageID, &o.lane, &o.destination, &o.reason)
 		return o, err
 	})
 }
@@ -75,8 +76,8 @@ func DeadLetterOrphans(ctx context.Context, pool *pgxpool.Pool, k Known) (int, e
 	}
 	var lanes []string
 	for _, o := range found {
-		if len(lanes) == 0 || lanes[len(lanes)-1] != o.row.Lane {
-			lanes = append(lanes, o.row.Lane)
+		if len(lanes) == 0 || lanes[len(lanes)-1] != o.lane {
+			lanes = append(lanes, o.lane)
 		}
 	}
 	total := 0
@@ -138,14 +139,16 @@ func deadLetterLaneOrphans(ctx context.Context, pool *pgxpool.Pool, k Known, lan
 		if len(orphans) == 0 {
 			return nil
 		}
-		h := newHandoff(NoFence)
-		rows := make([]WorkRow, len(orphans))
+		ids := make([]int64, len(orphans))
+		msgs := make([]int64, len(orphans))
 		reasons := make([]string, len(orphans))
 		for i, o := range orphans {
-			rows[i], reasons[i] = o.row, o.reason
+			ids[i], msgs[i], reasons[i] = o.id, o.messageID, o.reason
 		}
-		h.deadLetter(rows, reasons)
-		if err := h.run(ctx, tx, nil, nil); err != nil {
+		b := &pgx.Batch{}
+		QueueDeadLetter(b, ids, reasons)
+		QueueFinalize(b, msgs)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("dead-letter rows of lane %s the config no longer serves: %w", lane, err)
 		}
 		n = len(orphans)

@@ -1,14 +1,15 @@
-package store_test
+package drainer_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/testcontainers"
 )
 
 const handoffBody = "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ADT^A01|C1|P|2.5\rPID|1||P1\r"
@@ -19,14 +20,13 @@ const handoffBody = "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ADT^A01|C1|P|2.5
 // not also go on to the next stage, or a later replay would deliver it
 // twice.
 func TestHandoffProducesOnlyForConsumedRows(t *testing.T) {
-	f := newFixture(t)
-	ins, err := river.NewClient(riverpgxv5.New(f.db.Pool), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	ins := inserter(t, db)
 	inTx := func(t *testing.T, fn func(tx pgx.Tx) error) {
 		t.Helper()
-		if err := pgx.BeginFunc(f.ctx, f.db.Pool, fn); err != nil {
+		if err := pgx.BeginFunc(ctx, db.Pool, fn); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,34 +35,36 @@ func TestHandoffProducesOnlyForConsumedRows(t *testing.T) {
 		var id int64
 		inTx(t, func(tx pgx.Tx) error {
 			var err error
-			id, err = store.Receive(f.ctx, tx, ins, store.Inbound{Channel: channel, Source: "test",
+			id, err = store.Receive(ctx, tx, ins, store.Inbound{Channel: channel, Source: "test",
 				Raw: []byte(handoffBody), ControlID: "C1", MessageType: "ADT", TriggerEvent: "A01"})
 			return err
 		})
 		return id
 	}
-	read := func(t *testing.T, lane string) []store.WorkRow {
+	read := func(t *testing.T, lane string) []drainer.Row {
 		t.Helper()
-		rows, err := store.PendingRows(f.ctx, f.db.Pool, lane, 10)
+		rows, err := drainer.PendingRows(ctx, db.Pool, lane, 10)
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("read %s: %d rows, %v", lane, len(rows), err)
 		}
 		return rows
 	}
-	deadLetter := func(t *testing.T, row store.WorkRow) {
+	deadLetter := func(t *testing.T, row drainer.Row) {
 		t.Helper()
-		inTx(t, func(tx pgx.Tx) error { return store.DeadLetter(f.ctx, tx, row, "removed by an operator") })
+		inTx(t, func(tx pgx.Tx) error {
+			return drainer.DeadLetter(ctx, tx, drainer.NoFence, row, "removed by an operator")
+		})
 	}
 	check := func(t *testing.T, msg int64, stage, event string) {
 		t.Helper()
-		if n := f.int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND stage = $2", msg, stage); n != 0 {
+		if n := count(t, db, "SELECT count(*) FROM mefor_work WHERE message_id = $1 AND stage = $2", msg, stage); n != 0 {
 			t.Errorf("the hand-off of a dead-lettered row produced %d %s row(s)", n, stage)
 		}
-		if n := f.int("SELECT count(*) FROM mefor_event WHERE message_id = $1 AND event = $2", msg, event); n != 0 {
+		if n := count(t, db, "SELECT count(*) FROM mefor_event WHERE message_id = $1 AND event = $2", msg, event); n != 0 {
 			t.Errorf("the hand-off of a dead-lettered row recorded a %s event", event)
 		}
 		var status string
-		if err := f.db.Pool.QueryRow(f.ctx, "SELECT status FROM mefor_message WHERE id = $1", msg).Scan(&status); err != nil {
+		if err := db.Pool.QueryRow(ctx, "SELECT status FROM mefor_message WHERE id = $1", msg).Scan(&status); err != nil {
 			t.Fatal(err)
 		}
 		if status != store.StatusError {
@@ -75,8 +77,8 @@ func TestHandoffProducesOnlyForConsumedRows(t *testing.T) {
 		rows := read(t, jobs.IngressLane("adt1"))
 		deadLetter(t, rows[0])
 		inTx(t, func(tx pgx.Tx) error {
-			return store.RouteBatch(f.ctx, tx, ins, store.NoFence, rows,
-				[]store.RouteDecision{{Outs: []store.RoutedOut{{Route: "all", Handler: "passthrough"}}}})
+			return drainer.RouteBatch(ctx, tx, ins, drainer.NoFence, rows,
+				[]drainer.RouteDecision{{Outs: []drainer.RoutedOut{{Route: "all", Handler: "passthrough"}}}})
 		})
 		check(t, msg, "routed", store.EventRouted)
 	})
@@ -84,15 +86,24 @@ func TestHandoffProducesOnlyForConsumedRows(t *testing.T) {
 	t.Run("transform", func(t *testing.T) {
 		msg := receive(t, "adt2")
 		inTx(t, func(tx pgx.Tx) error {
-			return store.RouteHandoff(f.ctx, tx, ins, read(t, jobs.IngressLane("adt2"))[0],
-				[]store.RoutedOut{{Route: "all", Handler: "passthrough"}})
+			return drainer.RouteHandoff(ctx, tx, ins, read(t, jobs.IngressLane("adt2"))[0],
+				[]drainer.RoutedOut{{Route: "all", Handler: "passthrough"}})
 		})
 		rows := read(t, jobs.RoutedLane("adt2"))
 		deadLetter(t, rows[0])
 		inTx(t, func(tx pgx.Tx) error {
-			return store.TransformBatch(f.ctx, tx, ins, store.NoFence, rows,
-				[]store.TransformDecision{{Outs: []store.OutboundOut{{Destination: "lab", Lane: "outbound:lab", Payload: []byte("MSH|x")}}}})
+			return drainer.TransformBatch(ctx, tx, ins, drainer.NoFence, rows,
+				[]drainer.TransformDecision{{Outs: []drainer.OutboundOut{{Destination: "lab", Lane: "outbound:lab", Payload: []byte("MSH|x")}}}})
 		})
 		check(t, msg, "outbound", store.EventTransformed)
 	})
+}
+
+func count(t *testing.T, db *testcontainers.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
 }
