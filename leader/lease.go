@@ -372,3 +372,40 @@ func (l *Lease) Release(ctx context.Context) {
 	l.owed.Store(false)
 	l.Logger.InfoContext(ctx, "listener lease released", "reason", "stop")
 }
+
+// LeaseHolder returns the node holding a live lease, or "" when none does.
+func LeaseHolder(ctx context.Context, db DB, key string) (string, error) {
+	var owner string
+	err := db.QueryRow(ctx, `SELECT owner FROM mefor_leader_lease WHERE key = $1 AND expires_at > clock_timestamp()`, key).Scan(&owner)
+	if err == pgx.ErrNoRows {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read lease %s: %w", key, err)
+	}
+	return owner, nil
+}
+
+// ErrNotLeaseHolder is returned by a batch carrying QueueLeaseCheck when the
+// node no longer holds a live listener lease.
+var ErrNotLeaseHolder = errors.New("this node no longer holds the listener lease")
+
+// QueueLeaseCheck adds to b a check that owner holds a live listener lease,
+// failing the batch with ErrNotLeaseHolder otherwise, so intake can refuse
+// a message in the same round trip that stores it: a node that lost the
+// lease (frozen, cut off) cannot store, and so never acknowledges, anything
+// once another node may be listening. It takes no row lock: the lease
+// cannot pass to another node before its expiry, which this reads.
+func QueueLeaseCheck(b *pgx.Batch, owner string) {
+	b.Queue(`SELECT count(*) FROM mefor_leader_lease WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
+		ListenerLeaseKey, owner).QueryRow(func(r pgx.Row) error {
+		var n int
+		if err := r.Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotLeaseHolder
+		}
+		return nil
+	})
+}

@@ -74,9 +74,6 @@ type Deps struct {
 	Wake   *Wake
 	Limits Limits
 	Logger *slog.Logger
-	// NodeTimeout is how long a node may miss heartbeats before reclaim
-	// treats its running drainers as dead; zero disables that rescue.
-	NodeTimeout time.Duration
 	// ConfigAgreed, when set, reports whether this node's config is the
 	// cluster's agreed one (every live node applied it, from the same
 	// file). Only then is a row for a channel, route, handler or

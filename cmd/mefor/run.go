@@ -18,8 +18,8 @@ import (
 	"github.com/mefor/mefor/internal/admin"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/migrations"
-	"github.com/mefor/mefor/workers"
 )
 
 type runCmd struct {
@@ -72,7 +72,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		// server may end such a session once the lease could have moved.
 		// Named, so the other nodes can end this node's sessions once
 		// it has been silent past node_timeout.
-		pc.ConnConfig.RuntimeParams["application_name"] = workers.ApplicationName(nodeID)
+		pc.ConnConfig.RuntimeParams["application_name"] = leader.ApplicationName(nodeID)
 		if _, set := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
 			pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.Cluster.LeaseTTL.Milliseconds(), 10)
 		}

@@ -112,15 +112,13 @@ func New(opts Options) (*Node, error) {
 
 	wake := workers.NewWake()
 	deps := &workers.Deps{
-		Wake:     wake,
-		Pool:     opts.Pool,
-		Graph:    func() workers.Graph { return n.graph.Load() },
-		Senders:  n.senders,
-		Limits:   opts.Limits,
-		Logger:   opts.Logger,
-		Stopping: n.stopping,
-		// A node silent this long is dead: reclaim frees its drainers.
-		NodeTimeout:  opts.Config.Cluster.NodeTimeout,
+		Wake:         wake,
+		Pool:         opts.Pool,
+		Graph:        func() workers.Graph { return n.graph.Load() },
+		Senders:      n.senders,
+		Limits:       opts.Limits,
+		Logger:       opts.Logger,
+		Stopping:     n.stopping,
 		ConfigAgreed: n.configAgreed,
 		// Stop sending a heartbeat before the others may count this node as
 		// dead.
@@ -311,10 +309,9 @@ func (n *Node) syncLoop(ctx context.Context) {
 // would wait out). The reclaim job is unique per second, so several nodes
 // noticing at once enqueue one.
 func (n *Node) reclaimDeadNodes(ctx context.Context) {
-	nt := n.opts.Config.Cluster.NodeTimeout
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Config.Cluster.Heartbeat)
 	defer cancel()
-	if ended, err := workers.TerminateDeadNodeSessions(ctx, n.clusterPool, nt); err != nil {
+	if ended, err := leader.TerminateDeadNodeSessions(ctx, n.clusterPool); err != nil {
 		if !n.terminateWarned {
 			n.terminateWarned = true
 			n.logger.WarnContext(ctx, "cannot end the database sessions of dead nodes; their locks stay until TCP gives up "+
@@ -323,7 +320,7 @@ func (n *Node) reclaimDeadNodes(ctx context.Context) {
 	} else if len(ended) > 0 {
 		n.logger.WarnContext(ctx, "ended the database sessions of dead nodes", "nodes", ended, "sessions", len(ended))
 	}
-	found, err := workers.HasDeadNodeDrainers(ctx, n.clusterPool, nt)
+	found, err := workers.HasDeadNodeDrainers(ctx, n.clusterPool)
 	if err != nil || !found {
 		return
 	}
@@ -331,7 +328,7 @@ func (n *Node) reclaimDeadNodes(ctx context.Context) {
 		n.logger.WarnContext(ctx, "could not enqueue a reclaim for a dead node's lanes", "error", err)
 		return
 	}
-	n.logger.InfoContext(ctx, "a dead node still holds drainers: reclaim enqueued", "node_timeout", nt)
+	n.logger.InfoContext(ctx, "a dead node still holds drainers: reclaim enqueued")
 }
 
 // syncListeners makes the bound listeners match the lease. A node that lost

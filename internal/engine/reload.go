@@ -15,6 +15,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -117,12 +118,12 @@ func (n *Node) Reload(ctx context.Context) (*ReloadResult, error) {
 	defer rs.mu.Unlock()
 	res, err := n.applyFile(ctx)
 	if err != nil {
-		if rerr := store.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, rs.applied.Load(), err.Error()); rerr != nil {
+		if rerr := leader.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, rs.applied.Load(), err.Error()); rerr != nil {
 			n.logger.WarnContext(ctx, "could not record the failed reload", "error", rerr)
 		}
 		return nil, err
 	}
-	v, err := store.BumpClusterConfig(ctx, n.opts.Pool, res.Hash, "node "+n.opts.NodeID)
+	v, err := leader.BumpClusterConfig(ctx, n.opts.Pool, res.Hash, "node "+n.opts.NodeID)
 	if err != nil {
 		return nil, fmt.Errorf("applied on this node, but the other nodes were not told (reload again): %w", err)
 	}
@@ -141,12 +142,12 @@ func (n *Node) Reload(ctx context.Context) (*ReloadResult, error) {
 // has just read its file, so it must not reload it again) and starts
 // watching the version.
 func (n *Node) startConfigWatch(ctx context.Context) error {
-	cc, err := store.ReadClusterConfig(ctx, n.opts.Pool)
+	cc, err := leader.ReadClusterConfig(ctx, n.opts.Pool)
 	if err != nil {
 		return err
 	}
 	n.reload.applied.Store(cc.Version)
-	if err := store.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, n.Config().Hash()); err != nil {
+	if err := leader.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, n.Config().Hash()); err != nil {
 		return err
 	}
 	n.reload.recorded.Store(cc.Version)
@@ -211,7 +212,7 @@ func (n *Node) listenOnce(ctx context.Context, kick chan<- struct{}) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+store.ConfigNotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+leader.ConfigNotifyChannel); err != nil {
 		return err
 	}
 	// A bump between the node's last check and the LISTEN would otherwise
@@ -237,7 +238,7 @@ func (n *Node) listenOnce(ctx context.Context, kick chan<- struct{}) error {
 // each check, so fixing it is enough to converge.
 func (n *Node) checkConfigVersion(ctx context.Context) {
 	rs := &n.reload
-	cc, err := store.ReadClusterConfig(ctx, n.opts.Pool)
+	cc, err := leader.ReadClusterConfig(ctx, n.opts.Pool)
 	if err != nil {
 		if ctx.Err() == nil {
 			n.logger.WarnContext(ctx, "could not read the cluster config version", "error", err)
@@ -261,7 +262,7 @@ func (n *Node) checkConfigVersion(ctx context.Context) {
 			rs.lastErr = msg
 			n.logger.ErrorContext(ctx, "config reload failed; still running the previous config",
 				"version", cc.Version, "error", err)
-			if rerr := store.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, msg); rerr != nil {
+			if rerr := leader.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, msg); rerr != nil {
 				rs.lastErr = "" // record it at the next check
 				n.logger.WarnContext(ctx, "could not record the failed reload", "error", rerr)
 			}
@@ -285,7 +286,7 @@ func (n *Node) checkConfigVersion(ctx context.Context) {
 }
 
 func (n *Node) recordApplied(ctx context.Context, version int64, hash string) {
-	if err := store.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, version, hash); err != nil {
+	if err := leader.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, version, hash); err != nil {
 		n.logger.WarnContext(ctx, "could not record the applied config version; retrying at the next check", "error", err)
 		return
 	}
@@ -370,10 +371,10 @@ func (n *Node) deadLetterOrphans(ctx context.Context) int {
 }
 
 // configAgreed reports whether the cluster agrees on this node's config
-// (store.ReadConfigAgreement), logging when that changes, so a node whose
+// (leader.ReadConfigAgreement), logging when that changes, so a node whose
 // file differs says so once rather than at every row it leaves alone.
 func (n *Node) configAgreed(ctx context.Context) bool {
-	a, err := store.ReadConfigAgreement(ctx, n.opts.Pool, n.opts.NodeID)
+	a, err := leader.ReadConfigAgreement(ctx, n.opts.Pool, n.opts.NodeID)
 	if err != nil {
 		a.Reason = "cannot read the nodes' configs: " + err.Error()
 	}
