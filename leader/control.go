@@ -166,7 +166,7 @@ func (c *Control) answerStepdown(ctx context.Context, id int64, res StepdownResu
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.Lease.FenceTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.Lease.FenceTimeout())
 	defer cancel()
 	_, err = c.Pool.Exec(ctx, `
 		WITH a AS (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,9 @@ import (
 // Options configure a node.
 type Options struct {
 	Config *config.Config
+	// Pool's settings (not its connections) are what the node connects
+	// with: it opens pools of its own from them, with the session settings
+	// every node needs (nodePoolConfig).
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
 	// NodeID names this node in River and in logs.
@@ -102,10 +106,19 @@ func New(opts Options) (*Node, error) {
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 30 * time.Second
 	}
+	if opts.Config == nil || opts.Pool == nil || opts.NodeID == "" {
+		return nil, errors.New("engine: a node needs a config, a database pool and a node id")
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), nodePoolConfig(opts.Pool.Config(), opts.NodeID, opts.Config.Cluster.LeaseTTL))
+	if err != nil {
+		return nil, fmt.Errorf("create connection pool: %w", err)
+	}
+	opts.Pool = pool
 	n := &Node{opts: opts, logger: opts.Logger, senders: connector.NewPool(), stopping: make(chan struct{})}
 	n.refs = newReferences(opts)
 	g, err := NewGraph(opts.Config, n.refs.mapOptions()...)
 	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	n.graph.Store(g)
@@ -135,11 +148,12 @@ func New(opts Options) (*Node, error) {
 	ccfg.MaxConns, ccfg.MinConns = 2, 0
 	cpool, err := pgxpool.NewWithConfig(context.Background(), ccfg)
 	if err != nil {
+		pool.Close()
 		return nil, fmt.Errorf("create cluster connection pool: %w", err)
 	}
 	n.clusterPool = cpool
 	n.leaseChanged = make(chan struct{}, 1)
-	n.lease = &leader.Lease{
+	n.lease, err = leader.NewLease(leader.LeaseConfig{
 		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, FenceTimeout: cl.FenceTimeout, TTL: cl.LeaseTTL,
 		Logger: opts.Logger,
 		Changed: func() {
@@ -149,12 +163,19 @@ func New(opts Options) (*Node, error) {
 			}
 		},
 		Drain: n.UnbindListeners,
+	})
+	if err != nil {
+		n.closePools()
+		return nil, err
 	}
-	n.lease.Init()
 	n.control = &leader.Control{Pool: cpool, NodeID: opts.NodeID, Lease: n.lease, Heartbeat: cl.Heartbeat, Logger: opts.Logger}
-	n.membership = &leader.Membership{
+	n.membership, err = leader.NewMembership(leader.MembershipConfig{
 		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, NodeTimeout: cl.NodeTimeout, Logger: opts.Logger,
 		HoldsLease: n.lease.Serving,
+	})
+	if err != nil {
+		n.closePools()
+		return nil, err
 	}
 	sendTimeout := maxSendTimeout(opts.Config)
 	w := river.NewWorkers()
@@ -192,6 +213,7 @@ func New(opts Options) (*Node, error) {
 		PeriodicJobs:      workers.PeriodicJobs(maintenance),
 	})
 	if err != nil {
+		n.closePools()
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
@@ -215,6 +237,9 @@ func maxSendTimeout(cfg *config.Config) time.Duration {
 	}
 	return longest
 }
+
+// Pool is the pool the node's own sessions come from (see nodePoolConfig).
+func (n *Node) Pool() *pgxpool.Pool { return n.opts.Pool }
 
 // Client is the node's River client (for inserting jobs, e.g. in tests).
 func (n *Node) Client() *river.Client[pgx.Tx] { return n.client }
@@ -453,8 +478,40 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.logger.WarnContext(ctx, "could not mark node as left", "error", lerr)
 		}
 	}
-	n.clusterPool.Close()
+	n.closePools()
 	return err
+}
+
+// closePools closes the pools the node opened.
+func (n *Node) closePools() {
+	if n.clusterPool != nil {
+		n.clusterPool.Close()
+	}
+	n.opts.Pool.Close()
+}
+
+// nodePoolConfig is base with the session settings a node's connections
+// need, whoever runs the node:
+//   - application_name names the node, so the other nodes can end its
+//     sessions once it is dead (leader.TerminateDeadNodeSessions);
+//   - idle_in_transaction_session_timeout (lease_ttl, unless base sets it):
+//     a node frozen or cut off in the middle of a transaction keeps its
+//     session, and with it its lane locks and River row locks, until TCP
+//     gives up (hours), and the node taking over would wait on them.
+//     Nothing a node does sits idle inside a transaction, so the server may
+//     end such a session once the lease could have moved.
+func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration) *pgxpool.Config {
+	cfg := base.Copy()
+	params := cfg.ConnConfig.RuntimeParams
+	if params == nil {
+		params = map[string]string{}
+		cfg.ConnConfig.RuntimeParams = params
+	}
+	params["application_name"] = leader.ApplicationName(nodeID)
+	if _, set := params["idle_in_transaction_session_timeout"]; !set {
+		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
+	}
+	return cfg
 }
 
 // quietHandler raises the level of a library's logger: River reports
