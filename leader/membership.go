@@ -1,5 +1,3 @@
-// Package leader holds cluster membership: each node's heartbeat row, and
-// (with the listener lease) which node binds the inbound listeners.
 package leader
 
 import (
