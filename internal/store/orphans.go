@@ -22,7 +22,7 @@ type Known struct {
 // orphanSQL selects the pending rows the config k ($1..$4) can no longer
 // serve, with the reason; extra conditions follow as "AND ...".
 const orphanSQL = `
-	SELECT id, message_id, lane, coalesce(destination, ''),
+	SELECT id, message_id, lane,
 		CASE
 			WHEN NOT (channel = ANY($1)) THEN format('channel %L is not in the config', channel)
 			WHEN stage = 'routed' AND NOT (channel || '/' || route = ANY($2))
@@ -39,9 +39,8 @@ const orphanSQL = `
 		OR (stage = 'outbound' AND NOT (destination = ANY($4))))`
 
 type orphan struct {
-	id, messageID     int64
-	lane, destination string
-	reason            string
+	id, messageID int64
+	lane, reason  string
 }
 
 func readOrphans(ctx context.Context, q DBTX, k Known, extra string, args ...any) ([]orphan, error) {
@@ -52,7 +51,7 @@ func readOrphans(ctx context.Context, q DBTX, k Known, extra string, args ...any
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
 		var o orphan
-		err := r.Scan(&o.id, &o.messageID, &o.lane, &o.destination, &o.reason)
+		err := r.Scan(&o.id, &o.messageID, &o.lane, &o.reason)
 		return o, err
 	})
 }
