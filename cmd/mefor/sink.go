@@ -16,10 +16,11 @@ import (
 )
 
 type sinkCmd struct {
-	Listen string `required:"" placeholder:"HOST:PORT" help:"Address to listen on."`
-	Dir    string `placeholder:"DIR" help:"Write each message to DIR/<n>-<control id>.hl7 (default: don't write)."`
-	Ack    string `default:"AA" enum:"AA,AE,AR" help:"ACK code to answer with (AE/AR to exercise a sender's retries)."`
-	Quiet  bool   `help:"Do not print a line per message."`
+	Listen string        `required:"" placeholder:"HOST:PORT" help:"Address to listen on."`
+	Dir    string        `placeholder:"DIR" help:"Write each message to DIR/<n>-<control id>.hl7 (default: don't write)."`
+	Ack    string        `default:"AA" enum:"AA,AE,AR" help:"ACK code to answer with (AE/AR to exercise a sender's retries)."`
+	Delay  time.Duration `placeholder:"DURATION" help:"Wait this long before answering each message (a slow partner, e.g. to cancel during a send)."`
+	Quiet  bool          `help:"Do not print a line per message."`
 }
 
 func (c *sinkCmd) Help() string {
@@ -29,7 +30,8 @@ per message. Stops on Ctrl-C.
 
 Examples:
   mefor sink --listen 127.0.0.1:2576
-  mefor sink --listen 127.0.0.1:2576 --dir ./out/sink`
+  mefor sink --listen 127.0.0.1:2576 --dir ./out/sink
+  mefor sink --listen 127.0.0.1:2576 --delay 3s`
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -47,7 +49,7 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 	var n atomic.Int64
 	srv := &mllp.Server{
 		Logger: g.logger,
-		Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
+		Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, _ mllp.ConnInfo) []byte {
 			seq := n.Add(1)
 			msg, err := hl7.Parse(raw)
 			if err != nil {
@@ -63,6 +65,13 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 			}
 			if !c.Quiet {
 				fmt.Fprintf(g.stdout, "%d\t%s\t%s^%s\n", seq, msg.ControlID(), msg.MessageType(), msg.TriggerEvent())
+			}
+			if c.Delay > 0 {
+				select {
+				case <-time.After(c.Delay):
+				case <-ctx.Done():
+					return nil
+				}
 			}
 			return hl7.NewACK(msg, hl7.AckCode(c.Ack), "", hl7.NewControlID(), time.Now())
 		}),
