@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dop251/goja"
+	"github.com/dop251/goja/parser"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -153,7 +154,7 @@ func (l *loader) loadScript(p path, file string) (Script, bool) {
 		return s, false
 	}
 	s.Source = string(src)
-	prg, err := goja.Compile(file, s.Source, false)
+	prg, err := compileScript(file, s.Source)
 	if err != nil {
 		l.errorf(p, "%s", describeCompileError(file, err))
 		return s, false
@@ -162,10 +163,33 @@ func (l *loader) loadScript(p path, file string) (Script, bool) {
 	return s, true
 }
 
+// compileScript parses and compiles one script. It parses first itself,
+// because goja.Compile flattens a parse error's position into its text.
+func compileScript(file, src string) (*goja.Program, error) {
+	ast, err := parser.ParseFile(nil, file, src, 0)
+	if err != nil {
+		return nil, err
+	}
+	return goja.CompileAST(ast, false)
+}
+
 // describeCompileError renders a compile error as file:line:col first, the
 // way editors and compilers print them, so the script's line can be found
 // without reading the whole message.
 func describeCompileError(file string, err error) string {
+	var list parser.ErrorList
+	if errors.As(err, &list) && len(list) > 0 {
+		e := list[0]
+		more := ""
+		if len(list) > 1 {
+			more = fmt.Sprintf(" (and %d more)", len(list)-1)
+		}
+		return fmt.Sprintf("%s:%d:%d: SyntaxError: %s%s", file, e.Position.Line, e.Position.Column, e.Message, more)
+	}
+	var pe *parser.Error
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s:%d:%d: SyntaxError: %s", file, pe.Position.Line, pe.Position.Column, pe.Message)
+	}
 	var se *goja.CompilerSyntaxError
 	if errors.As(err, &se) && se.File != nil {
 		pos := se.File.Position(se.Offset)
