@@ -179,12 +179,10 @@ func compileScript(file, src string) (*goja.Program, error) {
 func describeCompileError(file string, err error) string {
 	var list parser.ErrorList
 	if errors.As(err, &list) && len(list) > 0 {
+		// The first error only: the parser's later ones mostly follow
+		// from it.
 		e := list[0]
-		more := ""
-		if len(list) > 1 {
-			more = fmt.Sprintf(" (and %d more)", len(list)-1)
-		}
-		return fmt.Sprintf("%s:%d:%d: SyntaxError: %s%s", file, e.Position.Line, e.Position.Column, e.Message, more)
+		return fmt.Sprintf("%s:%d:%d: SyntaxError: %s", file, e.Position.Line, e.Position.Column, e.Message)
 	}
 	var pe *parser.Error
 	if errors.As(err, &pe) {
