@@ -95,7 +95,6 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 	decisions := make([]store.TransformDecision, len(rows))
 	batch := d.stateBatch()
 	started := time.Now()
-	var wait time.Duration
 	for i, row := range rows {
 		if i > 0 && time.Since(started) > d.Limits.Slice {
 			// Slow scripts: hand off what is done, so a batch of them
@@ -118,10 +117,10 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 			// yet, a script with on_error: hold): hand off the rows before
 			// it and hold the lane at it, with backoff.
 			if i == 0 {
-				wait, err = d.holdHead(ctx, ex, row, err, st.Discard())
+				wait, err := d.holdHead(ctx, ex, row, err, st.Discard())
 				return stepResult{snooze: wait}, err
 			}
-			rows, decisions, wait = rows[:i], decisions[:i], 0
+			rows, decisions = rows[:i], decisions[:i]
 			break
 		}
 		if err != nil {
@@ -131,9 +130,6 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 		}
 		decisions[i].Outs = outs
 		decisions[i].State = st.Commit()
-	}
-	if len(rows) == 0 {
-		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		return store.TransformBatch(ctx, tx, ins, ex, rows, decisions)
@@ -150,7 +146,7 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 			d.Wake.Notify(o.Lane)
 		}
 	}
-	return stepResult{served: len(rows), snooze: wait}, nil
+	return stepResult{served: len(rows)}, nil
 }
 
 // OutboundWorker delivers one destination lane.

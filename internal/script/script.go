@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,7 +236,7 @@ func clip(s string) string {
 	if len(s) <= maxErrorText {
 		return s
 	}
-	return s[:maxErrorText] + "…"
+	return strings.ToValidUTF8(s[:maxErrorText], "") + "…"
 }
 
 // runtime is one goja runtime with the scripts' top level run.
@@ -281,6 +282,13 @@ func (p *Program) newRuntime() (rt *runtime, err error) {
 	vm := goja.New()
 	vm.SetMaxCallStackSize(config.MaxScriptCallDepth)
 	rt = &runtime{p: p, vm: vm, paths: map[string]hl7.Path{}}
+	// The built-ins the API uses (JSON, Object.freeze) are taken and the
+	// API built before any script runs: a script that replaces a built-in
+	// cannot change how state is stored or unfreeze what ctx shares.
+	json := vm.Get("JSON").ToObject(vm)
+	rt.stringify, _ = goja.AssertFunction(json.Get("stringify"))
+	rt.parse, _ = goja.AssertFunction(json.Get("parse"))
+	rt.setup()
 	stop := rt.arm(p.timeout)
 	for _, s := range p.scripts {
 		if _, err := vm.RunProgram(s.Program); err != nil {
@@ -294,12 +302,6 @@ func (p *Program) newRuntime() (rt *runtime, err error) {
 		return nil, fmt.Errorf("javascript handler %s: %s defines no function transform(msg, ctx)", p.name, p.scripts[len(p.scripts)-1].Path)
 	}
 	rt.transform = fn
-	// The built-in JSON is taken now, before any message: a script that
-	// replaces JSON later cannot change how state is stored.
-	json := vm.Get("JSON").ToObject(vm)
-	rt.stringify, _ = goja.AssertFunction(json.Get("stringify"))
-	rt.parse, _ = goja.AssertFunction(json.Get("parse"))
-	rt.setup()
 	return rt, nil
 }
 
