@@ -191,15 +191,17 @@ func TestScriptOnErrorHoldWaitsAtTheMessage(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
 	lab := newCtlPartner(t, "", nil)
-	// A message needs the clinic's opening registered in state first,
-	// which a message with control id OPEN does.
+	// A message needs the clinic's opening registered in state first.
 	js := writeScript(t, dir, "adt.js", `
 function transform(msg, ctx) {
-  if (msg.get("MSH-10") === "OPEN") { ctx.state.set("clinic", "open", true); return null; }
   if (!ctx.state.get("clinic", "open")) throw new Error("the clinic is not open yet");
 }`)
-	listen := freeAddr(t)
-	cfg := loadConfig(t, dir, oneChannel(listen, js, ", on_error: hold", map[string]string{"lab": lab.addr}))
+	listen, otherListen := freeAddr(t), freeAddr(t)
+	yaml := strings.Replace(oneChannel(listen, js, ", on_error: hold", map[string]string{"lab": lab.addr}), "handlers:", fmt.Sprintf(`  other:
+    inbound: {mllp: {listen: %q}}
+    routes: [{name: out, destinations: [lab]}]
+handlers:`, otherListen), 1)
+	cfg := loadConfig(t, dir, yaml)
 	startNode(t, db, cfg, nil)
 
 	send(t, listen, adt("H1", "P1"), adt("H2", "P2"))
@@ -220,17 +222,19 @@ function transform(msg, ctx) {
 	if st := messageStatus(t, db, "H2"); st != store.StatusRouted {
 		t.Fatalf("H2 is %s, want routed, waiting behind H1", st)
 	}
+	// Another channel's lanes are not held.
+	send(t, otherListen, adt("O1", "P9"))
+	eventually(t, 20*time.Second, "the other channel's message delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
 
-	// The opening arrives behind them in the same lane, so it can only be
-	// served by someone else: an operator state write stands in for
-	// another channel's transform.
+	// What H1 waits for is written elsewhere (another node; here straight
+	// to the table): the held message reads it at its next try.
 	if _, err := db.Pool.Exec(context.Background(), `
 		INSERT INTO mefor_state (namespace, key, value, version) VALUES ('clinic', 'open', 'true', nextval('mefor_state_version'))`); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "H1 and H2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
-	if got := lab.acceptedIDs(); !slices.Equal(got, []string{"H1", "H2"}) {
-		t.Errorf("lab received %v, want H1, H2 in order", got)
+	eventually(t, 30*time.Second, "H1 and H2 delivered", func() bool { return len(lab.acceptedIDs()) == 3 })
+	if got := lab.acceptedIDs(); !slices.Equal(got, []string{"O1", "H1", "H2"}) {
+		t.Errorf("lab received %v, want O1, then H1, H2 in order", got)
 	}
 }
 

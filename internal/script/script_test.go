@@ -455,3 +455,23 @@ func TestCancelledContext(t *testing.T) {
 		t.Errorf("cancelled run: %v, want the context's error (not the message's fault)", err)
 	}
 }
+
+type panicking struct{}
+
+func (panicking) Lookup(set, key, column string) (string, bool, error) { panic("index out of range") }
+
+// A Go panic under the script (here from a lookup) fails only its message;
+// the program keeps serving the next ones.
+func TestPanicUnderTheScriptFailsItsMessage(t *testing.T) {
+	t.Parallel()
+	p := program(t, `function transform(msg, ctx) { if (msg.get("MSH-10") === "BOOM") ctx.lookup("codes", "x"); }`,
+		func(_ *config.JavaScript, o *script.Options) { o.Lookup, o.Sets = panicking{}, []string{"codes"} })
+	_, err := run(t, p, script.Input{Message: parse(t, strings.Replace(adt, "MSG1", "BOOM", 1))})
+	var se *script.Error
+	if !errors.As(err, &se) || se.Kind != script.KindCrash {
+		t.Fatalf("panic under the script: %v, want an engine failure of the message", err)
+	}
+	if _, err := run(t, p, script.Input{}); err != nil {
+		t.Errorf("the next message: %v", err)
+	}
+}
