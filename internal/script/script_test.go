@@ -28,7 +28,7 @@ const adt = "MSH|^~\\&|REG|HOSP|LAB|HOSP|20240101120000||ADT^A01^ADT_A01|MSG1|P|
 	"OBX|2|NM|NA||140\r"
 
 // program compiles src as a one-file javascript handler.
-func program(t *testing.T, src string, mod ...func(*config.JavaScript, *script.Options)) *script.Program {
+func program(t testing.TB, src string, mod ...func(*config.JavaScript, *script.Options)) *script.Program {
 	t.Helper()
 	js := &config.JavaScript{
 		Timeout: time.Second, OnError: config.ScriptDeadLetter,
@@ -45,7 +45,7 @@ func program(t *testing.T, src string, mod ...func(*config.JavaScript, *script.O
 	return p
 }
 
-func parse(t *testing.T, raw string) *hl7.Message {
+func parse(t testing.TB, raw string) *hl7.Message {
 	t.Helper()
 	m, err := hl7.Parse([]byte(raw))
 	if err != nil {
