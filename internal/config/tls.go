@@ -119,7 +119,7 @@ func (l *loader) checkInboundTLS(in *MLLPInbound, p path) {
 	if in.Plaintext || !l.given(lp) || l.failed(lp) {
 		return
 	}
-	if host, _, err := net.SplitHostPort(in.Listen); err == nil && !isLoopbackHost(host) {
+	if _, _, err := net.SplitHostPort(in.Listen); err == nil && in.Exposed() {
 		l.warnf(lp, "%s accepts plaintext MLLP from the network: anyone on the path can read the messages; "+
 			"add a tls: block (cert_file, key_file, and client_ca_file to require client certificates), "+
 			"or set plaintext: true to acknowledge a trusted network", in.Listen)
@@ -147,15 +147,20 @@ func (l *loader) checkOutboundTLS(d *MLLPDestination, p path) {
 	}
 }
 
-// isLoopbackHost reports whether a listen host only accepts connections
-// from this machine. A wildcard (empty, 0.0.0.0, ::) or any name but
-// localhost counts as reachable from the network.
-func isLoopbackHost(host string) bool {
+// Exposed reports whether the listener accepts connections from other
+// machines. Only localhost and loopback addresses are private; a wildcard
+// (empty, 0.0.0.0, ::) or any other address or name counts as reachable
+// from the network.
+func (in *MLLPInbound) Exposed() bool {
+	host, _, err := net.SplitHostPort(in.Listen)
+	if err != nil {
+		host = in.Listen
+	}
 	if strings.EqualFold(host, "localhost") {
-		return true
+		return false
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return ip == nil || !ip.IsLoopback()
 }
 
 func (l *loader) checkTLSExpiryWarning(c *Config) {
