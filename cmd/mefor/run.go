@@ -49,6 +49,11 @@ sent after that), lets each drainer finish the row in hand, and exits within
 --stop-timeout plus about five seconds; rows not finished stay queued and are
 served again by the next node to run.
 
+A node reads the certificate files its TLS listeners and destinations name
+when it starts, and refuses to start if one is unreadable, does not match its
+key or has expired, naming it; 'mefor reload' re-reads them (renewed files
+apply to new connections). GET /certificates on --admin-listen lists them.
+
 Examples:
   mefor run --config examples/quickstart/mefor.yaml --migrate
   mefor run --config mefor.yaml --node-id a --admin-listen 127.0.0.1:8576
@@ -102,7 +107,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	var adm *admin.Server
 	if c.AdminListen != "" {
-		adm = &admin.Server{Pool: pool, NodeID: nodeID, Serving: node.Lease().Serving, Logger: logger}
+		adm = &admin.Server{Pool: pool, NodeID: nodeID, Serving: node.Lease().Serving, Certificates: node.Certificates, Logger: logger}
 		if err := adm.Start(c.AdminListen); err != nil {
 			return fmt.Errorf("admin HTTP listener on %s: %w (pick another with --admin-listen, or disable it with --admin-listen='')", c.AdminListen, err)
 		}

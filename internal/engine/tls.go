@@ -106,10 +106,12 @@ func (n *Node) checkCertExpiry(ctx context.Context) {
 // for `mefor status`. A failure is logged and left for the next reload or
 // start: status is then out of date, nothing else.
 func (n *Node) recordTransport(ctx context.Context) {
-	t := store.Transport{Listeners: listenersOf(n.Config())}
+	cfg := n.Config()
+	t := store.Transport{Listeners: listenersOf(cfg)}
 	for _, c := range n.tls.set.Certificates() {
 		t.Certificates = append(t.Certificates, store.NodeCertificate{
-			File: c.File, Subject: c.Subject, Issuer: c.Issuer, Serial: c.Serial, NotAfter: c.NotAfter, Uses: c.Uses,
+			File: c.File, Subject: c.Subject, Issuer: c.Issuer, Serial: c.Serial, NotAfter: c.NotAfter,
+			WarnFrom: c.NotAfter.Add(-cfg.TLSExpiryWarning), Uses: c.Uses,
 		})
 	}
 	if err := store.RecordTransport(ctx, n.opts.Pool, n.opts.NodeID, t); err != nil {

@@ -18,6 +18,9 @@ type NodeCertificate struct {
 	Issuer   string    `json:"issuer"`
 	Serial   string    `json:"serial"`
 	NotAfter time.Time `json:"not_after"`
+	// WarnFrom is when the node starts warning about the expiry: NotAfter
+	// less its tls_expiry_warning.
+	WarnFrom time.Time `json:"warn_from"`
 	Uses     []string  `json:"uses"`
 }
 
@@ -131,7 +134,7 @@ func ReadTransportStatus(ctx context.Context, q DBTX, nodeTimeout time.Duration)
 	for _, rec := range recs {
 		for _, c := range rec.t.Certificates {
 			i := slices.IndexFunc(st.Certificates, func(o CertificateInUse) bool {
-				return o.File == c.File && o.Serial == c.Serial && slices.Equal(o.Uses, c.Uses)
+				return o.File == c.File && o.Serial == c.Serial && o.WarnFrom.Equal(c.WarnFrom) && slices.Equal(o.Uses, c.Uses)
 			})
 			if i < 0 {
 				st.Certificates = append(st.Certificates, CertificateInUse{NodeCertificate: c})

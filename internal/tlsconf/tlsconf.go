@@ -417,10 +417,13 @@ func (l *loader) inventory() []Certificate {
 	return out
 }
 
-// age formats a span in days when it is long, for messages about expiry.
+// age formats a span the way people say it, for messages about expiry.
 func age(d time.Duration) string {
-	if d >= 48*time.Hour {
+	switch {
+	case d >= 48*time.Hour:
 		return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+	case d >= 2*time.Hour:
+		return fmt.Sprintf("%d hours", int(d/time.Hour))
 	}
-	return d.Round(time.Minute).String()
+	return fmt.Sprintf("%d minutes", int(d/time.Minute))
 }
