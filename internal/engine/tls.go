@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
@@ -44,7 +45,7 @@ func (n *Node) loadTLS(cfg *config.Config) error {
 	n.senders.UseTLS(set)
 	for _, c := range set.Certificates() {
 		n.logger.Info("certificate in use", "file", c.File, "subject", c.Subject,
-			"expires_at", c.NotAfter.UTC().Format(time.RFC3339), "uses", c.Uses)
+			"expires_at", c.NotAfter.UTC().Format(time.RFC3339), "uses", strings.Join(c.Uses, "; "))
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ func handshakeReason(err error) string {
 	case errors.As(err, &header):
 		return ReasonNotTLS
 	case isRemoteAlert(err, &op):
-		return ReasonRefusedByPeer + " (" + op.Err.Error() + ")"
+		return ReasonRefusedByPeer // which alert is in Err
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
 		return ReasonTimeout
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
@@ -101,8 +101,8 @@ func handshakeReason(err error) string {
 	switch msg := err.Error(); {
 	case strings.Contains(msg, "didn't provide a certificate"):
 		return ReasonNoCertificate
-	case strings.Contains(msg, "protocol version"), strings.Contains(msg, "no cipher suite"),
-		strings.Contains(msg, "no mutual cipher"):
+	case strings.Contains(msg, "protocol version"), strings.Contains(msg, "unsupported versions"),
+		strings.Contains(msg, "no cipher suite"), strings.Contains(msg, "no mutual cipher"):
 		return ReasonNoCommonVersion
 	}
 	return ReasonOther
