@@ -57,7 +57,8 @@ apply to new connections). GET /certificates on --admin-listen lists them.
 Examples:
   mefor run --config examples/quickstart/mefor.yaml --migrate
   mefor run --config mefor.yaml --node-id a --admin-listen 127.0.0.1:8576
-  DATABASE_URL=postgres://mefor:secret@db/mefor mefor run --config /etc/mefor/mefor.yaml`
+  DATABASE_URL='postgres://mefor:secret@db.example.org/mefor?sslmode=verify-full&sslrootcert=/etc/mefor/tls/db-ca.crt' \
+    mefor run --config /etc/mefor/mefor.yaml`
 }
 
 func (c *runCmd) Run(ctx context.Context, g *Globals) error {
