@@ -265,3 +265,17 @@ destinations:
 		t.Errorf("got line %d field %q", e.Line, e.Field)
 	}
 }
+
+func TestTLSExample(t *testing.T) {
+	c, err := config.Load("../../examples/tls/mefor.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) > 0 {
+		t.Errorf("warnings: %v", config.Errors(c.Warnings))
+	}
+	in, out := c.Channel("adt").Inbound.MLLP.TLS, c.Destination("lab").MLLP.TLS
+	if !in.Enabled || in.ClientCAFile == "" || !out.Enabled || out.CAFile == "" || out.CertFile == "" {
+		t.Errorf("the example no longer shows mutual TLS both ways: inbound %+v, outbound %+v", in, out)
+	}
+}
