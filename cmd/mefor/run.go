@@ -27,7 +27,7 @@ type runCmd struct {
 	NodeID          string        `name:"node-id" placeholder:"ID" help:"Name of this node (default host:pid:random)."`
 	Migrate         bool          `help:"Apply pending migrations before starting (default: refuse to start on an old schema)."`
 	StopTimeout     time.Duration `name:"stop-timeout" default:"30s" help:"On SIGTERM/SIGINT, how long drainers may take to finish their current row before being cancelled."`
-	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /cluster/status, /cluster/nodes); empty disables them. Give each node on one host its own."`
+	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /cluster/status, /cluster/nodes, /certificates); empty disables them. Give each node on one host its own."`
 	ReclaimInterval time.Duration `name:"reclaim-interval" placeholder:"DURATION" help:"How often River's leader re-activates lanes left with backlog and no drainer; overrides maintenance.reclaim.schedule (default 5s)."`
 }
 

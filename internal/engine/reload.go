@@ -430,13 +430,13 @@ func (n *Node) planListeners(cur, next *config.Config) (*listenerPlan, error) {
 		switch {
 		case now == nil || now.Inbound.MLLP == nil:
 			plan.close = append(plan.close, bl)
-		case was != nil && was.Inbound.MLLP != nil && *was.Inbound.MLLP == *now.Inbound.MLLP:
+		case was != nil && was.Inbound.MLLP != nil && sameListener(was.Inbound.MLLP, now.Inbound.MLLP):
 			plan.keep = append(plan.keep, bl)
 		default:
 			plan.close = append(plan.close, bl)
 			plan.open = append(plan.open, pendingListener{ch: now})
 		}
-		if was != nil && was.Inbound.MLLP != nil && (now == nil || now.Inbound.MLLP == nil || *was.Inbound.MLLP != *now.Inbound.MLLP) {
+		if was != nil && was.Inbound.MLLP != nil && (now == nil || now.Inbound.MLLP == nil || !sameListener(was.Inbound.MLLP, now.Inbound.MLLP)) {
 			freed[was.Inbound.MLLP.Listen] = true
 		}
 	}

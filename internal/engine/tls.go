@@ -120,6 +120,16 @@ func (n *Node) recordTransport(ctx context.Context) {
 	}
 }
 
+// sameListener reports whether a reload may keep a listener bound with a
+// as it is for b. plaintext: true only silences a warning, so acknowledging
+// a plaintext listener does not rebind it (which would close its idle
+// connections).
+func sameListener(a, b *config.MLLPInbound) bool {
+	x, y := *a, *b
+	x.Plaintext, y.Plaintext = false, false
+	return x == y
+}
+
 // listenersOf says how each channel of cfg listens.
 func listenersOf(cfg *config.Config) []store.NodeListener {
 	var out []store.NodeListener

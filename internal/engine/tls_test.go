@@ -326,3 +326,48 @@ destinations:
 		return received.Load() == 1
 	})
 }
+
+// Acknowledging a plaintext listener (plaintext: true) silences a warning
+// and nothing else: the listener, and connections on it, stay up.
+func TestReloadPlaintextAcknowledgementKeepsListener(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	listen := freeAddr(t)
+	doc := func(extra string) string {
+		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound: {mllp: {listen: %q%s}}
+    routes: [{destinations: [down]}]
+destinations:
+  down: {type: mllp, mllp: {address: %q}}
+`, listen, extra, newPartner(t, "").addr)
+	}
+	path, cfg := configFile(t, "plain.yaml", doc(""))
+	n := startNode(t, db, cfg, named("plain"))
+
+	var conns atomic.Int32
+	c := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conns.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	defer c.Close()
+	if _, err := c.Send(ctx, adt("P1", "X")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, doc(", plaintext: true"))
+	res, err := n.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Changed || len(res.Listeners) != 0 {
+		t.Errorf("reload: changed %v, listeners %v; want the file applied and no listener rebound", res.Changed, res.Listeners)
+	}
+	if _, err := c.Send(ctx, adt("P2", "X")); err != nil {
+		t.Fatal(err)
+	}
+	if got := conns.Load(); got != 1 {
+		t.Fatalf("the sender connected %d times, want its connection kept across the reload", got)
+	}
+}
