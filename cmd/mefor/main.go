@@ -51,6 +51,8 @@ type Globals struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" placeholder:"URL" help:"PostgreSQL connection URL (default from DATABASE_URL), e.g. postgres://mefor:secret@localhost:5432/mefor."`
 	LogLevel    string `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Log level: debug, info, warn, error."`
 	LogFormat   string `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
+	// See checkDatabaseTLS.
+	AllowInsecureDatabase bool `name:"allow-insecure-database" help:"Connect to a database on another host without verified TLS (sslmode disable, allow or prefer); refused by default."`
 
 	logger *slog.Logger
 	stdout io.Writer

@@ -25,12 +25,18 @@ type Config struct {
 	ReferenceSets []ReferenceSet
 	// Maintenance schedules the periodic jobs: reclaim, retention.
 	Maintenance Maintenance
+	// TLSExpiryWarning is how long before a certificate in use expires a
+	// node starts logging a warning about it, once a day. Defaults to 30
+	// days.
+	TLSExpiryWarning time.Duration
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.
 	Warnings []Error
 
 	sum [sha256.Size]byte
+	// pos says where each field given in the file is written, for Problem.
+	pos map[path]position
 }
 
 // Hash returns the hex SHA-256 of the raw file content and of the scripts
@@ -125,6 +131,12 @@ type MLLPInbound struct {
 	// IdleTimeout is how long a connection may stay silent between frames
 	// before it is closed.
 	IdleTimeout time.Duration
+	// TLS, when enabled, makes the listener speak MLLP over TLS only.
+	TLS ServerTLS
+	// Plaintext acknowledges a plaintext listener on a non-loopback
+	// address, which is otherwise flagged by `mefor config check` and
+	// `mefor status`.
+	Plaintext bool
 }
 
 // AckAfter says when a channel acknowledges a message to its sender.
@@ -268,6 +280,9 @@ type MLLPDestination struct {
 	// AEIsFailure makes an AE (application error) ACK count as a failed
 	// delivery to retry. AR is always a failure.
 	AEIsFailure bool
+	// TLS, when enabled, makes every connection to the receiver TLS,
+	// verified before anything is sent.
+	TLS ClientTLS
 }
 
 // OrderingMode says how strictly a destination preserves message order.

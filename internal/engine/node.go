@@ -79,6 +79,7 @@ type Node struct {
 
 	reload reloadState  // config reload and the cluster config version watcher (reload.go)
 	refs   *references  // reference-set cache, its watcher and the sync worker (reference.go)
+	tls    transport    // certificates in use and their expiry watch (tls.go)
 	state  *state.Cache // transform state as this node last saw it (script.go)
 }
 
@@ -102,6 +103,9 @@ func New(opts Options) (*Node, error) {
 		opts.StopTimeout = 30 * time.Second
 	}
 	n := &Node{opts: opts, logger: opts.Logger, senders: connector.NewPool(), stopping: make(chan struct{})}
+	if err := n.loadTLS(opts.Config); err != nil {
+		return nil, err
+	}
 	n.refs = newReferences(opts)
 	n.state = state.NewCache(0)
 	g, err := NewGraph(opts.Config, n.graphOptions()...)
@@ -242,6 +246,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.membership.Join(ctx); err != nil {
 		return err
 	}
+	n.startCertWatch(ctx)
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	n.stopBeat, n.beatDone = stopBeat, make(chan struct{})
 	go func() {
@@ -373,14 +378,7 @@ func (n *Node) bindLocked(ctx context.Context) error {
 			n.unbindLocked(ctx)
 			return fmt.Errorf("channel %q: listen on %s: %w", ch.Name, in.Listen, err)
 		}
-		srv := &mllp.Server{
-			Handler:      n.intake.MLLPHandler(ch),
-			MaxFrameSize: int(in.MaxFrameSize),
-			ReadTimeout:  in.ReadTimeout,
-			IdleTimeout:  in.IdleTimeout,
-			OnOversize:   n.intake.OversizeACK(int(in.MaxFrameSize)),
-			Logger:       n.logger.With("channel", ch.Name),
-		}
+		srv := n.newServer(ch)
 		bl := &boundListener{channel: ch.Name, server: srv, ln: ln, done: make(chan error, 1)}
 		go func() { bl.done <- srv.Serve(ln) }()
 		n.listeners = append(n.listeners, bl)
@@ -453,6 +451,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.senders.Close()
 	n.refs.stopWatch()
+	n.stopCertWatch()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone
