@@ -157,6 +157,20 @@ func DeadNodes(ctx context.Context, q DB) ([]string, error) {
 	return ids, nil
 }
 
+// LiveNodes returns the ids of the nodes that are not dead (nodeDeadSQL),
+// for readers of per-node tables that show only what live nodes run.
+func LiveNodes(ctx context.Context, q DB) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT n.id FROM mefor_node n WHERE NOT `+nodeDeadSQL+` ORDER BY n.id`)
+	if err != nil {
+		return nil, fmt.Errorf("list live nodes: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list live nodes: %w", err)
+	}
+	return ids, nil
+}
+
 // ApplicationNamePrefix starts the application_name of a node's database
 // sessions; the node id follows.
 const ApplicationNamePrefix = "mefor "

@@ -74,6 +74,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		}
 		rs, err := store.ReadRetentionStatus(ctx, tx)
 		st.Retention = &rs
+		if err != nil {
+			return err
+		}
+		st.Transport, err = store.ReadTransportStatus(ctx, tx)
 		return err
 	})
 	return st, err

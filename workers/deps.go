@@ -21,6 +21,7 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/state"
 )
 
 // Graph is the running configuration as the drainers use it. It is looked up
@@ -32,8 +33,9 @@ type Graph interface {
 	// Transform runs a route's handler and returns the deliveries it
 	// produced (none: filtered). An error dead-letters the row; its text
 	// must not contain message content. It wraps ErrNotInConfig when what
-	// the row needs is not in the config.
-	Transform(ctx context.Context, row drainer.Row, msg *hl7.Message) ([]drainer.OutboundOut, error)
+	// the row needs is not in the config. st is the row's view of transform
+	// state, for handlers that keep some.
+	Transform(ctx context.Context, row drainer.Row, msg *hl7.Message, st *state.Row) ([]drainer.OutboundOut, error)
 	// Destination returns a destination's config, nil when it left the config.
 	Destination(name string) *config.Destination
 }
@@ -91,6 +93,9 @@ type Deps struct {
 	// Stopping is closed when the node begins a graceful stop: drainers
 	// finish the row in hand and yield their lane.
 	Stopping <-chan struct{}
+	// State is the node's transform state cache; nil works, with more
+	// re-runs.
+	State *state.Cache
 }
 
 // unknownRetry is how long a lane whose head this node does not know is

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/tlsconf"
 )
 
 type configCmd struct {
@@ -13,17 +16,27 @@ type configCmd struct {
 }
 
 type configCheckCmd struct {
-	File string `arg:"" type:"existingfile" help:"Config file to check."`
-	JSON bool   `name:"json" help:"Print the result as JSON."`
+	File       string `arg:"" type:"existingfile" help:"Config file to check."`
+	JSON       bool   `name:"json" help:"Print the result as JSON."`
+	NoTLSFiles bool   `name:"no-tls-files" help:"Do not read the certificate, key and CA files the config names (on a machine that does not have them)."`
 }
 
 func (c *configCheckCmd) Help() string {
 	return `Loads the file exactly as 'mefor run' would (including ${ENV} interpolation)
-and reports every problem at once.
+and reports every problem at once. It also reads the certificate, key and CA
+files that TLS listeners and destinations name, as a node does when it starts:
+a file that does not read, a key that is not its certificate's, or an
+expired certificate is an error (the node would refuse to start), and a
+certificate within tls_expiry_warning of its expiry is a warning. Run it as
+the user mefor runs as, or pass --no-tls-files where the files are absent.
+
+Plaintext listeners on an address other machines can reach are warnings;
+plaintext: true on the listener acknowledges one and silences it.
 
 Examples:
   mefor config check examples/quickstart/mefor.yaml
-  mefor config check /etc/mefor/mefor.yaml --json`
+  mefor config check /etc/mefor/mefor.yaml --json
+  mefor config check --no-tls-files mefor.yaml     # in CI, without the keys`
 }
 
 type configCheckResult struct {
@@ -35,6 +48,9 @@ type configCheckResult struct {
 	Handlers     int            `json:"handlers"`
 	Destinations int            `json:"destinations"`
 	Hash         string         `json:"hash,omitempty"`
+	// Certificates lists the certificates the TLS settings name, when
+	// their files were read.
+	Certificates []tlsconf.Certificate `json:"certificates,omitempty"`
 }
 
 func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
@@ -50,6 +66,9 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 		res.Warnings = cfg.Warnings
 		res.Channels, res.Handlers, res.Destinations = len(cfg.Channels), len(cfg.Handlers), len(cfg.Destinations)
 		res.Hash = cfg.Hash()
+		if !c.NoTLSFiles {
+			res.checkTLSFiles(cfg, time.Now())
+		}
 	}
 
 	if c.JSON {
@@ -72,4 +91,27 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 		return &exitError{code: 1, err: fmt.Errorf("%s: %d problems", c.File, len(res.Errors))}
 	}
 	return nil
+}
+
+// checkTLSFiles reads the TLS files as a starting node does, adding their
+// problems as errors and the certificates close to expiry as warnings.
+func (res *configCheckResult) checkTLSFiles(cfg *config.Config, now time.Time) {
+	set, err := tlsconf.New(cfg, now)
+	var errs config.Errors
+	switch {
+	case errors.As(err, &errs):
+		res.Errors, res.OK = append(res.Errors, errs...), false
+		return
+	case err != nil:
+		res.Errors, res.OK = append(res.Errors, config.Error{File: cfg.File, Message: err.Error()}), false
+		return
+	}
+	res.Certificates = set.Certificates()
+	for _, crt := range res.Certificates {
+		if left := crt.NotAfter.Sub(now); left <= cfg.TLSExpiryWarning {
+			res.Warnings = append(res.Warnings, config.Error{File: cfg.File, Message: fmt.Sprintf(
+				"certificate %q in %s (%s) expires on %s, in %d days; install a renewed one at the same path and run mefor reload",
+				crt.Subject, crt.File, strings.Join(crt.Uses, "; "), crt.NotAfter.UTC().Format(time.RFC3339), int(left.Hours()/24))})
+		}
+	}
 }

@@ -34,6 +34,11 @@ func (g *Globals) poolWith(ctx context.Context, adjust func(*pgxpool.Config)) (*
 		// pgx's parse errors can echo the URL, password included.
 		return nil, errors.New("database URL is not valid: want postgres://user:password@host:port/dbname")
 	}
+	if !g.AllowInsecureDatabase {
+		if err := checkDatabaseTLS(&cfg.ConnConfig.Config, g.DatabaseURL); err != nil {
+			return nil, err
+		}
+	}
 	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {
 		// pgx's default (4 on a 2-core host) starves a node whose stage
 		// drainers each hold a connection per hand-off; connections are

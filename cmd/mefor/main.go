@@ -26,6 +26,7 @@ type CLI struct {
 	Run        runCmd        `cmd:"" help:"Start a node: stage workers, inbound listeners and the reclaim job for a config."`
 	Migrate    migrateCmd    `cmd:"" help:"Apply (or list with --status) River's and mefor's database migrations."`
 	Config     configCmd     `cmd:"" help:"Validate a channel config file."`
+	Handler    handlerCmd    `cmd:"" help:"Try a handler on sample messages without the database (handler test)."`
 	Enqueue    enqueueCmd    `cmd:"" help:"Store a message into a channel as a listener would, and print its id."`
 	Messages   messagesCmd   `cmd:"" help:"List messages, or show one with its stage rows and event timeline."`
 	Dead       deadCmd       `cmd:"" help:"List dead-lettered deliveries."`
@@ -50,6 +51,8 @@ type Globals struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" placeholder:"URL" help:"PostgreSQL connection URL (default from DATABASE_URL), e.g. postgres://mefor:secret@localhost:5432/mefor."`
 	LogLevel    string `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Log level: debug, info, warn, error."`
 	LogFormat   string `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
+	// See checkDatabaseTLS.
+	AllowInsecureDatabase bool `name:"allow-insecure-database" help:"Connect to a database on another host without verified TLS (sslmode disable, allow or prefer); refused by default."`
 
 	logger *slog.Logger
 	stdout io.Writer

@@ -171,6 +171,7 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 		source += " from " + m.RemoteAddr
 	}
 	field("Source", source)
+	field("Source identity", oneLine(m.SourceIdentity))
 	field("Type", m.Type())
 	field("Control ID", oneLine(m.ControlID))
 	field("Sending app", oneLine(m.SendingApp))

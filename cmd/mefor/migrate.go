@@ -18,7 +18,7 @@ func (c *migrateCmd) Help() string {
 lock: safe to run on every node at start-up, and a no-op when up to date.
 
 Examples:
-  mefor migrate --database-url postgres://mefor:secret@db:5432/mefor
+  mefor migrate --database-url 'postgres://mefor:secret@db.example.org:5432/mefor?sslmode=verify-full&sslrootcert=/etc/mefor/tls/db-ca.crt'
   mefor migrate --status`
 }
 

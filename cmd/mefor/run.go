@@ -23,7 +23,7 @@ type runCmd struct {
 	NodeID          string        `name:"node-id" placeholder:"ID" help:"Name of this node (default host:pid:random)."`
 	Migrate         bool          `help:"Apply pending migrations before starting (default: refuse to start on an old schema)."`
 	StopTimeout     time.Duration `name:"stop-timeout" default:"30s" help:"On SIGTERM/SIGINT, how long drainers may take to finish their current row before being cancelled."`
-	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /cluster/status, /cluster/nodes); empty disables them. Give each node on one host its own."`
+	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /cluster/status, /cluster/nodes, /certificates); empty disables them. Give each node on one host its own."`
 	ReclaimInterval time.Duration `name:"reclaim-interval" placeholder:"DURATION" help:"How often River's leader re-activates lanes left with backlog and no drainer; overrides maintenance.reclaim.schedule (default 5s)."`
 }
 
@@ -45,10 +45,16 @@ sent after that), lets each drainer finish the row in hand, and exits within
 --stop-timeout plus about five seconds; rows not finished stay queued and are
 served again by the next node to run.
 
+A node reads the certificate files its TLS listeners and destinations name
+when it starts, and refuses to start if one is unreadable, does not match its
+key or has expired, naming it; 'mefor reload' re-reads them (renewed files
+apply to new connections). GET /certificates on --admin-listen lists them.
+
 Examples:
   mefor run --config examples/quickstart/mefor.yaml --migrate
   mefor run --config mefor.yaml --node-id a --admin-listen 127.0.0.1:8576
-  DATABASE_URL=postgres://mefor:secret@db/mefor mefor run --config /etc/mefor/mefor.yaml`
+  DATABASE_URL='postgres://mefor:secret@db.example.org/mefor?sslmode=verify-full&sslrootcert=/etc/mefor/tls/db-ca.crt' \
+    mefor run --config /etc/mefor/mefor.yaml`
 }
 
 func (c *runCmd) Run(ctx context.Context, g *Globals) error {
@@ -88,7 +94,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	var adm *admin.Server
 	if c.AdminListen != "" {
-		adm = &admin.Server{Pool: pool, NodeID: nodeID, Serving: node.Lease().Serving, Logger: logger}
+		adm = &admin.Server{Pool: pool, NodeID: nodeID, Serving: node.Lease().Serving, Certificates: node.Certificates, Logger: logger}
 		if err := adm.Start(c.AdminListen); err != nil {
 			return fmt.Errorf("admin HTTP listener on %s: %w (pick another with --admin-listen, or disable it with --admin-listen='')", c.AdminListen, err)
 		}

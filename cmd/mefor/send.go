@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ type sendCmd struct {
 	UniqueIDs  bool          `name:"unique-ids" help:"Give every message sent a fresh MSH-10 control id (for load tests that cycle a file)."`
 	AckTimeout time.Duration `name:"ack-timeout" default:"30s" help:"How long to wait for each ACK."`
 	Quiet      bool          `help:"Print only the summary line."`
+	TLS        clientTLS     `embed:""`
 }
 
 func (c *sendCmd) Help() string {
@@ -29,7 +31,12 @@ transport error). Exits 1 if any message did not get AA.
 
 Examples:
   mefor send --to 127.0.0.1:2575 examples/quickstart/adt.hl7
-  mefor send --to 127.0.0.1:2575 --count 10000 --rate 500 --unique-ids --quiet examples/quickstart/adt.hl7`
+  mefor send --to 127.0.0.1:2575 --count 10000 --rate 500 --unique-ids --quiet examples/quickstart/adt.hl7
+
+Over TLS, verifying the listener with a private CA and presenting a client
+certificate (a listener with client_ca_file requires one); a handshake that
+fails is reported as "tls" with the reason on standard error:
+  mefor send --to mefor.example.org:2575 --tls-ca ca.crt --tls-cert sender.crt --tls-key sender.key adt.hl7`
 }
 
 func (c *sendCmd) Run(ctx context.Context, g *Globals) error {
@@ -50,6 +57,13 @@ func (c *sendCmd) Run(ctx context.Context, g *Globals) error {
 	}
 
 	client := &mllp.Client{Addr: c.To, AckTimeout: c.AckTimeout}
+	tlsCfg, err := c.TLS.config()
+	if err != nil {
+		return err
+	}
+	if tlsCfg != nil {
+		client.Dialer = mllp.TLSDialer(func() *tls.Config { return tlsCfg })
+	}
 	defer client.Close()
 	var tick <-chan time.Time
 	if c.Rate > 0 {
@@ -78,7 +92,10 @@ func (c *sendCmd) Run(ctx context.Context, g *Globals) error {
 			}
 			controlID = m.ControlID()
 		}
-		code := sendOne(ctx, client, raw)
+		code, err := sendOne(ctx, client, raw)
+		if err != nil && !c.Quiet {
+			fmt.Fprintf(g.stderr, "message %d: %v\n", i+1, err)
+		}
 		counts[code]++
 		if code != string(hl7.AckAccept) {
 			failed++
@@ -100,25 +117,29 @@ func (c *sendCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // sendOne sends one message and names its outcome: the ACK code, or the
-// class of transport failure.
-func sendOne(ctx context.Context, c *mllp.Client, raw []byte) string {
+// class of transport failure with the error (which holds no message
+// content).
+func sendOne(ctx context.Context, c *mllp.Client, raw []byte) (string, error) {
 	reply, err := c.Send(ctx, raw)
 	var dial *mllp.DialError
+	var hs *mllp.HandshakeError
 	switch {
+	case errors.As(err, &hs):
+		return "tls", err
 	case errors.As(err, &dial):
-		return "refused"
+		return "refused", err
 	case errors.Is(err, mllp.ErrAckTimeout):
-		return "timeout"
+		return "timeout", err
 	case errors.Is(err, mllp.ErrConnClosed):
-		return "closed"
+		return "closed", err
 	case err != nil:
-		return "error"
+		return "error", err
 	}
 	ack, err := hl7.ParseACK(reply)
 	if err != nil {
-		return "bad-ack"
+		return "bad-ack", nil
 	}
-	return string(ack.Code)
+	return string(ack.Code), nil
 }
 
 func readInput(name string) ([]byte, error) {

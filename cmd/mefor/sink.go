@@ -21,6 +21,7 @@ type sinkCmd struct {
 	Ack    string        `default:"AA" enum:"AA,AE,AR" help:"ACK code to answer with (AE/AR to exercise a sender's retries)."`
 	Delay  time.Duration `placeholder:"DURATION" help:"Wait this long before answering each message (a slow partner, e.g. to cancel during a send)."`
 	Quiet  bool          `help:"Do not print a line per message."`
+	TLS    serverTLS     `embed:""`
 }
 
 func (c *sinkCmd) Help() string {
@@ -31,7 +32,11 @@ per message. Stops on Ctrl-C.
 Examples:
   mefor sink --listen 127.0.0.1:2576
   mefor sink --listen 127.0.0.1:2576 --dir ./out/sink
-  mefor sink --listen 127.0.0.1:2576 --delay 3s`
+  mefor sink --listen 127.0.0.1:2576 --delay 3s
+
+Over TLS, requiring senders to present a certificate signed by ca.crt (each
+message line then ends with the sender's certificate subject):
+  mefor sink --listen 127.0.0.1:2576 --tls-cert sink.crt --tls-key sink.key --tls-client-ca ca.crt`
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -42,14 +47,19 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("create %s: %w", c.Dir, err)
 		}
 	}
+	tlsCfg, err := c.TLS.config()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	var n atomic.Int64
 	srv := &mllp.Server{
-		Logger: g.logger,
-		Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, _ mllp.ConnInfo) []byte {
+		Logger:    g.logger,
+		TLSConfig: tlsCfg,
+		Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, conn mllp.ConnInfo) []byte {
 			seq := n.Add(1)
 			msg, err := hl7.Parse(raw)
 			if err != nil {
@@ -64,7 +74,11 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 				}
 			}
 			if !c.Quiet {
-				fmt.Fprintf(g.stdout, "%d\t%s\t%s^%s\n", seq, msg.ControlID(), msg.MessageType(), msg.TriggerEvent())
+				from := ""
+				if peer := conn.PeerSubject(); peer != "" {
+					from = "\tfrom " + peer
+				}
+				fmt.Fprintf(g.stdout, "%d\t%s\t%s^%s%s\n", seq, msg.ControlID(), msg.MessageType(), msg.TriggerEvent(), from)
 			}
 			if c.Delay > 0 {
 				select {
@@ -76,7 +90,8 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 			return hl7.NewACK(msg, hl7.AckCode(c.Ack), "", hl7.NewControlID(), time.Now())
 		}),
 	}
-	g.logger.Info("sink listening", "addr", ln.Addr().String(), "dir", c.Dir, "ack", c.Ack)
+	g.logger.Info("sink listening", "addr", ln.Addr().String(), "dir", c.Dir, "ack", c.Ack,
+		"tls", tlsCfg != nil, "client_certificates", tlsCfg != nil && tlsCfg.ClientCAs != nil)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

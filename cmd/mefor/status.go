@@ -31,6 +31,14 @@ latest 'mefor reload' (with the reason it recorded) and "file differs" when
 its file is not the one that reload validated. Under the channels: the age of
 the oldest message body retention has not purged yet ("retention" in JSON).
 
+Last, the certificates the live nodes loaded from their own files ("transport"
+in JSON): file, subject, expiry, what each serves as and which nodes use it,
+marked "renew soon" inside tls_expiry_warning and "EXPIRED" past it; and a
+warning for each channel listening in plaintext on an address other machines
+can reach, unless its config says plaintext: true. Each node records these
+when it starts and at each reload, so the list is what is in use, not what a
+config file on this machine says ('mefor config check' reads the files).
+
 Examples:
   mefor status
   mefor status --json | jq '.destinations[] | select(.dead > 0)'`
@@ -74,7 +82,7 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Fprintln(g.stdout)
 	if len(st.Destinations) == 0 {
 		fmt.Fprintln(g.stdout, "no deliveries yet")
-		return printConfigStatus(g.stdout, st.Config)
+		return c.printTail(g.stdout, st)
 	}
 	tw := newTable(g.stdout)
 	fmt.Fprintln(tw, "DESTINATION\tLANES\tQUEUED\tIN FLIGHT\tOLDEST QUEUED\tDELIVERED\tDEAD\tCANCELLED")
@@ -85,7 +93,16 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return printConfigStatus(g.stdout, st.Config)
+	return c.printTail(g.stdout, st)
+}
+
+// printTail prints what follows the counts: each node's config, then the
+// certificates in use and the plaintext listeners.
+func (c *statusCmd) printTail(w io.Writer, st *store.Status) error {
+	if err := printConfigStatus(w, st.Config); err != nil {
+		return err
+	}
+	return printTransport(w, st.Transport, st.At)
 }
 
 // fmtAge prints an age in seconds the way an operator reads it: "-" for

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/tlsconf"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -23,7 +24,9 @@ type Server struct {
 	NodeID string
 	// Serving reports whether this node holds the listener lease.
 	Serving func() bool
-	Logger  *slog.Logger
+	// Certificates, when set, lists the certificates this node uses.
+	Certificates func() []tlsconf.Certificate
+	Logger       *slog.Logger
 
 	srv *http.Server
 	ln  net.Listener
@@ -34,8 +37,16 @@ type Server struct {
 //	GET /healthz          200 when the node runs and its database answers, else 503
 //	GET /cluster/status   lease holder and expiry, River leader, node counts
 //	GET /cluster/nodes    the node listing of `mefor nodes --json`
+//	GET /certificates     the certificates this node loaded: file, subject, issuer, expiry, uses
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /certificates", func(w http.ResponseWriter, r *http.Request) {
+		certs := []tlsconf.Certificate{}
+		if s.Certificates != nil {
+			certs = append(certs, s.Certificates()...)
+		}
+		writeJSON(w, http.StatusOK, certs)
+	})
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /cluster/status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := ops.GetClusterStatus(r.Context(), s.Pool)

@@ -26,18 +26,25 @@ type Config struct {
 	ReferenceSets []ReferenceSet
 	// Maintenance schedules the periodic jobs: reclaim, retention.
 	Maintenance Maintenance
+	// TLSExpiryWarning is how long before a certificate in use expires a
+	// node starts logging a warning about it, once a day. Defaults to 30
+	// days.
+	TLSExpiryWarning time.Duration
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.
 	Warnings []Error
 
 	sum [sha256.Size]byte
+	// pos says where each field given in the file is written, for Problem.
+	pos map[path]position
 }
 
-// Hash returns the hex SHA-256 of the raw file content. Nodes compare it to
-// detect that they were started with different files. It is taken before
-// environment interpolation, so two nodes with the same file but different
-// environments have the same hash.
+// Hash returns the hex SHA-256 of the raw file content and of the scripts
+// its javascript handlers load. Nodes compare it to detect that they were
+// started with different files, and a reload with an unchanged hash changes
+// nothing. It is taken before environment interpolation, so two nodes with
+// the same file but different environments have the same hash.
 func (c *Config) Hash() string {
 	return hex.EncodeToString(c.sum[:])
 }
@@ -125,6 +132,12 @@ type MLLPInbound struct {
 	// IdleTimeout is how long a connection may stay silent between frames
 	// before it is closed.
 	IdleTimeout time.Duration
+	// TLS, when enabled, makes the listener speak MLLP over TLS only.
+	TLS ServerTLS
+	// Plaintext acknowledges a plaintext listener on a non-loopback
+	// address, which is otherwise flagged by `mefor config check` and
+	// `mefor status`.
+	Plaintext bool
 }
 
 // AckAfter says when a channel acknowledges a message to its sender.
@@ -205,6 +218,8 @@ type Handler struct {
 	Type HandlerType
 	// Map holds the edits of a HandlerMap, applied in order.
 	Map []MapOp
+	// JavaScript holds a HandlerJavaScript's settings and scripts.
+	JavaScript *JavaScript
 }
 
 // MapOpKind is the kind of one map edit.
@@ -284,6 +299,9 @@ type MLLPDestination struct {
 	// delivery to retry. AR is always a failure; the destination's
 	// OnReject decides whether it is retried.
 	AEIsFailure bool
+	// TLS, when enabled, makes every connection to the receiver TLS,
+	// verified before anything is sent.
+	TLS ClientTLS
 }
 
 // OrderingMode says how strictly a destination preserves message order.

@@ -22,10 +22,11 @@ func (l *loader) decode(root *yaml.Node) *Config {
 		Heartbeat:    defaultHeartbeat,
 		FenceTimeout: defaultFenceTimeout,
 		LeaseTTL:     defaultLeaseTTL,
-	}}
+	}, TLSExpiryWarning: defaultTLSExpiryWarning}
 	var top path
-	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance")
+	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning")
 	l.decodeCluster(m["cluster"], top.key("cluster"), &c.Cluster)
+	decodeScalar(l, m, top, "tls_expiry_warning", &c.TLSExpiryWarning, parseAge)
 	c.Maintenance = defaultMaintenance()
 	l.decodeMaintenance(m["maintenance"], top.key("maintenance"), &c.Maintenance)
 	l.named(m["channels"], top.key("channels"), func(name string, n *yaml.Node, p path) {
@@ -78,11 +79,15 @@ func (l *loader) decodeMLLPInbound(n *yaml.Node, p path) *MLLPInbound {
 		ReadTimeout:  defaultReadTimeout,
 		IdleTimeout:  defaultIdleTimeout,
 	}
-	m := l.mapping(n, p, "listen", "max_frame_size", "read_timeout", "idle_timeout")
+	m := l.mapping(n, p, "listen", "max_frame_size", "read_timeout", "idle_timeout", "tls", "plaintext")
 	decodeScalar(l, m, p, "listen", &in.Listen, asString)
 	decodeScalar(l, m, p, "max_frame_size", &in.MaxFrameSize, parseSize)
 	decodeScalar(l, m, p, "read_timeout", &in.ReadTimeout, parseDuration)
 	decodeScalar(l, m, p, "idle_timeout", &in.IdleTimeout, parseDuration)
+	decodeScalar(l, m, p, "plaintext", &in.Plaintext, parseBool)
+	if tn, ok := m["tls"]; ok {
+		in.TLS = l.decodeServerTLS(tn, p.key("tls"))
+	}
 	return in
 }
 
@@ -348,6 +353,10 @@ func (l *loader) mapping(n *yaml.Node, p path, known ...string) map[string]*yaml
 		}
 		seen[k] = e.key.Line
 		if !slices.Contains(known, k) {
+			if why, refused := refusedKeys[k]; refused {
+				l.errorAt(e.key, kp, "%s", why)
+				continue
+			}
 			l.errorAt(e.key, kp, "is not a known key%s (allowed here: %s)", didYouMean(k, known, "%s"), strings.Join(known, ", "))
 			continue
 		}

@@ -37,6 +37,12 @@ func handlerKinds() []handlerKind {
 			check:   checkMapOps,
 			example: "map: [{set: {path: MSH-5, value: LAB}}]",
 		},
+		{
+			typ:     HandlerJavaScript,
+			decode:  decodeJavaScript,
+			check:   checkJavaScript,
+			example: "javascript: {file: ./handlers/visits.js}",
+		},
 	}
 }
 
@@ -167,11 +173,14 @@ func decodeMLLPDestination(l *loader, n *yaml.Node, p path, d *Destination) {
 		AckTimeout:     defaultAckTimeout,
 		AEIsFailure:    true,
 	}
-	m := l.mapping(n, p, "address", "connect_timeout", "ack_timeout", "ae_is_failure")
+	m := l.mapping(n, p, "address", "connect_timeout", "ack_timeout", "ae_is_failure", "tls")
 	decodeScalar(l, m, p, "address", &d.MLLP.Address, asString)
 	decodeScalar(l, m, p, "connect_timeout", &d.MLLP.ConnectTimeout, parseDuration)
 	decodeScalar(l, m, p, "ack_timeout", &d.MLLP.AckTimeout, parseDuration)
 	decodeScalar(l, m, p, "ae_is_failure", &d.MLLP.AEIsFailure, parseBool)
+	if tn, ok := m["tls"]; ok {
+		d.MLLP.TLS = l.decodeClientTLS(tn, p.key("tls"))
+	}
 }
 
 func checkMLLPDestination(l *loader, d *Destination, p path) {
@@ -187,6 +196,7 @@ func checkMLLPDestination(l *loader, d *Destination, p path) {
 	}
 	l.positive(mp, "connect_timeout", d.MLLP.ConnectTimeout, defaultConnectTimeout)
 	l.positive(mp, "ack_timeout", d.MLLP.AckTimeout, defaultAckTimeout)
+	l.checkOutboundTLS(d.MLLP, mp)
 }
 
 func decodeFileDestination(l *loader, n *yaml.Node, p path, d *Destination) {

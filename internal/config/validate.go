@@ -21,6 +21,7 @@ func (l *loader) validate(c *Config) {
 	l.checkDestinations(c)
 	l.checkReferenceSets(c)
 	l.checkMaintenance(c.Maintenance)
+	l.checkTLSExpiryWarning(c)
 }
 
 func (l *loader) checkCluster(c Cluster) {
@@ -125,6 +126,7 @@ func (l *loader) checkMLLPInbound(in *MLLPInbound, p path) {
 	}
 	l.positive(p, "read_timeout", in.ReadTimeout, defaultReadTimeout)
 	l.positive(p, "idle_timeout", in.IdleTimeout, defaultIdleTimeout)
+	l.checkInboundTLS(in, p)
 }
 
 // checkListenersUnique reports channels that would listen on the same port.

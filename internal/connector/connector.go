@@ -17,6 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/tlsconf"
 )
 
 // Outcome classes, recorded in mefor_response.outcome and at the start of
@@ -30,6 +31,7 @@ const (
 	OutcomeAE        = "AE"       // application error ACK
 	OutcomeAR        = "AR"       // application reject ACK
 	OutcomeBadAck    = "bad-ack"  // the reply was not a readable ACK
+	OutcomeTLS       = "tls"      // the TLS handshake failed: nothing was sent
 	OutcomeIOError   = "io-error" // writing a file failed
 	OutcomeInternal  = "internal" // anything else
 	// OutcomeCrashed is recorded by the drainer that takes a lane over
@@ -75,10 +77,21 @@ type Pool struct {
 	mu      sync.Mutex
 	senders map[string]Sender
 	built   map[string]senderKey // the settings each lane's sender was built from
+	tls     *tlsconf.Set
 }
 
 // NewPool returns an empty pool.
 func NewPool() *Pool { return &Pool{senders: map[string]Sender{}, built: map[string]senderKey{}} }
+
+// UseTLS makes the pool's MLLP senders take their TLS configuration from
+// set. The set is read at each new connection, so certificates it renews
+// apply to the lane's next connection, not to the one in use. Call it
+// before the first Get.
+func (p *Pool) UseTLS(set *tlsconf.Set) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tls = set
+}
 
 // Get returns the lane's sender, creating it for dest on first use. A
 // sender built from other settings (a config reload changed the address,
@@ -96,7 +109,11 @@ func (p *Pool) Get(lane string, dest *config.Destination) (Sender, error) {
 		_ = s.Close() // an idle connection to the old settings; nothing to report
 		delete(p.senders, lane)
 	}
-	s, err := New(dest)
+	var tc *tlsconf.Client
+	if p.tls != nil {
+		tc = p.tls.Client(dest.Name)
+	}
+	s, err := New(dest, tc)
 	if err != nil {
 		return nil, err
 	}
@@ -137,18 +154,23 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
-// New builds the sender for a destination.
-func New(dest *config.Destination) (Sender, error) {
+// New builds the sender for a destination. tc is the destination's TLS
+// configuration, required when its settings enable TLS.
+func New(dest *config.Destination, tc *tlsconf.Client) (Sender, error) {
 	switch dest.Type {
 	case config.DestinationMLLP:
-		return &MLLPSender{
-			client: &mllp.Client{
-				Addr:        dest.MLLP.Address,
-				DialTimeout: dest.MLLP.ConnectTimeout,
-				AckTimeout:  dest.MLLP.AckTimeout,
-			},
-			aeIsFailure: dest.MLLP.AEIsFailure,
-		}, nil
+		client := &mllp.Client{
+			Addr:        dest.MLLP.Address,
+			DialTimeout: dest.MLLP.ConnectTimeout,
+			AckTimeout:  dest.MLLP.AckTimeout,
+		}
+		if dest.MLLP.TLS.Enabled {
+			if tc == nil {
+				return nil, fmt.Errorf("destination %q: TLS is configured but its certificates were not loaded", dest.Name)
+			}
+			client.Dialer = mllp.TLSDialer(tc.Config)
+		}
+		return &MLLPSender{client: client, aeIsFailure: dest.MLLP.AEIsFailure}, nil
 	case config.DestinationFile:
 		return &FileSender{dest: dest.File}, nil
 	}
@@ -192,7 +214,11 @@ func (s *MLLPSender) Send(ctx context.Context, d Delivery) Result {
 
 func classifySendError(addr string, err error) Result {
 	var dial *mllp.DialError
+	var hs *mllp.HandshakeError
 	switch {
+	case errors.As(err, &hs):
+		return Result{Outcome: OutcomeTLS, Error: fmt.Sprintf("%s: TLS handshake with %s failed, %s; nothing was delivered (%v)",
+			OutcomeTLS, addr, hs.Reason, hs.Err)}
 	case errors.As(err, &dial) && errors.Is(err, syscall.ECONNREFUSED):
 		return Result{Outcome: OutcomeRefused, Error: fmt.Sprintf("%s: connection refused by %s", OutcomeRefused, addr)}
 	case errors.As(err, &dial):

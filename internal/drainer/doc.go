@@ -19,7 +19,10 @@
 // events, the finalizer and the lane activations commit together or not at
 // all. Everything a hand-off produces is tied, in the statement that
 // consumes, to the rows it actually consumed: a row someone else ended
-// meanwhile (an operator's cancel or an orphan sweep) yields nothing. An
+// meanwhile (an operator's cancel or an orphan sweep) yields nothing, and a
+// transform hand-off whose rows wrote transform state rolls back with a
+// StateConflict instead of leaving the writes of a row it did not consume
+// (state.go). An
 // execution ends in one of three ways: the lane is empty (CompleteIfEmpty,
 // under the lane lock a producer also takes, then river.JobCompleteTx in the
 // same transaction), its time slice is used up (it snoozes for zero), or

@@ -70,6 +70,9 @@ type handoff struct {
 	b        pgx.Batch
 	fenced   bool // set by the fence query when the execution is current
 	finalize []int64
+	// checks run after the batch, once the fence held; an error rolls the
+	// hand-off back (transform state: state.go).
+	checks []func() error
 }
 
 func newHandoff(ex Execution) *handoff {
@@ -110,6 +113,11 @@ func (h *handoff) run(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, act *jo
 	}
 	if !h.fenced {
 		return ErrSuperseded
+	}
+	for _, check := range h.checks {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	if act != nil && ins != nil {
 		return act.Finish(ctx, tx, ins)

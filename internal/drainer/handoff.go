@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
@@ -143,6 +144,10 @@ func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution,
 type TransformDecision struct {
 	Outs       []OutboundOut
 	DeadReason string
+	// State is what the row's transform read and wrote of transform state
+	// (nil: nothing). The writes of a row that is dead-lettered are not
+	// applied; its reads are still checked. See state.go.
+	State *state.Change
 }
 
 // TransformBatch hands a batch of routed rows off: consumes them, writes one
@@ -211,6 +216,8 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 			ORDER BY o.n`,
 			consumed, evWork, evName, evDetail, oWork, oLane, oChan, oRoute, oHandler, oDest, oPayload)
 	}
+	// After the lane locks and the consume, before the message locks.
+	queueState(h, rows, decisions)
 	if len(oWork) > 0 {
 		act = jobs.QueueActivation(&h.b, lanes)
 	}

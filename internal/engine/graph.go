@@ -12,6 +12,8 @@ import (
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/script"
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/workers"
 )
@@ -22,7 +24,8 @@ import (
 type Graph struct {
 	cfg      *config.Config
 	handlers map[string]handler.Handler
-	keys     map[string]hl7.Path // partitioned destination → key path
+	scripts  map[string]*script.Program // javascript handlers
+	keys     map[string]hl7.Path        // partitioned destination → key path
 	// gens is each destination's layout generation (store.ResolveLayouts);
 	// a destination missing from it uses generation 0.
 	gens map[string]int
@@ -37,9 +40,18 @@ func NewGraph(cfg *config.Config, opts ...handler.MapOption) (*Graph, error) {
 
 // NewGraphWith compiles cfg with the destinations' layout generations.
 func NewGraphWith(cfg *config.Config, gens map[string]int, opts ...handler.MapOption) (*Graph, error) {
-	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, keys: map[string]hl7.Path{}, gens: gens}
+	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, scripts: map[string]*script.Program{},
+		keys: map[string]hl7.Path{}, gens: gens}
 	g.handlers["passthrough"] = handler.Passthrough{}
 	for _, h := range cfg.Handlers {
+		if h.Type == config.HandlerJavaScript {
+			p, err := buildScript(cfg, h, opts)
+			if err != nil {
+				return nil, fmt.Errorf("handler %q: %w", h.Name, err)
+			}
+			g.scripts[h.Name] = p
+			continue
+		}
 		built, err := buildHandler(h, opts)
 		if err != nil {
 			return nil, fmt.Errorf("handler %q: %w", h.Name, err)
@@ -80,7 +92,7 @@ func (g *Graph) Route(channel string, msg *hl7.Message) ([]drainer.RoutedOut, bo
 
 // Transform implements workers.Graph: run the route's handler and lay out
 // one delivery per destination of the route.
-func (g *Graph) Transform(ctx context.Context, row drainer.Row, msg *hl7.Message) ([]drainer.OutboundOut, error) {
+func (g *Graph) Transform(ctx context.Context, row drainer.Row, msg *hl7.Message, st *state.Row) ([]drainer.OutboundOut, error) {
 	ch := g.cfg.Channel(row.Channel)
 	if ch == nil {
 		return nil, fmt.Errorf("channel %q is %w", row.Channel, workers.ErrNotInConfig)
@@ -88,6 +100,9 @@ func (g *Graph) Transform(ctx context.Context, row drainer.Row, msg *hl7.Message
 	route := ch.Route(row.Route)
 	if route == nil {
 		return nil, fmt.Errorf("route %q of channel %q is %w", row.Route, row.Channel, workers.ErrNotInConfig)
+	}
+	if p, ok := g.scripts[row.Handler]; ok {
+		return g.transformScript(ctx, p, row, route, msg, st)
 	}
 	h, ok := g.handlers[row.Handler]
 	if !ok {

@@ -52,12 +52,15 @@ type Received struct {
 // for inspection); only a database failure returns an error, and then the
 // message is not stored and must not be acknowledged.
 func (in *Intake) Receive(ctx context.Context, channel, source, remote string, raw []byte) (Received, error) {
-	return in.receive(ctx, channel, source, remote, raw, "")
+	return in.receive(ctx, channel, source, remote, raw, "", "")
 }
 
-func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner string) (Received, error) {
+// receive stores one message; identity is the subject of the sender's
+// verified client certificate, if any.
+func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner, identity string) (Received, error) {
 	msg, perr := hl7.Parse(raw)
-	inbound := store.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner}
+	inbound := store.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner,
+		SourceIdentity: identity}
 	if perr != nil {
 		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()
 	} else {
@@ -105,7 +108,7 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 		// The sender waits on this answer, but a node that is stopping still
 		// commits what it accepted: do not let a cancelled connection
 		// context abort a commit mid-way.
-		rec, err := in.receive(context.WithoutCancel(ctx), ch.Name, "mllp", remote, raw, owner)
+		rec, err := in.receive(context.WithoutCancel(ctx), ch.Name, "mllp", remote, raw, owner, conn.PeerSubject())
 		if err != nil {
 			in.Logger.ErrorContext(ctx, "message not stored, closing connection without ACK",
 				"channel", ch.Name, "remote", remote, "size", len(raw), "error", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
@@ -79,12 +80,14 @@ type Node struct {
 	mu        sync.Mutex
 	listeners []*boundListener
 
-	reload reloadState // config reload and the cluster config version watcher (reload.go)
+	reload reloadState  // config reload and the cluster config version watcher (reload.go)
+	refs   *references  // reference-set cache, its watcher and the sync worker (reference.go)
+	tls    transport    // certificates in use and their expiry watch (tls.go)
+	state  *state.Cache // transform state as this node last saw it (script.go)
 	// agreeMu guards disagreement: why the cluster does not agree on this
 	// node's config ("" when it does), as last logged.
 	agreeMu      sync.Mutex
 	disagreement string
-	refs         *references // reference-set cache, its watcher and the sync worker (reference.go)
 }
 
 type boundListener struct {
@@ -115,8 +118,13 @@ func New(opts Options) (*Node, error) {
 	}
 	opts.Pool = pool
 	n := &Node{opts: opts, logger: opts.Logger, senders: connector.NewPool(), stopping: make(chan struct{})}
+	if err := n.loadTLS(opts.Config); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	n.refs = newReferences(opts)
-	g, err := NewGraph(opts.Config, n.refs.mapOptions()...)
+	n.state = state.NewCache(0)
+	g, err := NewGraph(opts.Config, n.graphOptions()...)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -132,6 +140,7 @@ func New(opts Options) (*Node, error) {
 		Limits:       opts.Limits,
 		Logger:       opts.Logger,
 		Stopping:     n.stopping,
+		State:        n.state,
 		ConfigAgreed: n.configAgreed,
 		// Stop sending a heartbeat before the others may count this node as
 		// dead.
@@ -259,6 +268,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.membership.Join(ctx); err != nil {
 		return err
 	}
+	n.startCertWatch(ctx)
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	n.stopBeat, n.beatDone = stopBeat, make(chan struct{})
 	go func() {
@@ -391,14 +401,7 @@ func (n *Node) bindLocked(ctx context.Context) error {
 			n.unbindLocked(ctx)
 			return fmt.Errorf("channel %q: listen on %s: %w", ch.Name, in.Listen, err)
 		}
-		srv := &mllp.Server{
-			Handler:      n.intake.MLLPHandler(ch),
-			MaxFrameSize: int(in.MaxFrameSize),
-			ReadTimeout:  in.ReadTimeout,
-			IdleTimeout:  in.IdleTimeout,
-			OnOversize:   n.intake.OversizeACK(int(in.MaxFrameSize)),
-			Logger:       n.logger.With("channel", ch.Name),
-		}
+		srv := n.newServer(ch)
 		bl := &boundListener{channel: ch.Name, server: srv, ln: ln, done: make(chan error, 1)}
 		go func() { bl.done <- srv.Serve(ln) }()
 		n.listeners = append(n.listeners, bl)
@@ -471,6 +474,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.senders.Close()
 	n.refs.stopWatch()
+	n.stopCertWatch()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

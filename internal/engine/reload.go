@@ -50,7 +50,10 @@ import (
 //     jobs are fixed at start. What a job does (retention windows, a
 //     reference set's source) is read from the running config, so it is
 //     reloaded;
-//   - a new listen address that cannot be bound (nothing is changed).
+//   - a new listen address that cannot be bound (nothing is changed);
+//   - a certificate, key or CA file that does not read, does not match or
+//     has expired (tls.go); the files are re-read at every reload, so a
+//     renewal needs no change to the config file.
 //
 // What a reload removes: rows still queued for a channel, route, handler or
 // destination the new file no longer has are dead-lettered with the reason,
@@ -73,6 +76,9 @@ type ReloadResult struct {
 	// Listeners lists the channels whose listener was bound, rebound or
 	// closed.
 	Listeners []string `json:"listeners,omitempty"`
+	// Renewed lists the certificate and key files whose content changed:
+	// new connections use them, established ones carry on.
+	Renewed []string `json:"renewed,omitempty"`
 }
 
 // RestartError is a reload refused because it changes settings that apply
@@ -134,7 +140,7 @@ func (n *Node) Reload(ctx context.Context) (*ReloadResult, error) {
 		res.DeadLettered = n.deadLetterOrphans(ctx)
 	}
 	n.logger.InfoContext(ctx, "config reloaded", "version", v, "config_hash", short(res.Hash),
-		"changed", res.Changed, "dead_lettered", res.DeadLettered, "listeners", res.Listeners)
+		"changed", res.Changed, "dead_lettered", res.DeadLettered, "listeners", res.Listeners, "renewed", res.Renewed)
 	return res, nil
 }
 
@@ -278,7 +284,7 @@ func (n *Node) checkConfigVersion(ctx context.Context) {
 	res.DeadLettered = n.deadLetterOrphans(ctx)
 	n.logger.InfoContext(ctx, "config reloaded to match the cluster", "version", cc.Version,
 		"config_hash", short(res.Hash), "reference_hash", short(cc.Hash), "changed", res.Changed,
-		"dead_lettered", res.DeadLettered, "listeners", res.Listeners)
+		"dead_lettered", res.DeadLettered, "listeners", res.Listeners, "renewed", res.Renewed)
 	if cc.Hash != "" && res.Hash != cc.Hash {
 		n.logger.WarnContext(ctx, "this node's config file differs from the one the reload validated",
 			"config_hash", short(res.Hash), "reference_hash", short(cc.Hash), "bumped_by", cc.BumpedBy)
@@ -308,7 +314,15 @@ func (n *Node) applyFile(ctx context.Context) (*ReloadResult, error) {
 // then listeners, then dead-letters what next can no longer serve.
 func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResult, error) {
 	res := &ReloadResult{Hash: next.Hash()}
+	// Certificate files are re-read even when the config file is the
+	// same: renewing a certificate changes only its files.
+	certs, err := n.tls.set.Prepare(next, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("not applied: %w", err)
+	}
 	if next.Hash() == cur.Hash() {
+		res.Renewed = n.commitTLS(ctx, certs)
+		n.recordTransport(ctx)
 		return res, nil
 	}
 	if reasons := n.restartNeeded(next); len(reasons) > 0 {
@@ -325,12 +339,16 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 		n.mu.Unlock()
 		return nil, err
 	}
+	// Before the graph and the listeners: a destination or listener the
+	// new config adds must find its TLS configuration.
+	res.Renewed = n.commitTLS(ctx, certs)
 	n.graph.Store(g)
 	res.Changed = true
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
 	res.Listeners = n.swapListeners(sctx, plan)
 	cancel()
 	n.mu.Unlock()
+	n.recordTransport(ctx)
 	return res, nil
 }
 
@@ -347,7 +365,7 @@ func (n *Node) buildGraph(ctx context.Context, cfg *config.Config) (*Graph, erro
 	if err != nil {
 		return nil, err
 	}
-	return NewGraphWith(cfg, gens, n.refs.mapOptions()...)
+	return NewGraphWith(cfg, gens, n.graphOptions()...)
 }
 
 // deadLetterOrphans dead-letters the rows the node's config cannot serve,
@@ -469,13 +487,13 @@ func (n *Node) planListeners(cur, next *config.Config) (*listenerPlan, error) {
 		switch {
 		case now == nil || now.Inbound.MLLP == nil:
 			plan.close = append(plan.close, bl)
-		case was != nil && was.Inbound.MLLP != nil && *was.Inbound.MLLP == *now.Inbound.MLLP:
+		case was != nil && was.Inbound.MLLP != nil && sameListener(was.Inbound.MLLP, now.Inbound.MLLP):
 			plan.keep = append(plan.keep, bl)
 		default:
 			plan.close = append(plan.close, bl)
 			plan.open = append(plan.open, pendingListener{ch: now})
 		}
-		if was != nil && was.Inbound.MLLP != nil && (now == nil || now.Inbound.MLLP == nil || *was.Inbound.MLLP != *now.Inbound.MLLP) {
+		if was != nil && was.Inbound.MLLP != nil && (now == nil || now.Inbound.MLLP == nil || !sameListener(was.Inbound.MLLP, now.Inbound.MLLP)) {
 			freed[was.Inbound.MLLP.Listen] = true
 		}
 	}
@@ -561,6 +579,7 @@ func (n *Node) newServer(ch *config.Channel) *mllp.Server {
 		ReadTimeout:  in.ReadTimeout,
 		IdleTimeout:  in.IdleTimeout,
 		OnOversize:   n.intake.OversizeACK(int(in.MaxFrameSize)),
+		TLSConfig:    n.serverTLS(ch.Name),
 		Logger:       n.logger.With("channel", ch.Name),
 	}
 }

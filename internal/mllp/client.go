@@ -72,8 +72,8 @@ type Client struct {
 	// DefaultMaxFrameSize.
 	MaxFrameSize int
 
-	// Dialer, if set, opens connections instead of a net.Dialer, for
-	// example to add TLS. It is called with network "tcp".
+	// Dialer, if set, opens connections instead of a net.Dialer; TLSDialer
+	// returns one for MLLP over TLS. It is called with network "tcp".
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	initOnce sync.Once
@@ -97,7 +97,8 @@ func (c *Client) init() {
 // peer's acknowledgement, likewise without envelope and uninterpreted.
 //
 // Errors can be told apart with errors.Is and errors.As: *DialError,
-// ErrAckTimeout, ErrConnClosed, ErrFrameTooLarge (the ACK exceeds
+// *HandshakeError (within a *DialError when the handshake failed; alone when
+// a TLS server refused the client certificate after it), ErrAckTimeout, ErrConnClosed, ErrFrameTooLarge (the ACK exceeds
 // MaxFrameSize), ErrMalformedFrame, ErrInvalidMessage (msg contains 0x1C, so
 // nothing was sent), ErrClientClosed, and ctx's error if ctx ends first.
 // After an error other than ErrInvalidMessage the connection is closed.
@@ -241,6 +242,11 @@ func (c *Client) classify(ctx context.Context, op string, err error, ackTimeout 
 		return fmt.Errorf("mllp: %s %s: no ack within %s: %w", op, c.Addr, ackTimeout, ErrAckTimeout)
 	case errors.Is(err, ErrFrameTooLarge):
 		return fmt.Errorf("mllp: %s %s: ack longer than %d bytes: %w", op, c.Addr, c.maxFrameSize(), err)
+	case isRemoteAlert(err, new(*net.OpError)):
+		// A TLS 1.3 server verifies the client's certificate after the
+		// client considers the handshake done, so a refusal arrives as an
+		// alert in place of the ACK. The server read nothing of the message.
+		return fmt.Errorf("mllp: %s %s: %w", op, c.Addr, newHandshakeError(err))
 	case isConnClosed(err):
 		return fmt.Errorf("mllp: %s %s: %w: %w", op, c.Addr, ErrConnClosed, err)
 	default:

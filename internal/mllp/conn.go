@@ -2,6 +2,7 @@ package mllp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -33,13 +34,17 @@ type conn struct {
 	info ConnInfo
 	log  *slog.Logger
 
-	readTimeout  time.Duration
-	idleTimeout  time.Duration
-	writeTimeout time.Duration
+	readTimeout      time.Duration
+	idleTimeout      time.Duration
+	writeTimeout     time.Duration
+	handshakeTimeout time.Duration
 }
 
 func (s *Server) newConn(rwc net.Conn) *conn {
 	info := ConnInfo{RemoteAddr: rwc.RemoteAddr(), LocalAddr: rwc.LocalAddr()}
+	if s.TLSConfig != nil {
+		rwc = tls.Server(rwc, s.TLSConfig)
+	}
 	return &conn{
 		srv:          s,
 		rwc:          rwc,
@@ -49,6 +54,8 @@ func (s *Server) newConn(rwc net.Conn) *conn {
 		readTimeout:  timeout(s.ReadTimeout, DefaultReadTimeout),
 		idleTimeout:  timeout(s.IdleTimeout, DefaultIdleTimeout),
 		writeTimeout: timeout(s.WriteTimeout, DefaultWriteTimeout),
+
+		handshakeTimeout: timeout(s.HandshakeTimeout, DefaultHandshakeTimeout),
 	}
 }
 
@@ -74,6 +81,10 @@ func (c *conn) serve(ctx context.Context) {
 		c.srv.untrackConn(c) // last: Shutdown may return as soon as this runs
 	}()
 	c.log.Debug("mllp connection opened", "local_addr", addrString(c.info.LocalAddr))
+	if !c.handshake() {
+		reason = "TLS handshake failed"
+		return
+	}
 
 	for {
 		if !c.srv.setState(c, stateIdle) {

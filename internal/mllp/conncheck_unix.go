@@ -3,6 +3,7 @@
 package mllp
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -15,8 +16,18 @@ var errUnexpectedRead = errors.New("mllp: unexpected data on idle connection")
 // the peer, or has received data nobody asked for, without blocking: Go
 // keeps sockets in non-blocking mode, so a direct read returns EAGAIN when
 // the connection is merely quiet. Connections that do not expose a file
-// descriptor (TLS, pipes) are assumed healthy.
+// descriptor (pipes) are assumed healthy.
+//
+// A TLS connection is checked on its socket with MSG_PEEK, which consumes
+// nothing: pending bytes may be a record the TLS layer still has to read,
+// such as the close_notify alert of a peer closing on its idle timeout, and
+// either way the connection is no place for the next message. Redialing is
+// always safe, since nothing has been sent yet.
 func connCheck(conn net.Conn) error {
+	flags := 0
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn, flags = tc.NetConn(), syscall.MSG_PEEK
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return nil
@@ -28,7 +39,7 @@ func connCheck(conn net.Conn) error {
 	var checkErr error
 	err = raw.Read(func(fd uintptr) bool {
 		var buf [1]byte
-		n, err := syscall.Read(int(fd), buf[:])
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], flags)
 		switch {
 		case n == 0 && err == nil:
 			checkErr = io.EOF

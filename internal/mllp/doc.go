@@ -7,6 +7,10 @@
 // building and reading acknowledgements is left to callers, through
 // Handler, Server.OnOversize and the bytes returned by Client.Send.
 //
+// Both sides speak MLLP over TLS when asked to (Server.TLSConfig,
+// TLSDialer): the handshake, and with it the verification of the peer's
+// certificate, completes before any frame is read or written.
+//
 // Message contents are protected health information. Nothing in this package
 // puts message bytes into a log record or an error string; logs carry remote
 // addresses, sizes and durations only.

@@ -2,6 +2,7 @@ package mllp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,10 @@ var ErrServerClosed = errors.New("mllp: server closed")
 type ConnInfo struct {
 	RemoteAddr net.Addr
 	LocalAddr  net.Addr
+	// TLS is the state of the completed handshake on a TLS listener, nil
+	// on a plaintext one. Its VerifiedChains hold the client certificate
+	// when the listener requires one (see PeerSubject).
+	TLS *tls.ConnectionState
 }
 
 // A Handler processes one received message and returns the acknowledgement
@@ -93,6 +98,19 @@ type Server struct {
 	// closed afterwards either way. If OnOversize is nil or returns nil, the
 	// connection is closed without an answer.
 	OnOversize func(prefix []byte) []byte
+
+	// TLSConfig, when set, makes the server speak MLLP over TLS only: each
+	// connection completes its handshake before any frame is read, and a
+	// peer the handshake refuses is logged (remote address and reason) and
+	// closed. To require client certificates, set ClientAuth to
+	// tls.RequireAndVerifyClientCert and ClientCAs. A GetConfigForClient
+	// that returns the current certificates lets renewed ones apply to new
+	// connections without a restart.
+	TLSConfig *tls.Config
+
+	// HandshakeTimeout bounds a TLS handshake. Zero means
+	// DefaultHandshakeTimeout; negative means no limit.
+	HandshakeTimeout time.Duration
 
 	// Logger receives connection-level events. Nil means no logging.
 	Logger *slog.Logger

@@ -15,7 +15,10 @@ type Inbound struct {
 	Channel    string
 	Source     string // "mllp", "file", "enqueue"
 	RemoteAddr string
-	Raw        []byte
+	// SourceIdentity is the subject of the sender's verified client
+	// certificate, when it connected with mutual TLS.
+	SourceIdentity string
+	Raw            []byte
 
 	// Header fields, when the message parsed.
 	ControlID       string
@@ -58,9 +61,9 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 	b.Queue(`
 		WITH m AS (
 			INSERT INTO mefor_message (channel, source, remote_addr, control_id, message_type, trigger_event,
-				sending_app, sending_facility, size, raw, status)
+				sending_app, sending_facility, size, raw, status, source_identity)
 			VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), NULLIF($5, ''), NULLIF($6, ''),
-				NULLIF($7, ''), NULLIF($8, ''), $9, $10, 'received')
+				NULLIF($7, ''), NULLIF($8, ''), $9, $10, 'received', NULLIF($12, ''))
 			RETURNING id
 		), e AS (
 			INSERT INTO mefor_event (message_id, event, detail) SELECT id, 'received', $2 FROM m
@@ -69,7 +72,7 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 		SELECT id, 'ingress', $11, $1 FROM m
 		RETURNING message_id`,
 		in.Channel, in.Source, in.RemoteAddr, in.ControlID, in.MessageType, in.TriggerEvent,
-		in.SendingApp, in.SendingFacility, len(in.Raw), in.Raw, lane).QueryRow(func(r pgx.Row) error {
+		in.SendingApp, in.SendingFacility, len(in.Raw), in.Raw, lane, in.SourceIdentity).QueryRow(func(r pgx.Row) error {
 		return r.Scan(&id)
 	})
 	act := jobs.QueueActivation(b, []string{lane})
@@ -94,10 +97,10 @@ func receiveMalformed(ctx context.Context, tx pgx.Tx, in Inbound) (int64, error)
 	}
 	var id int64
 	err := tx.QueryRow(ctx, `
-		INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error)
-		VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6)
+		INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error, source_identity)
+		VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''))
 		RETURNING id`,
-		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Raw, in.ParseError).Scan(&id)
+		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Raw, in.ParseError, in.SourceIdentity).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("store message for channel %s: %w", in.Channel, err)
 	}

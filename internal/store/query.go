@@ -72,9 +72,12 @@ func ListMessages(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummar
 // MessageDetail is the header of `mefor messages show`.
 type MessageDetail struct {
 	MessageSummary
-	UpdatedAt       time.Time  `json:"updated_at"`
-	Source          string     `json:"source"`
-	RemoteAddr      string     `json:"remote_addr,omitempty"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	Source     string    `json:"source"`
+	RemoteAddr string    `json:"remote_addr,omitempty"`
+	// SourceIdentity is the subject of the sender's verified client
+	// certificate (mutual TLS).
+	SourceIdentity  string     `json:"source_identity,omitempty"`
 	SendingApp      string     `json:"sending_app,omitempty"`
 	SendingFacility string     `json:"sending_facility,omitempty"`
 	BodyPurgedAt    *time.Time `json:"body_purged_at,omitempty"`
@@ -93,12 +96,12 @@ func GetMessage(ctx context.Context, q DBTX, id int64, withBody bool) (MessageDe
 			coalesce(control_id, ''), status, size,
 			updated_at, source, coalesce(remote_addr, ''), coalesce(sending_app, ''),
 			coalesce(sending_facility, ''), body_purged_at, coalesce(error, ''),
-			CASE WHEN $2 THEN raw END
+			CASE WHEN $2 THEN raw END, coalesce(source_identity, '')
 		FROM mefor_message WHERE id = $1`, id, withBody).Scan(
 		&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
 		&m.ControlID, &m.Status, &m.Size,
 		&m.UpdatedAt, &m.Source, &m.RemoteAddr, &m.SendingApp,
-		&m.SendingFacility, &m.BodyPurgedAt, &m.Error, &m.Raw)
+		&m.SendingFacility, &m.BodyPurgedAt, &m.Error, &m.Raw, &m.SourceIdentity)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MessageDetail{}, fmt.Errorf("message %d: %w", id, ErrNotFound)
 	}
@@ -313,6 +316,9 @@ type Status struct {
 	// Retention is the oldest message body still kept (filled by
 	// ops.Status).
 	Retention *RetentionStatus `json:"retention,omitempty"`
+	// Transport is the certificates and listeners the live nodes recorded
+	// (filled by ops.Status).
+	Transport *TransportStatus `json:"transport,omitempty"`
 }
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a

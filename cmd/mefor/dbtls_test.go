@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mefor/mefor/testcontainers"
+)
+
+func TestDatabaseTLSRule(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	for _, tt := range []struct {
+		url     string
+		refused bool
+		says    string
+	}{
+		{url: "postgres://mefor:s3cret@db.example.org/mefor", refused: true, says: "no sslmode (pgx then uses prefer"},
+		{url: "postgres://mefor:s3cret@db.example.org/mefor?sslmode=prefer", refused: true, says: "sslmode=prefer"},
+		{url: "postgres://mefor:s3cret@db.example.org/mefor?sslmode=allow", refused: true, says: "sslmode=allow"},
+		{url: "postgres://mefor:s3cret@10.0.0.5:5432/mefor?sslmode=disable", refused: true, says: "sslmode=disable"},
+		{url: "host=db.example.org user=mefor password=s3cret sslmode=disable", refused: true, says: "sslmode=disable"},
+		{url: "postgres://mefor:s3cret@127.0.0.1,db.example.org/mefor?sslmode=disable", refused: true},
+		{url: "postgres://mefor:s3cret@db.example.org/mefor?sslmode=require"},
+		{url: "postgres://mefor:s3cret@db.example.org/mefor?sslmode=verify-full"},
+		{url: "postgres://mefor:s3cret@127.0.0.1:5432/mefor?sslmode=disable"},
+		{url: "postgres://mefor:s3cret@localhost/mefor"},
+		{url: "postgres://mefor:s3cret@[::1]:5432/mefor?sslmode=disable"},
+		{url: "postgres:///mefor?host=/var/run/postgresql"},
+	} {
+		cfg, err := pgconn.ParseConfig(tt.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.url, err)
+		}
+		err = checkDatabaseTLS(cfg, tt.url)
+		if !tt.refused {
+			if err != nil {
+				t.Errorf("%s refused: %v", tt.url, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s allowed, want it refused", tt.url)
+			continue
+		}
+		msg := err.Error()
+		for _, want := range []string{"sslmode=verify-full", "sslrootcert=", "--allow-insecure-database", tt.says} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: error does not say %q:\n%s", tt.url, want, msg)
+			}
+		}
+		if strings.Contains(msg, "s3cret") {
+			t.Errorf("%s: error shows the password: %s", tt.url, msg)
+		}
+	}
+}
+
+// A command pointed at a database on another host without TLS refuses
+// before connecting; --allow-insecure-database lets it through.
+func TestInsecureDatabaseRefusedAndOverridden(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ip := nonLoopbackIP(t)
+	// The test database listens on loopback only; a forwarder on this
+	// machine's network address makes it a remote database as far as the
+	// URL says.
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", ip, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go io.Copy(up, c)
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	u.Host = ln.Addr().String() // sslmode=disable, from the harness
+	remote := u.String()
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--database-url", remote, "migrate", "--status"}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1 (refused)\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "sslmode=verify-full") || !strings.Contains(msg, "--allow-insecure-database") {
+		t.Errorf("refusal does not say what to set:\n%s", msg)
+	}
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("%d connections reached the database before the refusal", n)
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"--database-url", remote, "--allow-insecure-database", "migrate", "--status"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("with --allow-insecure-database: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if conns.Load() == 0 || !strings.Contains(stdout.String(), "river") {
+		t.Fatalf("with --allow-insecure-database the command did not reach the database:\n%s", stdout.String())
+	}
+}
+
+// nonLoopbackIP returns an address of this machine other than loopback.
+func nonLoopbackIP(t *testing.T) net.IP {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP
+		}
+	}
+	t.Skip("no non-loopback IPv4 address on this machine")
+	return nil
+}
