@@ -44,6 +44,11 @@ func TestPoisonMessageCountsItsCrashes(t *testing.T) {
 			return nil
 		}
 		id := m.ControlID()
+		if id != "POISON" && id != "AFTER1" && id != "AFTER2" {
+			// Another test's node pointed at a port this partner got from
+			// the kernel later: not ours.
+			return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
+		}
 		mu.Lock()
 		first := !slices.Contains(received, id)
 		received = append(received, id)

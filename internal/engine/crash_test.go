@@ -21,7 +21,7 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	listen := freeAddr(t)
-	partnerAddr := freeAddr(t)
+	partnerAddr := downAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   downstream:
     type: mllp
@@ -69,14 +69,14 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 	p := newCtlPartner(t, partnerAddr, nil)
 	startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "b"; o.Limits = limits })
 	deadline := time.Now().Add(60 * time.Second)
-	for len(p.acceptedIDs()) < len(ids) {
+	for len(ours(p.acceptedIDs(), "RC")) < len(ids) {
 		if time.Now().After(deadline) {
-			t.Fatalf("partner accepted only %v; rows: %v", p.acceptedIDs(),
+			t.Fatalf("partner accepted only %v; rows: %v", ours(p.acceptedIDs(), "RC"),
 				queryStrings(t, db, `SELECT format('%s %s %s', lane, status, attempts) FROM mefor_work WHERE stage = 'outbound' ORDER BY seq`))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := p.acceptedIDs(); !slices.Equal(got, ids) {
+	if got := ours(p.acceptedIDs(), "RC"); !slices.Equal(got, ids) {
 		t.Fatalf("partner accepted %v, want %v", got, ids)
 	}
 	crashed := queryStrings(t, db, `SELECT m.control_id FROM mefor_response r JOIN mefor_message m ON m.id = r.message_id

@@ -19,7 +19,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	listen := freeAddr(t)
-	down := freeAddr(t) // nothing listens: deliveries to "old" stay queued
+	down := downAddr(t) // nothing listens: deliveries to "old" stay queued
 	before := testConfig(t, listen, fmt.Sprintf(`
   old:
     type: mllp
@@ -84,7 +84,7 @@ func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	listen := freeAddr(t)
-	downAddr := freeAddr(t) // nothing listens yet
+	downAddr := downAddr(t) // nothing listens yet
 	cfgA := testConfig(t, listen, fmt.Sprintf(`
   downstream:
     type: mllp
@@ -117,8 +117,8 @@ func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
 	}
 
 	p := newCtlPartner(t, downAddr, nil)
-	eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
-	if got := p.acceptedIDs(); !slices.Equal(got, ids) {
+	eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
+	if got := ours(p.acceptedIDs(), "OR"); !slices.Equal(got, ids) {
 		t.Fatalf("partner accepted %v, want all 50 in order", got)
 	}
 	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {

@@ -368,7 +368,7 @@ func TestReloadDeadLettersRowsOfRemovedDestination(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	down := freeAddr(t) // nothing listens: deliveries to "old" wait an hour
+	down := downAddr(t) // nothing listens: deliveries to "old" wait an hour
 	l := freeAddr(t)
 	path, cfg := configFile(t, "a.yaml",
 		reloadYAML{listen: l, backoff: "1h", dests: [][2]string{{"old", down}, {"new", p.addr}}}.String())
