@@ -6,6 +6,7 @@ package jobs
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,13 +112,31 @@ func IngressLane(channel string) string { return StageIngress + ":" + channel }
 // RoutedLane is the routed lane of a channel.
 func RoutedLane(channel string) string { return StageRouted + ":" + channel }
 
-// OutboundLane is the lane of a destination; partition is ignored when the
-// destination has a single lane.
-func OutboundLane(destination string, lanes, partition int) string {
-	if lanes <= 1 {
-		return StageOutbound + ":" + destination
+// OutboundLane is a lane of a destination: partition of lanes under the
+// destination's layout generation (the number its current ordering got when
+// first used; see LaneGroup). partition is ignored when the destination has
+// a single lane. Generation 0 lanes are named outbound:<destination> and
+// outbound:<destination>#<partition>; later generations put ~<generation>
+// after the destination name, which cannot contain '~' or '#'.
+func OutboundLane(destination string, generation, lanes, partition int) string {
+	base := StageOutbound + ":" + destination
+	if generation > 0 {
+		base += "~" + strconv.Itoa(generation)
 	}
-	return fmt.Sprintf("%s:%s#%d", StageOutbound, destination, partition)
+	if lanes <= 1 {
+		return base
+	}
+	return base + "#" + strconv.Itoa(partition)
+}
+
+// LaneGroup is the set of lanes a lane was laid out with: the lanes of one
+// destination under one ordering (mode, lane count, key) share it. Rows in
+// different groups of one destination were queued under different
+// orderings, so their lanes are not independent: the older group drains
+// first.
+func LaneGroup(lane string) string {
+	group, _, _ := strings.Cut(lane, "#")
+	return group
 }
 
 // StageOf returns the stage a lane belongs to.

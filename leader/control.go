@@ -166,7 +166,7 @@ func (c *Control) answerStepdown(ctx context.Context, id int64, res StepdownResu
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.Lease.FenceTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.Lease.FenceTimeout())
 	defer cancel()
 	_, err = c.Pool.Exec(ctx, `
 		WITH a AS (
@@ -191,17 +191,42 @@ func (c *Control) answer(ctx context.Context, id int64, out map[string]any) erro
 	return err
 }
 
-// LeaseHolder returns the node holding a live lease, or "" when none does.
-func LeaseHolder(ctx context.Context, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, key string) (string, error) {
-	var owner string
-	err := db.QueryRow(ctx, `SELECT owner FROM mefor_leader_lease WHERE key = $1 AND expires_at > clock_timestamp()`, key).Scan(&owner)
-	if err == pgx.ErrNoRows {
-		return "", nil
-	}
+// SendRequest records an operator request of kind for node target and
+// notifies it, in one transaction, and returns the request's id.
+func SendRequest(ctx context.Context, pool *pgxpool.Pool, kind, target string) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ($1, $2) RETURNING id`,
+			kind, target).Scan(&id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ControlChannel, target)
+		return err
+	})
 	if err != nil {
-		return "", fmt.Errorf("read lease %s: %w", key, err)
+		return 0, fmt.Errorf("send %s request to node %s: %w", kind, target, err)
 	}
-	return owner, nil
+	return id, nil
+}
+
+// RequestAnswer reads a request: its status (pending, claimed, answered or
+// abandoned) and, once answered, the node's outcome (JSON).
+func RequestAnswer(ctx context.Context, q DB, id int64) (status string, outcome []byte, err error) {
+	err = q.QueryRow(ctx, `SELECT status, outcome FROM mefor_control_request WHERE id = $1`, id).Scan(&status, &outcome)
+	if err != nil {
+		return "", nil, fmt.Errorf("read control request %d: %w", id, err)
+	}
+	return status, outcome, nil
+}
+
+// WithdrawRequest abandons a request no node has claimed yet, so a node
+// that comes back later does not act on it. A claimed request is left to
+// the node acting on it.
+func WithdrawRequest(ctx context.Context, q DB, id int64) error {
+	if _, err := q.Exec(ctx, `
+		UPDATE mefor_control_request SET status = 'abandoned', answered_at = clock_timestamp()
+		WHERE id = $1 AND status = 'pending'`, id); err != nil {
+		return fmt.Errorf("withdraw control request %d: %w", id, err)
+	}
+	return nil
 }

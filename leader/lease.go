@@ -23,6 +23,68 @@ const (
 	OutcomeReleaseUnconfirmed = "release-unconfirmed"
 )
 
+// LeaseConfig configures a Lease. NewLease checks the timings the lease's
+// safety rests on.
+type LeaseConfig struct {
+	Pool   *pgxpool.Pool
+	NodeID string
+	// Key names the leased duty; ListenerLeaseKey when empty.
+	Key string
+	// Heartbeat is how often the lease is renewed.
+	Heartbeat time.Duration
+	// FenceTimeout is how long the holder keeps serving without a confirmed
+	// renewal: it must be longer than Heartbeat, so a late renewal or two
+	// do not fence a healthy holder, and shorter than TTL, so the holder
+	// has stopped before another node may take the lease over.
+	FenceTimeout time.Duration
+	// TTL is how long the lease stays valid, on the database clock, after
+	// the renewal that set it.
+	TTL time.Duration
+	// Logger should carry the node id: every lease edge is logged once
+	// through it. Defaults to discarding.
+	Logger *slog.Logger
+	// Changed is called whenever the gate opens or closes, from whichever
+	// goroutine moved it. It must not block: the fence watchdog calls it.
+	Changed func()
+	// Drain is called by StepDown after the gate closed and before the
+	// release write, so messages already accepted can finish (and be
+	// acknowledged) while the lease is still this node's.
+	Drain func(ctx context.Context)
+}
+
+// NewLease returns a lease, or an error when its timings do not keep
+// Heartbeat < FenceTimeout < TTL (the config loader refuses such files
+// too; this refuses them for every caller).
+func NewLease(cfg LeaseConfig) (*Lease, error) {
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("lease: no database pool")
+	case cfg.NodeID == "":
+		return nil, errors.New("lease: no node id")
+	case cfg.Heartbeat <= 0:
+		return nil, fmt.Errorf("lease: heartbeat must be positive, got %s", cfg.Heartbeat)
+	case cfg.FenceTimeout <= cfg.Heartbeat:
+		return nil, fmt.Errorf("lease: fence timeout (%s) must be longer than the heartbeat (%s), or one late renewal fences a healthy holder",
+			cfg.FenceTimeout, cfg.Heartbeat)
+	case cfg.TTL <= cfg.FenceTimeout:
+		return nil, fmt.Errorf("lease: TTL (%s) must be longer than the fence timeout (%s), or another node may take the lease while the holder still serves",
+			cfg.TTL, cfg.FenceTimeout)
+	}
+	if cfg.Key == "" {
+		cfg.Key = ListenerLeaseKey
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Changed == nil {
+		cfg.Changed = func() {}
+	}
+	return &Lease{cfg: cfg, base: time.Now(), sem: make(chan struct{}, 1)}, nil
+}
+
+// FenceTimeout is how long the holder serves without a confirmed renewal.
+func (l *Lease) FenceTimeout() time.Duration { return l.cfg.FenceTimeout }
+
 // Lease keeps one node's claim on a leased duty: it acquires the lease when
 // it is free, renews it every heartbeat, and closes its in-memory gate the
 // moment it can no longer be sure it holds it.
@@ -34,23 +96,7 @@ const (
 // any other node may take the lease over, even when the database is
 // unreachable and a renewal is stuck in flight.
 type Lease struct {
-	Pool   *pgxpool.Pool
-	NodeID string
-	// Key names the leased duty; ListenerLeaseKey when empty.
-	Key          string
-	Heartbeat    time.Duration
-	FenceTimeout time.Duration
-	TTL          time.Duration
-	// Logger should carry the node id: every lease edge is logged once
-	// through it.
-	Logger *slog.Logger
-	// Changed is called whenever the gate opens or closes, from whichever
-	// goroutine moved it. It must not block: the fence watchdog calls it.
-	Changed func()
-	// Drain is called by StepDown after the gate closed and before the
-	// release write, so messages already accepted can finish (and be
-	// acknowledged) while the lease is still this node's.
-	Drain func(ctx context.Context)
+	cfg LeaseConfig
 
 	base time.Time // monotonic origin of the nanosecond fields below
 
@@ -69,21 +115,6 @@ type Lease struct {
 	failing  bool  // a failure was logged and no success since
 }
 
-// Init prepares the lease; call it once before Run, Serving or StepDown.
-func (l *Lease) Init() {
-	if l.Key == "" {
-		l.Key = ListenerLeaseKey
-	}
-	if l.Logger == nil {
-		l.Logger = slog.New(slog.DiscardHandler)
-	}
-	if l.Changed == nil {
-		l.Changed = func() {}
-	}
-	l.base = time.Now()
-	l.sem = make(chan struct{}, 1)
-}
-
 func (l *Lease) mono() int64 { return int64(time.Since(l.base)) }
 
 // Serving reports whether this node may act as the holder right now. It
@@ -91,11 +122,11 @@ func (l *Lease) mono() int64 { return int64(time.Since(l.base)) }
 // run, so a process resuming from a freeze answers false at once, before
 // any of its goroutines had a chance to notice.
 func (l *Lease) Serving() bool {
-	return l.held.Load() && time.Duration(l.mono()-l.lastOK.Load()) <= l.FenceTimeout
+	return l.held.Load() && time.Duration(l.mono()-l.lastOK.Load()) <= l.cfg.FenceTimeout
 }
 
 // Owner is the node id the lease is held under.
-func (l *Lease) Owner() string { return l.NodeID }
+func (l *Lease) Owner() string { return l.cfg.NodeID }
 
 // Run renews (or tries to acquire) the lease every heartbeat and runs the
 // fence watchdog, until ctx ends. The first attempt is made at once.
@@ -105,7 +136,7 @@ func (l *Lease) Run(ctx context.Context) {
 		defer close(done)
 		l.watchdog(ctx)
 	}()
-	t := time.NewTicker(l.Heartbeat)
+	t := time.NewTicker(l.cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		l.Tick(ctx)
@@ -121,7 +152,7 @@ func (l *Lease) Run(ctx context.Context) {
 // fenceTick is how often the watchdog looks: small against the fence
 // timeout, so the gate closes well before the lease can expire.
 func (l *Lease) fenceTick() time.Duration {
-	return min(max(l.FenceTimeout/10, 5*time.Millisecond), 250*time.Millisecond)
+	return min(max(l.cfg.FenceTimeout/10, 5*time.Millisecond), 250*time.Millisecond)
 }
 
 // watchdog closes the gate when no renewal was confirmed within
@@ -140,10 +171,10 @@ func (l *Lease) watchdog(ctx context.Context) {
 			continue
 		}
 		since := time.Duration(l.mono() - l.lastOK.Load())
-		if since > l.FenceTimeout && l.held.CompareAndSwap(true, false) {
-			l.Logger.WarnContext(ctx, "listener lease fenced",
-				"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.FenceTimeout, "lease_ttl", l.TTL)
-			l.Changed()
+		if since > l.cfg.FenceTimeout && l.held.CompareAndSwap(true, false) {
+			l.cfg.Logger.WarnContext(ctx, "listener lease fenced",
+				"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.cfg.FenceTimeout, "lease_ttl", l.cfg.TTL)
+			l.cfg.Changed()
 		}
 	}
 }
@@ -185,7 +216,7 @@ func (l *Lease) Tick(ctx context.Context) {
 	// expiry after the statement arrives, so the lease is valid for at least
 	// TTL from here, and the fence must count from here too.
 	sent := l.mono()
-	cctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.FenceTimeout)
 	held, err := l.claim(cctx)
 	cancel()
 	if err != nil {
@@ -197,7 +228,7 @@ func (l *Lease) Tick(ctx context.Context) {
 		}
 		if !l.failing {
 			l.failing = true
-			l.Logger.WarnContext(ctx, "listener lease renewal failed; will retry each heartbeat",
+			l.cfg.Logger.WarnContext(ctx, "listener lease renewal failed; will retry each heartbeat",
 				"holding", l.held.Load(), "error", err)
 		}
 		return
@@ -206,18 +237,18 @@ func (l *Lease) Tick(ctx context.Context) {
 	if !held {
 		l.gapSince = 0
 		if l.held.CompareAndSwap(true, false) {
-			l.Logger.WarnContext(ctx, "listener lease lost")
-			l.Changed()
+			l.cfg.Logger.WarnContext(ctx, "listener lease lost")
+			l.cfg.Changed()
 		}
 		return
 	}
 	l.lastOK.Store(sent)
 	switch {
 	case l.held.CompareAndSwap(false, true):
-		l.Logger.InfoContext(ctx, "listener lease acquired", "lease_ttl", l.TTL)
-		l.Changed()
+		l.cfg.Logger.InfoContext(ctx, "listener lease acquired", "lease_ttl", l.cfg.TTL)
+		l.cfg.Changed()
 	case l.gapSince != 0:
-		l.Logger.InfoContext(ctx, "listener lease renewed after gap",
+		l.cfg.Logger.InfoContext(ctx, "listener lease renewed after gap",
 			"gap", time.Duration(sent-l.gapSince).Round(time.Millisecond))
 	}
 	l.gapSince = 0
@@ -229,7 +260,7 @@ func (l *Lease) Tick(ctx context.Context) {
 // makes the update a no-op and no row comes back.
 func (l *Lease) claim(ctx context.Context) (bool, error) {
 	var owner string
-	err := l.Pool.QueryRow(ctx, `
+	err := l.cfg.Pool.QueryRow(ctx, `
 		INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
 		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 		ON CONFLICT (key) DO UPDATE SET
@@ -239,20 +270,20 @@ func (l *Lease) claim(ctx context.Context) (bool, error) {
 				THEN l.acquired_at ELSE clock_timestamp() END
 		WHERE l.owner = $2 OR l.expires_at < clock_timestamp()
 		RETURNING owner`,
-		l.Key, l.NodeID, l.TTL.Microseconds()).Scan(&owner)
+		l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds()).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("claim lease %s: %w", l.Key, err)
+		return false, fmt.Errorf("claim lease %s: %w", l.cfg.Key, err)
 	}
-	return owner == l.NodeID, nil
+	return owner == l.cfg.NodeID, nil
 }
 
 // armPause stops this node from claiming for two heartbeats, long enough
 // for a standby's tick to take the released lease.
 func (l *Lease) armPause() {
-	l.noClaimUntil.Store(l.mono() + int64(2*l.Heartbeat))
+	l.noClaimUntil.Store(l.mono() + int64(2*l.cfg.Heartbeat))
 }
 
 // StepdownResult is what a stepdown did, as it will be audited.
@@ -282,9 +313,9 @@ type StepdownResult struct {
 // a refusal, never a success: the lease may still be live, and this node
 // remembers it owes the write so a retry sends it again.
 func (l *Lease) StepDown(ctx context.Context) StepdownResult {
-	if !l.lock(ctx, l.FenceTimeout) {
+	if !l.lock(ctx, l.cfg.FenceTimeout) {
 		return StepdownResult{Outcome: OutcomeLockTimeout, WasHolder: l.held.Load(),
-			Reason: fmt.Sprintf("the lease maintenance lock stayed busy for %s (fence_timeout); nothing was changed", l.FenceTimeout)}
+			Reason: fmt.Sprintf("the lease maintenance lock stayed busy for %s (fence_timeout); nothing was changed", l.cfg.FenceTimeout)}
 	}
 	defer l.unlock()
 	wasHolder, owed := l.held.Load(), l.owed.Load()
@@ -293,27 +324,27 @@ func (l *Lease) StepDown(ctx context.Context) StepdownResult {
 		// but the lease row may still name it and be live: then it is still
 		// the holder as far as the cluster can tell, and its next renewal
 		// would take the gate back. Release that lease too.
-		rctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
-		holder, err := LeaseHolder(rctx, l.Pool, l.Key)
+		rctx, cancel := context.WithTimeout(ctx, l.cfg.FenceTimeout)
+		holder, err := LeaseHolder(rctx, l.cfg.Pool, l.cfg.Key)
 		cancel()
 		if err != nil {
 			return StepdownResult{Outcome: OutcomeLockTimeout, Reason: "could not read the lease: " + err.Error() + "; nothing was changed"}
 		}
-		if holder != l.NodeID {
+		if holder != l.cfg.NodeID {
 			return StepdownResult{Outcome: OutcomeNotHolder, Reason: "this node does not hold the listener lease"}
 		}
 	}
 	if l.held.CompareAndSwap(true, false) {
-		l.Changed()
+		l.cfg.Changed()
 	}
 	l.armPause()
 	l.owed.Store(true)
-	if wasHolder && l.Drain != nil {
-		dctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
-		l.Drain(dctx)
+	if wasHolder && l.cfg.Drain != nil {
+		dctx, cancel := context.WithTimeout(ctx, l.cfg.FenceTimeout)
+		l.cfg.Drain(dctx)
 		cancel()
 	}
-	wctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+	wctx, cancel := context.WithTimeout(ctx, l.cfg.FenceTimeout)
 	releasedAt, err := l.release(wctx)
 	cancel()
 	if ctx.Err() != nil {
@@ -324,13 +355,13 @@ func (l *Lease) StepDown(ctx context.Context) StepdownResult {
 	}
 	l.armPause()
 	if err != nil {
-		l.Logger.ErrorContext(ctx, "listener lease release not confirmed; this node stopped serving but the lease may still be live",
+		l.cfg.Logger.ErrorContext(ctx, "listener lease release not confirmed; this node stopped serving but the lease may still be live",
 			"error", err)
 		return StepdownResult{Outcome: OutcomeReleaseUnconfirmed, WasHolder: true,
 			Reason: "the release write did not return: " + err.Error()}
 	}
 	l.owed.Store(false)
-	l.Logger.InfoContext(ctx, "listener lease released", "reason", "stepdown")
+	l.cfg.Logger.InfoContext(ctx, "listener lease released", "reason", "stepdown")
 	return StepdownResult{Outcome: OutcomeReleased, WasHolder: true, ReleasedAt: releasedAt}
 }
 
@@ -339,15 +370,15 @@ func (l *Lease) StepDown(ctx context.Context) StepdownResult {
 // another node (nothing left to release).
 func (l *Lease) release(ctx context.Context) (*time.Time, error) {
 	var at time.Time
-	err := l.Pool.QueryRow(ctx, `
+	err := l.cfg.Pool.QueryRow(ctx, `
 		UPDATE mefor_leader_lease SET expires_at = '-infinity'
 		WHERE key = $1 AND owner = $2
-		RETURNING clock_timestamp()`, l.Key, l.NodeID).Scan(&at)
+		RETURNING clock_timestamp()`, l.cfg.Key, l.cfg.NodeID).Scan(&at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("release lease %s: %w", l.Key, err)
+		return nil, fmt.Errorf("release lease %s: %w", l.cfg.Key, err)
 	}
 	return &at, nil
 }
@@ -358,17 +389,54 @@ func (l *Lease) release(ctx context.Context) (*time.Time, error) {
 func (l *Lease) Release(ctx context.Context) {
 	was := l.held.Swap(false)
 	if was {
-		l.Changed()
+		l.cfg.Changed()
 	}
 	if !was && !l.owed.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.FenceTimeout)
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.FenceTimeout)
 	defer cancel()
 	if _, err := l.release(ctx); err != nil {
-		l.Logger.WarnContext(ctx, "could not release the listener lease; it expires on its own", "error", err)
+		l.cfg.Logger.WarnContext(ctx, "could not release the listener lease; it expires on its own", "error", err)
 		return
 	}
 	l.owed.Store(false)
-	l.Logger.InfoContext(ctx, "listener lease released", "reason", "stop")
+	l.cfg.Logger.InfoContext(ctx, "listener lease released", "reason", "stop")
+}
+
+// LeaseHolder returns the node holding a live lease, or "" when none does.
+func LeaseHolder(ctx context.Context, db DB, key string) (string, error) {
+	var owner string
+	err := db.QueryRow(ctx, `SELECT owner FROM mefor_leader_lease WHERE key = $1 AND expires_at > clock_timestamp()`, key).Scan(&owner)
+	if err == pgx.ErrNoRows {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read lease %s: %w", key, err)
+	}
+	return owner, nil
+}
+
+// ErrNotLeaseHolder is returned by a batch carrying QueueLeaseCheck when the
+// node no longer holds a live listener lease.
+var ErrNotLeaseHolder = errors.New("this node no longer holds the listener lease")
+
+// QueueLeaseCheck adds to b a check that owner holds a live listener lease,
+// failing the batch with ErrNotLeaseHolder otherwise, so intake can refuse
+// a message in the same round trip that stores it: a node that lost the
+// lease (frozen, cut off) cannot store, and so never acknowledges, anything
+// once another node may be listening. It takes no row lock: the lease
+// cannot pass to another node before its expiry, which this reads.
+func QueueLeaseCheck(b *pgx.Batch, owner string) {
+	b.Queue(`SELECT count(*) FROM mefor_leader_lease WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
+		ListenerLeaseKey, owner).QueryRow(func(r pgx.Row) error {
+		var n int
+		if err := r.Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotLeaseHolder
+		}
+		return nil
+	})
 }

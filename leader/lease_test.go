@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func newLease(t *testing.T, pool *pgxpool.Pool, id string) (*Lease, *probe) {
 func newLeaseTimed(t *testing.T, pool *pgxpool.Pool, id string, hb, fence, ttl time.Duration) (*Lease, *probe) {
 	t.Helper()
 	p := &probe{fenced: make(chan time.Time, 1)}
-	l := &Lease{
+	l, err := NewLease(LeaseConfig{
 		Pool: pool, NodeID: id, Heartbeat: hb, FenceTimeout: fence, TTL: ttl,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Changed: func() {
@@ -50,8 +51,10 @@ func newLeaseTimed(t *testing.T, pool *pgxpool.Pool, id string, hb, fence, ttl t
 			}
 		},
 		Drain: func(context.Context) { p.drained.Add(1) },
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	l.Init()
 	return l, p
 }
 
@@ -427,8 +430,8 @@ func TestControlAnswersAndAudits(t *testing.T) {
 	b, _ := newLease(t, db.Pool, "b")
 	a.Tick(ctx)
 	b.Tick(ctx)
-	ca := &Control{Pool: db.Pool, NodeID: "a", Lease: a, Heartbeat: testHeartbeat, Logger: a.Logger}
-	cb := &Control{Pool: db.Pool, NodeID: "b", Lease: b, Heartbeat: testHeartbeat, Logger: b.Logger}
+	ca := &Control{Pool: db.Pool, NodeID: "a", Lease: a, Heartbeat: testHeartbeat, Logger: a.cfg.Logger}
+	cb := &Control{Pool: db.Pool, NodeID: "b", Lease: b, Heartbeat: testHeartbeat, Logger: b.cfg.Logger}
 
 	var toB, toA int64
 	if err := db.Pool.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ('stepdown', 'b') RETURNING id`).Scan(&toB); err != nil {
@@ -475,5 +478,29 @@ func TestControlAnswersAndAudits(t *testing.T) {
 	gotA, _ := read(toA)
 	if gotA.Outcome != OutcomeReleased || !gotA.WasHolder || gotA.ReleasedAt == nil {
 		t.Errorf("holder's audit = %+v, want released with a time", gotA)
+	}
+}
+
+// The lease's safety rests on heartbeat < fence_timeout < lease_ttl: a
+// fence no longer than a heartbeat fences a healthy holder, a fence no
+// shorter than the TTL lets another node take the lease while the holder
+// still serves. NewLease refuses both, whoever builds the lease.
+func TestNewLeaseRefusesUnsafeTimings(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	for _, tc := range []struct {
+		hb, fence, ttl time.Duration
+		want           string
+	}{
+		{time.Second, time.Second, 5 * time.Second, "must be longer than the heartbeat"},
+		{time.Second, 5 * time.Second, 5 * time.Second, "must be longer than the fence timeout"},
+		{0, time.Second, 2 * time.Second, "heartbeat must be positive"},
+	} {
+		_, err := NewLease(LeaseConfig{Pool: db.Pool, NodeID: "n", Heartbeat: tc.hb, FenceTimeout: tc.fence, TTL: tc.ttl})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("heartbeat %s, fence %s, ttl %s: %v, want an error saying it %s", tc.hb, tc.fence, tc.ttl, err, tc.want)
+		}
+	}
+	if _, err := NewLease(LeaseConfig{Pool: db.Pool, NodeID: "n", Heartbeat: time.Second, FenceTimeout: 3 * time.Second, TTL: 5 * time.Second}); err != nil {
+		t.Errorf("the default timings: %v", err)
 	}
 }

@@ -1,9 +1,8 @@
-// Package leader holds cluster membership: each node's heartbeat row, and
-// (with the listener lease) which node binds the inbound listeners.
 package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,18 +12,46 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Membership keeps this node's mefor_node row fresh.
-type Membership struct {
+// MembershipConfig configures a Membership.
+type MembershipConfig struct {
 	Pool      *pgxpool.Pool
 	NodeID    string
 	Heartbeat time.Duration
-	// NodeTimeout is recorded on the row so `mefor nodes` can tell a stale
-	// node without the config file.
+	// NodeTimeout is how long the node may stay silent before the others
+	// count it as dead and hand its lanes on. It is recorded on the row, so
+	// every reader judges the node by it (nodeDeadSQL).
 	NodeTimeout time.Duration
-	Logger      *slog.Logger
+	// Logger defaults to discarding.
+	Logger *slog.Logger
 	// HoldsLease, when set, is folded into every heartbeat so the listing
 	// shows which node serves the listeners; nil records false.
 	HoldsLease func() bool
+}
+
+// NewMembership returns a membership, or an error when the heartbeat does
+// not fit well within the node timeout: a node must be able to miss a
+// heartbeat and still know, by Fresh(NodeTimeout - Heartbeat), that the
+// others have not counted it dead.
+func NewMembership(cfg MembershipConfig) (*Membership, error) {
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("membership: no database pool")
+	case cfg.NodeID == "":
+		return nil, errors.New("membership: no node id")
+	case cfg.Heartbeat <= 0:
+		return nil, fmt.Errorf("membership: heartbeat must be positive, got %s", cfg.Heartbeat)
+	case cfg.NodeTimeout <= 2*cfg.Heartbeat:
+		return nil, fmt.Errorf("membership: node timeout (%s) must be longer than two heartbeats (%s each)", cfg.NodeTimeout, cfg.Heartbeat)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Membership{cfg: cfg}, nil
+}
+
+// Membership keeps this node's mefor_node row fresh.
+type Membership struct {
+	cfg MembershipConfig
 
 	// lastOK is when the last confirmed heartbeat was sent, in nanoseconds
 	// of the monotonic clock since base.
@@ -55,14 +82,14 @@ func (m *Membership) Join(ctx context.Context) error {
 		m.base = time.Now()
 	}
 	sent := m.mono()
-	_, err := m.Pool.Exec(ctx, `
+	_, err := m.cfg.Pool.Exec(ctx, `
 		INSERT INTO mefor_node (id, host, pid, heartbeat_ms, node_timeout_ms) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
 			started_at = clock_timestamp(), last_seen = clock_timestamp(), status = 'active', holds_lease = false,
 			heartbeat_ms = EXCLUDED.heartbeat_ms, node_timeout_ms = EXCLUDED.node_timeout_ms`,
-		m.NodeID, host, os.Getpid(), m.Heartbeat.Milliseconds(), m.NodeTimeout.Milliseconds())
+		m.cfg.NodeID, host, os.Getpid(), m.cfg.Heartbeat.Milliseconds(), m.cfg.NodeTimeout.Milliseconds())
 	if err != nil {
-		return fmt.Errorf("register node %s: %w", m.NodeID, err)
+		return fmt.Errorf("register node %s: %w", m.cfg.NodeID, err)
 	}
 	m.lastOK.Store(sent)
 	return nil
@@ -75,7 +102,7 @@ func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
 // next tick: the node keeps working, and if it stays silent past
 // node_timeout the cluster reclaims its drainers, which fencing makes safe.
 func (m *Membership) Run(ctx context.Context) {
-	t := time.NewTicker(m.Heartbeat)
+	t := time.NewTicker(m.cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		select {
@@ -84,18 +111,18 @@ func (m *Membership) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
-			m.Logger.WarnContext(ctx, "heartbeat failed", "error", err)
+			m.cfg.Logger.WarnContext(ctx, "heartbeat failed", "error", err)
 		}
 	}
 }
 
 func (m *Membership) beat(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, m.Heartbeat)
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
 	defer cancel()
-	holds := m.HoldsLease != nil && m.HoldsLease()
+	holds := m.cfg.HoldsLease != nil && m.cfg.HoldsLease()
 	sent := m.mono()
-	_, err := m.Pool.Exec(ctx, `UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active', holds_lease = $2 WHERE id = $1`,
-		m.NodeID, holds)
+	_, err := m.cfg.Pool.Exec(ctx, `UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active', holds_lease = $2 WHERE id = $1`,
+		m.cfg.NodeID, holds)
 	if err == nil {
 		m.lastOK.Store(sent)
 	}
@@ -104,9 +131,9 @@ func (m *Membership) beat(ctx context.Context) error {
 
 // Leave marks the node as having left cleanly.
 func (m *Membership) Leave(ctx context.Context) error {
-	_, err := m.Pool.Exec(ctx, `UPDATE mefor_node SET status = 'left', holds_lease = false, last_seen = clock_timestamp() WHERE id = $1`, m.NodeID)
+	_, err := m.cfg.Pool.Exec(ctx, `UPDATE mefor_node SET status = 'left', holds_lease = false, last_seen = clock_timestamp() WHERE id = $1`, m.cfg.NodeID)
 	if err != nil {
-		return fmt.Errorf("mark node %s left: %w", m.NodeID, err)
+		return fmt.Errorf("mark node %s left: %w", m.cfg.NodeID, err)
 	}
 	return nil
 }

@@ -9,26 +9,25 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/leader"
 )
 
 // Node is one row of the cluster's node listing.
-type Node = store.Node
+type Node = leader.Node
 
 // Node statuses.
 const (
-	NodeActive = store.NodeActive
-	NodeStale  = store.NodeStale
-	NodeLeft   = store.NodeLeft
+	NodeActive = leader.NodeActive
+	NodeStale  = leader.NodeStale
+	NodeLeft   = leader.NodeLeft
 )
 
 // ClusterStatus is the cluster part of `mefor status` and /cluster/status.
-type ClusterStatus = store.ClusterStatus
+type ClusterStatus = leader.ClusterStatus
 
 // ListNodes returns every node that ever joined, by id.
 func ListNodes(ctx context.Context, pool *pgxpool.Pool) ([]Node, error) {
-	return store.ListNodes(ctx, pool)
+	return leader.ListNodes(ctx, pool)
 }
 
 // GetClusterStatus reads the lease, River's leader and the node counts from
@@ -37,7 +36,7 @@ func GetClusterStatus(ctx context.Context, pool *pgxpool.Pool) (ClusterStatus, e
 	var st ClusterStatus
 	err := readTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		st, err = store.ReadClusterStatus(ctx, tx)
+		st, err = leader.ReadClusterStatus(ctx, tx)
 		return err
 	})
 	return st, err
@@ -110,17 +109,9 @@ func RequestStepdown(ctx context.Context, pool *pgxpool.Pool, req StepdownReques
 			Reason: fmt.Sprintf("node %q is not a live node (see 'mefor nodes')", target)}, nil
 	}
 
-	var id int64
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ($1, $2) RETURNING id`,
-			leader.RequestKindStepdown, target).Scan(&id); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, leader.ControlChannel, target)
-		return err
-	})
+	id, err := leader.SendRequest(ctx, pool, leader.RequestKindStepdown, target)
 	if err != nil {
-		return StepdownAnswer{}, fmt.Errorf("send stepdown request: %w", err)
+		return StepdownAnswer{}, err
 	}
 
 	deadline := time.Now().Add(req.Timeout)
@@ -160,10 +151,9 @@ func RequestStepdown(ctx context.Context, pool *pgxpool.Pool, req StepdownReques
 func waitAnswer(ctx context.Context, pool *pgxpool.Pool, id int64, deadline time.Time, poll time.Duration) (StepdownAnswer, bool, error) {
 	withdrawn := false
 	for {
-		var status string
-		var out []byte
-		if err := pool.QueryRow(ctx, `SELECT status, outcome FROM mefor_control_request WHERE id = $1`, id).Scan(&status, &out); err != nil {
-			return StepdownAnswer{}, false, fmt.Errorf("read stepdown answer: %w", err)
+		status, out, err := leader.RequestAnswer(ctx, pool, id)
+		if err != nil {
+			return StepdownAnswer{}, false, err
 		}
 		if status == "answered" {
 			var ans StepdownAnswer
@@ -178,8 +168,7 @@ func waitAnswer(ctx context.Context, pool *pgxpool.Pool, id int64, deadline time
 		if time.Now().After(deadline) {
 			// Withdraw, then read once more: the answer may have landed
 			// between the last read and the withdrawal.
-			if _, err := pool.Exec(context.WithoutCancel(ctx),
-				`UPDATE mefor_control_request SET status = 'abandoned', answered_at = clock_timestamp() WHERE id = $1 AND status = 'pending'`, id); err != nil {
+			if err := leader.WithdrawRequest(context.WithoutCancel(ctx), pool, id); err != nil {
 				return StepdownAnswer{}, false, fmt.Errorf("withdraw stepdown request: %w", err)
 			}
 			withdrawn = true

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
@@ -63,9 +64,9 @@ func (e *env) receive(channel string) int64 {
 }
 
 // pendingRow returns the message's pending row in lane.
-func (e *env) pendingRow(lane string, msg int64) store.WorkRow {
+func (e *env) pendingRow(lane string, msg int64) drainer.Row {
 	e.t.Helper()
-	rows, err := store.PendingRows(e.ctx, e.db.Pool, lane, 10000)
+	rows, err := drainer.PendingRows(e.ctx, e.db.Pool, lane, 10000)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func (e *env) pendingRow(lane string, msg int64) store.WorkRow {
 		}
 	}
 	e.t.Fatalf("message %d has no pending row in lane %s", msg, lane)
-	return store.WorkRow{}
+	return drainer.Row{}
 }
 
 // route runs the ingress hand-off of a message: one route "r" to handler "h".
@@ -83,7 +84,7 @@ func (e *env) route(channel string, msg int64) {
 	e.t.Helper()
 	row := e.pendingRow(jobs.IngressLane(channel), msg)
 	e.tx(func(tx pgx.Tx) error {
-		return store.RouteHandoff(e.ctx, tx, e.q, row, []store.RoutedOut{{Route: "r", Handler: "h"}})
+		return drainer.RouteHandoff(e.ctx, tx, e.q, row, []drainer.RoutedOut{{Route: "r", Handler: "h"}})
 	})
 }
 
@@ -92,11 +93,11 @@ func (e *env) route(channel string, msg int64) {
 func (e *env) transform(channel string, msg int64, lanes ...string) {
 	e.t.Helper()
 	row := e.pendingRow(jobs.RoutedLane(channel), msg)
-	var outs []store.OutboundOut
+	var outs []drainer.OutboundOut
 	for _, l := range lanes {
-		outs = append(outs, store.OutboundOut{Destination: destOf(l), Lane: l, Payload: []byte("MSH|out")})
+		outs = append(outs, drainer.OutboundOut{Destination: destOf(l), Lane: l, Payload: []byte("MSH|out")})
 	}
-	e.tx(func(tx pgx.Tx) error { return store.TransformHandoff(e.ctx, tx, e.q, row, outs) })
+	e.tx(func(tx pgx.Tx) error { return drainer.TransformHandoff(e.ctx, tx, e.q, row, outs) })
 }
 
 // toOutbound receives a message and hands it on to outbound rows in lanes.
@@ -122,7 +123,7 @@ func (e *env) deliver(lane string, msg int64) {
 	e.t.Helper()
 	row := e.pendingRow(lane, msg)
 	e.tx(func(tx pgx.Tx) error {
-		ok, err := store.Delivered(e.ctx, tx, row, store.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ack")})
+		ok, err := drainer.Delivered(e.ctx, tx, row, drainer.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ack")})
 		if err == nil && !ok {
 			err = fmt.Errorf("row %d was not pending", row.ID)
 		}
@@ -135,7 +136,7 @@ func (e *env) fail(lane string, msg int64, dead bool, backoff time.Duration) {
 	e.t.Helper()
 	row := e.pendingRow(lane, msg)
 	e.tx(func(tx pgx.Tx) error {
-		return store.Failed(e.ctx, tx, row, store.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected"}, backoff, dead)
+		return drainer.Failed(e.ctx, tx, row, drainer.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected"}, backoff, dead)
 	})
 }
 

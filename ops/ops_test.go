@@ -2,11 +2,13 @@ package ops_test
 
 import (
 	"errors"
-	"github.com/jackc/pgx/v5"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
@@ -159,7 +161,7 @@ func TestReplayNothingUnknownAndPurged(t *testing.T) {
 	e := newEnv(t)
 	m := e.receive("adt")
 	row := e.pendingRow("ingress:adt", m)
-	e.tx(func(tx pgx.Tx) error { return store.RouteHandoff(e.ctx, tx, e.q, row, nil) }) // unrouted
+	e.tx(func(tx pgx.Tx) error { return drainer.RouteHandoff(e.ctx, tx, e.q, row, nil) }) // unrouted
 
 	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, m)
 	if err != nil {
@@ -197,7 +199,7 @@ func TestReplayDeadIngressRowBackToReceived(t *testing.T) {
 	e := newEnv(t)
 	m := e.receive("adt")
 	row := e.pendingRow("ingress:adt", m)
-	e.tx(func(tx pgx.Tx) error { return store.DeadLetter(e.ctx, tx, row, "channel gone") })
+	e.tx(func(tx pgx.Tx) error { return drainer.DeadLetter(e.ctx, tx, drainer.NoFence, row, "channel gone") })
 	if got := e.status(m); got != store.StatusError {
 		t.Fatalf("status = %s, want error", got)
 	}

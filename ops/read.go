@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 )
 
 // ListMessages returns messages newest first (metadata only).
@@ -62,11 +63,11 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		if err != nil {
 			return err
 		}
-		st.Config, err = store.ReadConfigStatus(ctx, tx, DefaultNodeTimeout)
+		st.Config, err = leader.ReadConfigStatus(ctx, tx)
 		if err != nil {
 			return err
 		}
-		cl, err := store.ReadClusterStatus(ctx, tx)
+		cl, err := leader.ReadClusterStatus(ctx, tx)
 		st.Cluster = &cl
 		if err != nil {
 			return err
@@ -76,7 +77,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		if err != nil {
 			return err
 		}
-		st.Transport, err = store.ReadTransportStatus(ctx, tx, DefaultNodeTimeout)
+		st.Transport, err = store.ReadTransportStatus(ctx, tx)
 		return err
 	})
 	return st, err

@@ -8,13 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 )
-
-// DefaultNodeTimeout is how long a node may stay silent and still count as
-// live where no config file says otherwise (mefor status): the default
-// node_timeout.
-const DefaultNodeTimeout = 15 * time.Second
 
 // BumpConfig tells every node to reload its config file: it raises the
 // cluster config version, recording the hash of cfg (the file the operator
@@ -22,16 +17,17 @@ const DefaultNodeTimeout = 15 * time.Second
 // nodes. by says who asked, for `mefor status`. cfg must come from
 // config.Load: an invalid file is never announced.
 func BumpConfig(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, by string) (int64, error) {
-	return store.BumpClusterConfig(ctx, pool, cfg.Hash(), by)
+	return leader.BumpClusterConfig(ctx, pool, cfg.Hash(), by)
 }
 
 // ConfigStatus returns the cluster config version and each node's applied
-// config, flagging nodes behind the version or running another file.
-func ConfigStatus(ctx context.Context, pool *pgxpool.Pool, nodeTimeout time.Duration) (*store.ConfigStatus, error) {
-	var st *store.ConfigStatus
+// config, flagging nodes behind the version or running another file. Dead
+// nodes (by each node's own node_timeout) are listed as not live.
+func ConfigStatus(ctx context.Context, pool *pgxpool.Pool) (*leader.ConfigStatus, error) {
+	var st *leader.ConfigStatus
 	err := readTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		st, err = store.ReadConfigStatus(ctx, tx, nodeTimeout)
+		st, err = leader.ReadConfigStatus(ctx, tx)
 		return err
 	})
 	return st, err
@@ -78,9 +74,9 @@ func (w *ConfigWait) Settled() bool {
 // WaitConfig polls the nodes until every live one applied version or
 // recorded why it could not, or ctx ends; it then returns where each node
 // stands (an ended ctx is not an error: the pending nodes say it).
-func WaitConfig(ctx context.Context, pool *pgxpool.Pool, version int64, hash string, nodeTimeout, poll time.Duration) (*ConfigWait, error) {
+func WaitConfig(ctx context.Context, pool *pgxpool.Pool, version int64, hash string, poll time.Duration) (*ConfigWait, error) {
 	for {
-		st, err := ConfigStatus(ctx, pool, nodeTimeout)
+		st, err := ConfigStatus(ctx, pool)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &ConfigWait{Version: version, Hash: hash}, nil
@@ -99,7 +95,7 @@ func WaitConfig(ctx context.Context, pool *pgxpool.Pool, version int64, hash str
 	}
 }
 
-func configWait(st *store.ConfigStatus, version int64, hash string) *ConfigWait {
+func configWait(st *leader.ConfigStatus, version int64, hash string) *ConfigWait {
 	w := &ConfigWait{Version: version, Hash: hash, Converged: true, Nodes: []NodeReload{}}
 	for _, n := range st.Nodes {
 		if !n.Live {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
@@ -39,27 +40,27 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		rows, err := store.PendingRows(ctx, pool, jobs.IngressLane("adt"), 1000)
+		rows, err := drainer.PendingRows(ctx, pool, jobs.IngressLane("adt"), 1000)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
 			if r.MessageID == id {
 				if err := inTx(func(tx pgx.Tx) error {
-					return store.RouteHandoff(ctx, tx, e.q, r, []store.RoutedOut{{Route: "r", Handler: "h"}})
+					return drainer.RouteHandoff(ctx, tx, e.q, r, []drainer.RoutedOut{{Route: "r", Handler: "h"}})
 				}); err != nil {
 					return err
 				}
 			}
 		}
-		rows, err = store.PendingRows(ctx, pool, jobs.RoutedLane("adt"), 1000)
+		rows, err = drainer.PendingRows(ctx, pool, jobs.RoutedLane("adt"), 1000)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
 			if r.MessageID == id {
 				return inTx(func(tx pgx.Tx) error {
-					return store.TransformHandoff(ctx, tx, e.q, r, []store.OutboundOut{
+					return drainer.TransformHandoff(ctx, tx, e.q, r, []drainer.OutboundOut{
 						{Destination: "lab", Lane: lanes[i%2]}, {Destination: "lab", Lane: lanes[(i+1)%2]}})
 				})
 			}
@@ -67,20 +68,20 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		return nil
 	}
 	deliver := func(rng *rand.Rand) error {
-		rows, err := store.PendingRows(ctx, pool, lanes[rng.IntN(2)], 1)
+		rows, err := drainer.PendingRows(ctx, pool, lanes[rng.IntN(2)], 1)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
-		a := store.Attempt{Outcome: "AR", AckCode: "AR", Error: "rejected"}
+		a := drainer.Attempt{Outcome: "AR", AckCode: "AR", Error: "rejected"}
 		return inTx(func(tx pgx.Tx) error {
 			switch rng.IntN(3) {
 			case 0:
-				_, err := store.Delivered(ctx, tx, rows[0], store.Attempt{Outcome: "delivered", AckCode: "AA"})
+				_, err := drainer.Delivered(ctx, tx, rows[0], drainer.Attempt{Outcome: "delivered", AckCode: "AA"})
 				return err
 			case 1:
-				return store.Failed(ctx, tx, rows[0], a, 0, false)
+				return drainer.Failed(ctx, tx, rows[0], a, 0, false)
 			default:
-				return store.Failed(ctx, tx, rows[0], a, 0, true)
+				return drainer.Failed(ctx, tx, rows[0], a, 0, true)
 			}
 		})
 	}

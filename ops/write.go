@@ -3,6 +3,8 @@ package ops
 import (
 	"context"
 	"errors"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,6 +46,10 @@ type BulkOptions struct {
 	// Progress, when set, is called after each committed batch with the
 	// rows handled so far (changed or skipped) and the number matched.
 	Progress func(done, matched int)
+	// Wait bounds how long Cancel waits for the rows it could not cancel at
+	// once (their lane's drainer was running, so it may have been sending
+	// them) to be resolved by that drainer; zero does not wait.
+	Wait time.Duration
 }
 
 func (o BulkOptions) batch() int {
@@ -67,6 +73,19 @@ type BulkResult struct {
 	Messages int `json:"messages"`
 	// Declined is true when Confirm said no.
 	Declined bool `json:"declined,omitempty"`
+
+	// The rows Cancel found in a lane whose drainer was running, and how
+	// each ended (those that ended cancelled are counted in Rows).
+	// Delivered were being sent: the partner has them, and their replies
+	// are kept. Dead were being sent and failed past max_attempts.
+	// InFlight were still undecided when the wait ended: each will be
+	// cancelled unless its drainer had already sent it.
+	Delivered         int     `json:"delivered,omitempty"`
+	DeliveredMessages []int64 `json:"delivered_messages,omitempty"`
+	Dead              int     `json:"dead,omitempty"`
+	DeadMessages      []int64 `json:"dead_messages,omitempty"`
+	InFlight          int     `json:"in_flight,omitempty"`
+	InFlightMessages  []int64 `json:"in_flight_messages,omitempty"`
 }
 
 // ErrNoDestination is returned by Cancel without a destination.
@@ -102,6 +121,13 @@ func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.DeadFi
 // finalizes their messages. With f.Top it cancels only the failing head of
 // each lane (see store.CancelFilter). Lanes whose rows were cancelled have
 // their snoozed drainers woken, so a lane unblocked by the cancel moves now.
+//
+// A row in a lane whose drainer is running is never cancelled under the
+// drainer's feet: it is marked, and the drainer cancels it unless it was
+// already sending it, in which case it ends delivered (or failed) as the
+// partner answered. Cancel waits up to opt.Wait for those rows and reports
+// how each ended; a lane whose drainer stops running meanwhile has its
+// marked rows cancelled here.
 func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilter, opt BulkOptions) (BulkResult, error) {
 	var res BulkResult
 	if f.Destination == "" {
@@ -121,7 +147,8 @@ func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilt
 		return res, err
 	}
 	batches := 0
-	return runBulk(ctx, &res, opt, func(after int64) (store.BatchResult, error) {
+	var marked []int64
+	res, err = runBulk(ctx, &res, opt, func(after int64) (store.BatchResult, error) {
 		var b store.BatchResult
 		if f.Top && batches > 0 {
 			return b, nil
@@ -134,8 +161,71 @@ func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilt
 			}
 			return wake(ctx, tx, q, b.Lanes)
 		})
+		marked = append(marked, b.Marked...)
 		return b, err
 	})
+	if err != nil || len(marked) == 0 {
+		return res, err
+	}
+	return res, awaitMarked(ctx, pool, q, marked, opt.Wait, &res)
+}
+
+// markPoll is how often Cancel looks at the rows it marked.
+const markPoll = 100 * time.Millisecond
+
+// awaitMarked waits up to wait for the marked rows to leave pending, cancels
+// those whose lane's drainer stopped running, and adds how they ended to res.
+func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int64, wait time.Duration, res *BulkResult) error {
+	deadline := time.Now().Add(wait)
+	for {
+		lanes, err := store.MarkedLanes(ctx, pool, marked)
+		if err != nil {
+			return err
+		}
+		if len(lanes) > 0 {
+			var b store.BatchResult
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				var err error
+				if b, err = store.CancelMarkedIdle(ctx, tx, lanes); err != nil {
+					return err
+				}
+				return wake(ctx, tx, q, b.Lanes)
+			})
+			if err != nil {
+				return err
+			}
+			if b.Rows > 0 {
+				lanes, err = store.MarkedLanes(ctx, pool, marked)
+				if err != nil {
+					return err
+				}
+			}
+		}
+		if len(lanes) == 0 || !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(markPoll):
+		}
+	}
+	ended, err := store.MarkedStatus(ctx, pool, marked)
+	if err != nil {
+		return err
+	}
+	res.Rows += len(ended[store.WorkCancelled])
+	res.Messages += countDistinct(ended[store.WorkCancelled])
+	res.DeliveredMessages, res.Delivered = ended[store.WorkDone], len(ended[store.WorkDone])
+	res.DeadMessages, res.Dead = ended[store.WorkDead], len(ended[store.WorkDead])
+	res.InFlightMessages, res.InFlight = ended[store.WorkPending], len(ended[store.WorkPending])
+	return nil
+}
+
+func countDistinct(ids []int64) int {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	return len(slices.Compact(s))
 }
 
 // runBulk asks for confirmation, then runs batches until one sees no rows.

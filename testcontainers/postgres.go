@@ -147,6 +147,40 @@ func NewDB(t testing.TB, opts ...Option) *DB {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	db, drop, err := newDB(!o.empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Log(err)
+		}
+	})
+	return db
+}
+
+// ExampleDB is NewDB for example functions, which have no testing.TB: it
+// panics where NewDB would fail the test, and the example drops the
+// database with the function it returns. The package's TestMain must call
+// Main, as for NewDB.
+func ExampleDB() (*DB, func()) {
+	if !mainActive.Load() {
+		panic("testcontainers.ExampleDB needs TestMain to call testcontainers.Main(m), which stops the container")
+	}
+	db, drop, err := newDB(true)
+	if err != nil {
+		panic(err)
+	}
+	return db, func() {
+		if err := drop(); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// newDB starts the binary's server on first use and creates a database on
+// it, returning the function that drops it.
+func newDB(migrated bool) (*DB, func() error, error) {
 	serverOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -156,21 +190,21 @@ func NewDB(t testing.TB, opts ...Option) *DB {
 		}
 	})
 	if serverErr != nil {
-		t.Fatalf("start PostgreSQL for tests: %v", serverErr)
+		return nil, nil, fmt.Errorf("start PostgreSQL for tests: %w", serverErr)
 	}
-	db, err := server.CreateDB(context.Background(), !o.empty)
+	db, err := server.CreateDB(context.Background(), migrated)
 	if err != nil {
-		t.Fatalf("create test database: %v", err)
+		return nil, nil, fmt.Errorf("create test database: %w", err)
 	}
-	t.Cleanup(func() {
+	return db, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		db.Pool.Close()
 		if err := server.DropDB(ctx, db.Name); err != nil {
-			t.Logf("drop test database %s: %v", db.Name, err)
+			return fmt.Errorf("drop test database %s: %w", db.Name, err)
 		}
-	})
-	return db
+		return nil
+	}, nil
 }
 
 // NewServer starts a dedicated container for a test that needs one to itself

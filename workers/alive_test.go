@@ -58,7 +58,7 @@ destinations:
 	}
 	client := startOutbound(t, db, deps)
 
-	lane := jobs.OutboundLane("d", 1, 0)
+	lane := jobs.OutboundLane("d", 0, 1, 0)
 	job := queue(t, db, client, lane)
 	waitFor(t, "the drainer to run and stop", func() bool { return jobState(t, db, job) == "completed" })
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
@@ -101,10 +101,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // During a reload's convergence a node still on the old config may drain a
-// lane of a destination the new config adds. While the cluster has a newer
-// config than the node applied, such a row waits; once the node is current
-// and still does not know the destination, it is dead-lettered as before.
-func TestUnknownDestinationWaitsWhileNodeBehindClusterConfig(t *testing.T) {
+// lane of a destination the new config adds, and a node started from
+// another file may drain one its file lacks. While the cluster does not
+// agree on the node's config, such a row waits, untouched; once it does and
+// the node still does not know the destination, it is dead-lettered.
+func TestUnknownDestinationWaitsUntilClusterAgrees(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
 	cfg, err := config.Parse("behind.yaml", []byte(fmt.Sprintf(`
@@ -124,19 +125,18 @@ destinations:
 		t.Fatal(err)
 	}
 	g := graph(t, cfg)
-	var behind atomic.Bool
-	behind.Store(true)
+	var agreed atomic.Bool
 	deps := &workers.Deps{
 		Pool:         db.Pool,
 		Graph:        func() workers.Graph { return g },
 		Senders:      connector.NewPool(),
 		Limits:       workers.DefaultLimits,
 		Logger:       slog.New(slog.DiscardHandler),
-		ConfigBehind: func(context.Context) bool { return behind.Load() },
+		ConfigAgreed: func(context.Context) bool { return agreed.Load() },
 	}
 	client := startOutbound(t, db, deps)
 
-	lane := jobs.OutboundLane("d", 1, 0) // queue() writes rows for destination d
+	lane := jobs.OutboundLane("d", 0, 1, 0) // queue() writes rows for destination d
 	job := queue(t, db, client, lane)
 	// A short snooze leaves the job "available" with a later scheduled_at,
 	// so watch for the drainer having run instead of for a state.
@@ -156,10 +156,10 @@ destinations:
 	}
 	time.Sleep(1500 * time.Millisecond) // at least one more look at the row
 	if s := status(); s != "pending" {
-		t.Fatalf("row is %s while the node is behind the cluster config, want pending", s)
+		t.Fatalf("row is %s while the cluster does not agree on the node's config, want pending", s)
 	}
-	behind.Store(false)
-	waitFor(t, "the row dead-lettered once the node is current", func() bool { return status() == "dead" })
+	agreed.Store(true)
+	waitFor(t, "the row dead-lettered once the cluster agrees", func() bool { return status() == "dead" })
 }
 
 // startOutbound runs a River client with only the outbound drainer, on deps.

@@ -11,6 +11,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -18,9 +19,9 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/state"
-	"github.com/mefor/mefor/internal/store"
 )
 
 // Graph is the running configuration as the drainers use it. It is looked up
@@ -28,12 +29,13 @@ import (
 type Graph interface {
 	// Route picks the routes of a channel that match msg. ok is false when
 	// the channel is no longer configured.
-	Route(channel string, msg *hl7.Message) (outs []store.RoutedOut, ok bool)
+	Route(channel string, msg *hl7.Message) (outs []drainer.RoutedOut, ok bool)
 	// Transform runs a route's handler and returns the deliveries it
 	// produced (none: filtered). An error dead-letters the row; its text
-	// must not contain message content. st is the row's view of transform
+	// must not contain message content. It wraps ErrNotInConfig when what
+	// the row needs is not in the config. st is the row's view of transform
 	// state, for handlers that keep some.
-	Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message, st *state.Row) ([]store.OutboundOut, error)
+	Transform(ctx context.Context, row drainer.Row, msg *hl7.Message, st *state.Row) ([]drainer.OutboundOut, error)
 	// Destination returns a destination's config, nil when it left the config.
 	Destination(name string) *config.Destination
 }
@@ -74,15 +76,13 @@ type Deps struct {
 	Wake   *Wake
 	Limits Limits
 	Logger *slog.Logger
-	// NodeTimeout is how long a node may miss heartbeats before reclaim
-	// treats its running drainers as dead; zero disables that rescue.
-	NodeTimeout time.Duration
-	// ConfigBehind, when set, reports whether the cluster has announced a
-	// config version this node has not applied yet. A row for a channel or
-	// destination this node does not know then waits instead of being
-	// dead-lettered: the new config probably adds it, and this node is a
-	// heartbeat from reloading.
-	ConfigBehind func(ctx context.Context) bool
+	// ConfigAgreed, when set, reports whether this node's config is the
+	// cluster's agreed one (every live node applied it, from the same
+	// file). Only then is a row for a channel, route, handler or
+	// destination this node does not know dead-lettered; otherwise its
+	// drainer yields the lane at once without touching it, so that a node
+	// that knows it serves it. Unset means agreed (a lone node in tests).
+	ConfigAgreed func(ctx context.Context) bool
 	// Alive, when set, reports whether the rest of the cluster still
 	// counts this node as live; an outbound drainer checks it right before
 	// each send and stops without sending when it is false. A node that
@@ -98,12 +98,34 @@ type Deps struct {
 	State *state.Cache
 }
 
-// behindRetry is how long a row waits for this node to catch up with the
-// cluster's config before it is looked at again.
-const behindRetry = time.Second
+// unknownRetry is how long a lane whose head this node does not know is
+// left to the other nodes before this node looks at it again.
+const unknownRetry = time.Second
 
-func (d *Deps) behind(ctx context.Context) bool {
-	return d.ConfigBehind != nil && d.ConfigBehind(ctx)
+// heldRetry is how often a lane held behind the lanes of its destination's
+// previous ordering looks again.
+const heldRetry = 300 * time.Millisecond
+
+// unknownPolicy returns mayDeadLetterUnknown asked at most once: a batch
+// with several unknown rows costs one look at the cluster.
+func (d *Deps) unknownPolicy() func(context.Context) bool {
+	var asked, may bool
+	return func(ctx context.Context) bool {
+		if !asked {
+			asked, may = true, d.mayDeadLetterUnknown(ctx)
+		}
+		return may
+	}
+}
+
+// ErrNotInConfig is wrapped by Graph.Transform's error when the row's
+// route, handler or a destination of its route is not in the config.
+var ErrNotInConfig = errors.New("not in the config")
+
+// mayDeadLetterUnknown reports whether a row this node's config does not
+// know may be dead-lettered (see ConfigAgreed).
+func (d *Deps) mayDeadLetterUnknown(ctx context.Context) bool {
+	return d.ConfigAgreed == nil || d.ConfigAgreed(ctx)
 }
 
 func (d *Deps) stopping() bool {

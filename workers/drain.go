@@ -10,7 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -22,16 +22,42 @@ type stepResult struct {
 	snooze time.Duration
 }
 
+// run is one execution of a drainer, as its steps see it.
+type run struct {
+	ex   drainer.Execution
+	ins  jobs.Inserter
+	lane string
+	// rescue is set while this execution follows one that died and has
+	// not yet settled the crash (see rescueOf).
+	rescue *rescue
+	// rescues is the job's rescue count, recorded at each clean yield.
+	rescues int
+}
+
 // stepFunc serves rows of a lane, head first.
-type stepFunc func(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error)
+type stepFunc func(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error)
 
 // drain is the loop every stage drainer runs.
 func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lane string, step stepFunc) error {
 	if job.AttemptedAt == nil {
 		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
 	}
-	ex := store.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt}
-	ins := river.ClientFromContext[pgx.Tx](ctx)
+	r := &run{
+		ex:   drainer.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt},
+		ins:  river.ClientFromContext[pgx.Tx](ctx),
+		lane: lane,
+	}
+	r.rescue, r.rescues = rescueOf(job.JobRow)
+	if stage, _ := jobs.StageOf(lane); stage != jobs.StageOutbound {
+		// Only a send is counted: routing and transforming have no effect
+		// outside the database, and a crash there repeats them harmlessly.
+		r.rescue = nil
+	}
+	if r.rescue != nil {
+		d.Logger.InfoContext(ctx, "drainer takes over from an execution that died", "lane", lane, "job_id", job.ID,
+			"rescues", r.rescues)
+	}
+	ex := r.ex
 	lim := d.Limits
 	deadline := time.Now().Add(lim.Slice)
 	served := 0
@@ -39,10 +65,10 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	for {
 		if d.stopping() || served >= lim.MaxRows || time.Now().After(deadline) {
 			// Yield: available again at once, for this node or another.
-			return river.JobSnooze(0)
+			return r.snooze(ctx, 0)
 		}
 		woken := d.wakeC(lane) // before reading, so a commit in between still wakes us
-		rows, err := store.PendingRows(ctx, d.Pool, lane, lim.Batch)
+		rows, err := drainer.PendingRows(ctx, d.Pool, lane, lim.Batch)
 		if err != nil {
 			return err
 		}
@@ -51,7 +77,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 				continue
 			}
 			done, err := completeIfEmpty(ctx, d, ex, job, lane)
-			if errors.Is(err, store.ErrFenced) {
+			if errors.Is(err, drainer.ErrSuperseded) {
 				return d.fenced(ctx, lane, ex)
 			}
 			if err != nil {
@@ -62,18 +88,38 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			}
 			continue // a producer slipped a row in before the lock
 		}
-		res, err := step(ctx, ex, ins, rows)
+		res, err := step(ctx, r, rows)
 		served += res.served
-		if errors.Is(err, store.ErrFenced) {
+		if errors.Is(err, drainer.ErrSuperseded) {
 			return d.fenced(ctx, lane, ex)
+		}
+		if errors.Is(err, drainer.ErrNodeNotAlive) {
+			// Ended as a superseded execution is, for the same reasons:
+			// this node may already have been replaced.
+			d.Logger.WarnContext(ctx, "drainer stops: this node's heartbeat is too old to know it still holds the lane",
+				"lane", lane, "job_id", ex.JobID)
+			return nil
 		}
 		if err != nil {
 			return err
 		}
 		if res.snooze > 0 {
-			return river.JobSnooze(res.snooze)
+			return r.snooze(ctx, res.snooze)
 		}
 	}
+}
+
+// snooze ends the execution cleanly, waiting d before the lane is served
+// again. It records on the job that this execution ended cleanly having
+// seen its rescues, unless it leaves a crash unsettled, so the next
+// execution knows whether it follows one that died.
+func (r *run) snooze(ctx context.Context, d time.Duration) error {
+	if r.rescue == nil {
+		// Outside a worker (a test driving a drainer by hand) there is
+		// nowhere to record it and nothing to remember.
+		_ = river.RecordOutput(ctx, cleanEnd{RescuesSeen: r.rescues})
+	}
+	return river.JobSnooze(d)
 }
 
 // fenced ends a superseded execution. It returns nil: any other answer would
@@ -81,7 +127,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 // this one (the completer does not compare attempts), and a snooze here
 // would ping-pong between the two. If the job is left completed, the lane is
 // re-activated by the next producer or by reclaim.
-func (d *Deps) fenced(ctx context.Context, lane string, ex store.Execution) error {
+func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) error {
 	d.Logger.WarnContext(ctx, "drainer superseded, stopping without further writes",
 		"lane", lane, "job_id", ex.JobID, "attempted_at", ex.AttemptedAt)
 	return nil
@@ -133,13 +179,13 @@ func (d *Deps) wakeC(lane string) <-chan struct{} {
 
 // completeIfEmpty completes the drainer's job in the same transaction that
 // saw the lane empty under the lane lock.
-func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex store.Execution, job *river.Job[T], lane string) (bool, error) {
+func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string) (bool, error) {
 	done := false
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, ex.JobID, ex.AttemptedAt); err != nil {
+		if err := drainer.Fence(ctx, tx, ex); err != nil {
 			return err
 		}
-		empty, err := store.CompleteIfEmpty(ctx, tx, lane)
+		empty, err := drainer.CompleteIfEmpty(ctx, tx, lane)
 		if err != nil || !empty {
 			return err
 		}
@@ -150,14 +196,4 @@ func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex store.Exe
 		return nil
 	})
 	return done, err
-}
-
-// inTx runs fn in a transaction that first checks the fence.
-func (d *Deps) inTx(ctx context.Context, ex store.Execution, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, ex.JobID, ex.AttemptedAt); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
 }

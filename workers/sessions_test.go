@@ -4,12 +4,11 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/workers"
 )
 
 // A node cut off half-way through a pipelined batch leaves a session that
@@ -20,8 +19,9 @@ import (
 func TestDeadNodeSessionsEndedAndLocksFreed(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
-	exec(t, db, `INSERT INTO mefor_node (id, host, pid, last_seen) VALUES
-		('dead', 'h', 1, clock_timestamp() - interval '1 minute'), ('live', 'h', 2, clock_timestamp())`)
+	// Each node is judged by the node_timeout it recorded (10s here).
+	exec(t, db, `INSERT INTO mefor_node (id, host, pid, last_seen, node_timeout_ms) VALUES
+		('dead', 'h', 1, clock_timestamp() - interval '1 minute', 10000), ('live', 'h', 2, clock_timestamp(), 10000)`)
 
 	stuck := func(node string, key int) *pgx.Conn {
 		t.Helper()
@@ -29,7 +29,7 @@ func TestDeadNodeSessionsEndedAndLocksFreed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.RuntimeParams["application_name"] = workers.ApplicationName(node)
+		cfg.RuntimeParams["application_name"] = leader.ApplicationName(node)
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -62,12 +62,12 @@ func TestDeadNodeSessionsEndedAndLocksFreed(t *testing.T) {
 	}
 	waitFor(t, "both stuck sessions to hold their locks", func() bool { return locked(41) && locked(42) })
 	var state string
-	if err := db.Pool.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE application_name = $1`, workers.ApplicationName("dead")).Scan(&state); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE application_name = $1`, leader.ApplicationName("dead")).Scan(&state); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the stuck session is %q", state)
 
-	ended, err := workers.TerminateDeadNodeSessions(ctx, db.Pool, 10*time.Second)
+	ended, err := leader.TerminateDeadNodeSessions(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -33,10 +34,11 @@ func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArg
 // routeStep parses and routes a batch, handing all of it off in one
 // transaction: routing has no side effects outside the database, so a batch
 // is as safe as one row and much cheaper.
-func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
 	g := d.Graph()
-	decisions := make([]store.RouteDecision, len(rows))
+	decisions := make([]drainer.RouteDecision, len(rows))
 	var wait time.Duration
+	unknown := d.unknownPolicy()
 	for i, row := range rows {
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
@@ -44,10 +46,10 @@ func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inser
 			continue
 		}
 		outs, ok := g.Route(row.Channel, msg)
-		if !ok && d.behind(ctx) {
-			// Hand off the rows before it; hold the lane until this node
-			// has applied the cluster's newer config.
-			rows, decisions, wait = rows[:i], decisions[:i], behindRetry
+		if !ok && !unknown(ctx) {
+			// Hand off the rows before it and leave the lane to a node that
+			// knows the channel.
+			rows, decisions, wait = rows[:i], decisions[:i], unknownRetry
 			break
 		}
 		if !ok {
@@ -60,7 +62,7 @@ func (d *Deps) routeStep(ctx context.Context, ex store.Execution, ins jobs.Inser
 		return stepResult{snooze: wait}, nil
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.RouteBatch(ctx, tx, ins, ex, rows, decisions)
+		return drainer.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if err != nil {
 		return stepResult{}, err
@@ -87,14 +89,16 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 // transaction, with the transform state the batch read and wrote
 // (transform_state.go): a conflict refreshes the state cache and serves the
 // rows again.
-func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
 	if rows[0].DueIn > 0 {
 		return stepResult{snooze: rows[0].DueIn}, nil // a held head, not due yet
 	}
 	g := d.Graph()
-	decisions := make([]store.TransformDecision, len(rows))
+	decisions := make([]drainer.TransformDecision, len(rows))
 	batch := d.stateBatch()
 	started := time.Now()
+	var wait time.Duration
+	unknown := d.unknownPolicy()
 	for i, row := range rows {
 		if i > 0 && time.Since(started) > d.Limits.Slice {
 			// Slow scripts: hand off what is done, so a batch of them
@@ -117,10 +121,18 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 			// yet, a script with on_error: hold): hand off the rows before
 			// it and hold the lane at it, with backoff.
 			if i == 0 {
-				wait, err := d.holdHead(ctx, ex, row, err, st.Discard())
+				wait, err := d.holdHead(ctx, r.ex, row, err, st.Discard())
 				return stepResult{snooze: wait}, err
 			}
 			rows, decisions = rows[:i], decisions[:i]
+			break
+		}
+		if errors.Is(err, ErrNotInConfig) && !unknown(ctx) {
+			// Its route, handler or a destination is not in this node's
+			// config but may be in the cluster's: hand off the rows before
+			// it and leave the lane to a node that knows it.
+			st.Discard()
+			rows, decisions, wait = rows[:i], decisions[:i], unknownRetry
 			break
 		}
 		if err != nil {
@@ -131,8 +143,11 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 		decisions[i].Outs = outs
 		decisions[i].State = st.Commit()
 	}
+	if len(rows) == 0 {
+		return stepResult{snooze: wait}, nil
+	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return store.TransformBatch(ctx, tx, ins, ex, rows, decisions)
+		return drainer.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if d.stateConflict(ctx, rows[0].Lane, err) {
 		return stepResult{}, nil // the drainer reads the lane and runs it again
@@ -146,7 +161,7 @@ func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.I
 			d.Wake.Notify(o.Lane)
 		}
 	}
-	return stepResult{served: len(rows)}, nil
+	return stepResult{served: len(rows), snooze: wait}, nil
 }
 
 // OutboundWorker delivers one destination lane.
@@ -169,26 +184,41 @@ func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundA
 // deliverStep delivers rows one at a time, head first, each recorded in its
 // own transaction: a crash repeats at most the one send in flight. A failed
 // head that may be retried stops the step so the lane waits behind it.
-func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
+	ex := r.ex
 	served := 0
 	for _, row := range rows {
-		if row.DueIn > 0 {
-			return stepResult{served: served, snooze: row.DueIn}, nil
-		}
 		if d.stopping() {
 			return stepResult{served: served}, nil
 		}
+		if row.CancelRequested {
+			// An operator cancelled it while this drainer held the lane, and
+			// it has not been sent: cancel it (and any other marked row),
+			// then read the lane again.
+			n, err := d.cancelMarked(ctx, ex, row.Lane)
+			return stepResult{served: served + n}, err
+		}
 		dest := d.Graph().Destination(row.Destination)
-		if dest == nil && d.behind(ctx) {
-			return stepResult{served: served, snooze: behindRetry}, nil
+		if dest == nil && !d.mayDeadLetterUnknown(ctx) {
+			// Not this node's to judge: yield the lane, without sending,
+			// to a node that knows the destination.
+			return stepResult{served: served, snooze: unknownRetry}, nil
 		}
 		if dest == nil {
 			reason := fmt.Sprintf("destination %q is not in the config", row.Destination)
-			if err := d.inTx(ctx, ex, func(tx pgx.Tx) error { return store.DeadLetter(ctx, tx, row, reason) }); err != nil {
+			if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return drainer.DeadLetter(ctx, tx, ex, row, reason) }); err != nil {
 				return stepResult{served: served}, err
 			}
 			served++
 			continue
+		}
+		if row.Held {
+			// The destination's ordering changed; rows queued under the
+			// previous one, in other lanes, go first.
+			return stepResult{served: served, snooze: heldRetry}, nil
+		}
+		if row.DueIn > 0 {
+			return stepResult{served: served, snooze: row.DueIn}, nil
 		}
 		sender, err := d.Senders.Get(row.Lane, dest)
 		if err != nil {
@@ -198,22 +228,50 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 			// Not a proof that another node took the lane, but this node
 			// can no longer know it did not; the fence would refuse the
 			// record anyway, and the send is what must not happen.
-			return stepResult{served: served}, store.ErrFenced
+			return stepResult{served: served}, drainer.ErrNodeNotAlive
+		}
+		if r.rescue != nil {
+			// This execution follows one that died, maybe sending this
+			// row: count that attempt before sending it again (rescue.go).
+			dead, err := d.recordCrash(ctx, r, &row, dest)
+			if err != nil {
+				return stepResult{served: served}, err
+			}
+			if dead {
+				served++
+				continue
+			}
 		}
 		res := sender.Send(ctx, connector.Delivery{
 			MessageID: row.MessageID, WorkID: row.ID, Seq: row.Seq, Lane: row.Lane, Channel: row.Channel,
 			Destination: row.Destination, ControlID: row.ControlID, MessageType: row.MessageType,
 			Received: row.ReceivedAt, Payload: row.Body,
 		})
-		attempt := store.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
+		attempt := drainer.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
 		attempts := row.Attempts + 1
 		dead := !res.OK && dest.Retry.Exhausted(attempts)
+		if res.Outcome == connector.OutcomeAR && dest.OnReject == config.RejectDeadLetter {
+			// The partner will never accept it: retrying would only hold
+			// the lane behind it.
+			dead = true
+			attempt.DeadReason = fmt.Sprintf("partner rejected it (%s); on_reject: %s", res.AckCode, config.RejectDeadLetter)
+		}
 		backoff := dest.Retry.Backoff(attempts)
+		var rec drainer.Recorded
 		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-			_, err := store.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
+			var err error
+			rec, err = drainer.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
 			return err
 		}); err != nil {
 			return stepResult{served: served}, err
+		}
+		if rec.CancelsPending {
+			// Rows were marked for cancelling while this one was being
+			// sent; it is recorded as it went. Cancel the others before
+			// sending anything more, then read the lane again: the rows in
+			// hand may be among them.
+			n, err := d.cancelMarked(ctx, ex, row.Lane)
+			return stepResult{served: served + 1 + n}, err
 		}
 		if res.OK {
 			served++
@@ -229,4 +287,46 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 		return stepResult{served: served, snooze: backoff}, nil
 	}
 	return stepResult{served: served}, nil
+}
+
+// cancelMarked cancels the lane's rows an operator marked for cancelling,
+// in a fenced transaction.
+func (d *Deps) cancelMarked(ctx context.Context, ex drainer.Execution, lane string) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = drainer.CancelMarked(ctx, tx, ex, lane)
+		return err
+	})
+	if err == nil && n > 0 {
+		d.Logger.InfoContext(ctx, "cancelled deliveries an operator marked while this drainer held the lane", "lane", lane, "rows", n)
+	}
+	return n, err
+}
+
+// recordCrash settles the crash r follows: it records the attempt the dead
+// execution may have been making on row, the lane's head, and reports
+// whether that ended the row. row's attempt count is updated to match.
+func (d *Deps) recordCrash(ctx context.Context, r *run, row *drainer.Row, dest *config.Destination) (bool, error) {
+	attempts := row.Attempts + 1
+	dead := dest.Retry.Exhausted(attempts)
+	a := drainer.Attempt{Outcome: connector.OutcomeCrashed,
+		Error: connector.OutcomeCrashed + ": the drainer serving this lane stopped (its node died or froze) while this message may have been in flight"}
+	var rec drainer.Recorded
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		var err error
+		rec, err = drainer.RecordCrash(ctx, tx, r.ex, *row, a, r.rescue.diedAt, dead)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	r.rescue = nil
+	if !rec.Recorded {
+		return false, nil // not due yet when the dead execution stopped: never in flight
+	}
+	row.Attempts = attempts
+	d.Logger.WarnContext(ctx, "counted a crash against the lane's head",
+		"lane", row.Lane, "message_id", row.MessageID, "work_id", row.ID, "attempt", attempts, "dead", dead)
+	return dead, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 )
@@ -27,7 +28,7 @@ func (d *Deps) stateBatch() *state.Batch {
 // under the batch; it refreshes the cache with the committed values, so
 // the batch's next run reads them.
 func (d *Deps) stateConflict(ctx context.Context, lane string, err error) bool {
-	var c *store.StateConflict
+	var c *drainer.StateConflict
 	if !errors.As(err, &c) {
 		return false
 	}
@@ -40,7 +41,7 @@ func (d *Deps) stateConflict(ctx context.Context, lane string, err error) bool {
 }
 
 // publishState records a committed hand-off's writes in the cache.
-func (d *Deps) publishState(decisions []store.TransformDecision) {
+func (d *Deps) publishState(decisions []drainer.TransformDecision) {
 	if d.State == nil {
 		return
 	}
@@ -83,10 +84,10 @@ func holdBackoff(attempts int) time.Duration {
 // never reaches the hand-off that would check what it read, and what it
 // waits for may well be a state value another lane or node is writing: so
 // the values it read are refreshed from the database for its next try.
-func (d *Deps) holdHead(ctx context.Context, ex store.Execution, row store.WorkRow, why error, read *state.Change) (time.Duration, error) {
+func (d *Deps) holdHead(ctx context.Context, ex drainer.Execution, row drainer.Row, why error, read *state.Change) (time.Duration, error) {
 	wait := holdBackoff(row.Attempts + 1)
-	err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
-		return store.RecordHold(ctx, tx, row, why.Error(), wait)
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		return drainer.RecordHold(ctx, tx, ex, row, why.Error(), wait)
 	})
 	if err != nil {
 		return 0, err

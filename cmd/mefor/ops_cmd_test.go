@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
@@ -44,9 +45,9 @@ func newOpsFixture(t *testing.T) *opsFixture {
 			t.Fatal(err)
 		}
 	}
-	head := func(lane string, msg int64) store.WorkRow {
+	head := func(lane string, msg int64) drainer.Row {
 		t.Helper()
-		rows, err := store.PendingRows(ctx, db.Pool, lane, 100)
+		rows, err := drainer.PendingRows(ctx, db.Pool, lane, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func newOpsFixture(t *testing.T) *opsFixture {
 			}
 		}
 		t.Fatalf("message %d not pending in %s", msg, lane)
-		return store.WorkRow{}
+		return drainer.Row{}
 	}
 	n := 0
 	receive := func() int64 {
@@ -77,11 +78,11 @@ func newOpsFixture(t *testing.T) *opsFixture {
 		id := receive()
 		row := head(jobs.IngressLane("adt"), id)
 		inTx(func(tx pgx.Tx) error {
-			return store.RouteHandoff(ctx, tx, q, row, []store.RoutedOut{{Route: "all", Handler: "pass"}})
+			return drainer.RouteHandoff(ctx, tx, q, row, []drainer.RoutedOut{{Route: "all", Handler: "pass"}})
 		})
 		row = head(jobs.RoutedLane("adt"), id)
 		inTx(func(tx pgx.Tx) error {
-			return store.TransformHandoff(ctx, tx, q, row, []store.OutboundOut{{Destination: "lab", Lane: lab}})
+			return drainer.TransformHandoff(ctx, tx, q, row, []drainer.OutboundOut{{Destination: "lab", Lane: lab}})
 		})
 		return id
 	}
@@ -91,11 +92,11 @@ func newOpsFixture(t *testing.T) *opsFixture {
 	f.queued = toLab()
 	f.fresh = receive()
 	inTx(func(tx pgx.Tx) error {
-		_, err := store.Delivered(ctx, tx, head(lab, f.done), store.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK\rMSA|AA\r")})
+		_, err := drainer.Delivered(ctx, tx, head(lab, f.done), drainer.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK\rMSA|AA\r")})
 		return err
 	})
 	inTx(func(tx pgx.Tx) error {
-		return store.Failed(ctx, tx, head(lab, f.dead), store.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected: AR"}, 0, true)
+		return drainer.Failed(ctx, tx, head(lab, f.dead), drainer.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected: AR"}, 0, true)
 	})
 	return f
 }

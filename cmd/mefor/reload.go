@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -97,7 +97,7 @@ func (c *reloadCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Wait {
 		res.Waited = true
 		wctx, cancel := context.WithTimeout(ctx, c.Timeout)
-		res.Wait, err = ops.WaitConfig(wctx, pool, res.Version, res.Hash, cfg.Cluster.NodeTimeout, 200*time.Millisecond)
+		res.Wait, err = ops.WaitConfig(wctx, pool, res.Version, res.Hash, 200*time.Millisecond)
 		cancel()
 		if err != nil {
 			return err
@@ -177,7 +177,7 @@ func shortHash(h string) string {
 
 // printConfigStatus prints the config section of `mefor status`: the
 // cluster config version and, per live node, what it applied.
-func printConfigStatus(w io.Writer, cs *store.ConfigStatus) error {
+func printConfigStatus(w io.Writer, cs *leader.ConfigStatus) error {
 	if cs == nil {
 		return nil
 	}

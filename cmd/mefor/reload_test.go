@@ -16,7 +16,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -136,7 +136,7 @@ func TestReloadCommand(t *testing.T) {
 		t.Fatalf("reload of a bad file: exit %d, %+v; want exit %d with file:line errors", code, res, exitReloadRejected)
 	}
 	time.Sleep(1500 * time.Millisecond) // a heartbeat: a node would have reacted to a bump
-	cc, err := store.ReadClusterConfig(ctx, db.Pool)
+	cc, err := leader.ReadClusterConfig(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

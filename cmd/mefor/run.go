@@ -9,17 +9,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/admin"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/migrations"
-	"github.com/mefor/mefor/workers"
 )
 
 type runCmd struct {
@@ -70,19 +66,9 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if nodeID == "" {
 		nodeID = defaultNodeID()
 	}
-	pool, err := g.poolWith(ctx, func(pc *pgxpool.Config) {
-		// A node frozen or cut off in the middle of a transaction keeps its
-		// session, and with it its lane locks and River row locks, until
-		// TCP gives up (hours): the node that takes over would wait on
-		// them. Nothing mefor does sits idle inside a transaction, so the
-		// server may end such a session once the lease could have moved.
-		// Named, so the other nodes can end this node's sessions once
-		// it has been silent past node_timeout.
-		pc.ConnConfig.RuntimeParams["application_name"] = workers.ApplicationName(nodeID)
-		if _, set := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
-			pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.Cluster.LeaseTTL.Milliseconds(), 10)
-		}
-	})
+	// The node names its own sessions and bounds their idle transactions
+	// (engine.New); this pool serves migrations and the admin endpoints.
+	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,12 @@ import (
 )
 
 type sinkCmd struct {
-	Listen string    `required:"" placeholder:"HOST:PORT" help:"Address to listen on."`
-	Dir    string    `placeholder:"DIR" help:"Write each message to DIR/<n>-<control id>.hl7 (default: don't write)."`
-	Ack    string    `default:"AA" enum:"AA,AE,AR" help:"ACK code to answer with (AE/AR to exercise a sender's retries)."`
-	Quiet  bool      `help:"Do not print a line per message."`
-	TLS    serverTLS `embed:""`
+	Listen string        `required:"" placeholder:"HOST:PORT" help:"Address to listen on."`
+	Dir    string        `placeholder:"DIR" help:"Write each message to DIR/<n>-<control id>.hl7 (default: don't write)."`
+	Ack    string        `default:"AA" enum:"AA,AE,AR" help:"ACK code to answer with (AE/AR to exercise a sender's retries)."`
+	Delay  time.Duration `placeholder:"DURATION" help:"Wait this long before answering each message (a slow partner, e.g. to cancel during a send)."`
+	Quiet  bool          `help:"Do not print a line per message."`
+	TLS    serverTLS     `embed:""`
 }
 
 func (c *sinkCmd) Help() string {
@@ -31,6 +32,7 @@ per message. Stops on Ctrl-C.
 Examples:
   mefor sink --listen 127.0.0.1:2576
   mefor sink --listen 127.0.0.1:2576 --dir ./out/sink
+  mefor sink --listen 127.0.0.1:2576 --delay 3s
 
 Over TLS, requiring senders to present a certificate signed by ca.crt (each
 message line then ends with the sender's certificate subject):
@@ -57,7 +59,7 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 	srv := &mllp.Server{
 		Logger:    g.logger,
 		TLSConfig: tlsCfg,
-		Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, conn mllp.ConnInfo) []byte {
+		Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, conn mllp.ConnInfo) []byte {
 			seq := n.Add(1)
 			msg, err := hl7.Parse(raw)
 			if err != nil {
@@ -77,6 +79,13 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 					from = "\tfrom " + peer
 				}
 				fmt.Fprintf(g.stdout, "%d\t%s\t%s^%s%s\n", seq, msg.ControlID(), msg.MessageType(), msg.TriggerEvent(), from)
+			}
+			if c.Delay > 0 {
+				select {
+				case <-time.After(c.Delay):
+				case <-ctx.Done():
+					return nil
+				}
 			}
 			return hl7.NewACK(msg, hl7.AckCode(c.Ack), "", hl7.NewControlID(), time.Now())
 		}),

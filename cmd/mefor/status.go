@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -125,7 +126,7 @@ func fmtAge(sec *float64) string {
 
 // printClusterLine summarizes who serves the listeners and who schedules
 // maintenance, above the counts.
-func printClusterLine(w io.Writer, cl *store.ClusterStatus) {
+func printClusterLine(w io.Writer, cl *leader.ClusterStatus) {
 	if cl == nil {
 		return
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -269,7 +270,24 @@ type Destination struct {
 
 	Ordering Ordering
 	Retry    Retry
+	// OnReject says what a partner's reject (AR: it will never accept the
+	// message) does to a delivery. Defaults to RejectDeadLetter.
+	OnReject RejectPolicy
 }
+
+// RejectPolicy is what a partner's reject does to a delivery.
+type RejectPolicy string
+
+const (
+	// RejectDeadLetter dead-letters the row at the first reject, keeping
+	// the partner's reply: retrying a message the partner will never
+	// accept would block its lane forever.
+	RejectDeadLetter RejectPolicy = "dead-letter"
+	// RejectRetry treats a reject like any failed attempt: retried under
+	// the retry policy, blocking its lane meanwhile, for partners whose
+	// AR means "not now".
+	RejectRetry RejectPolicy = "retry"
+)
 
 // MLLPDestination delivers to an MLLP receiver and waits for its ACK.
 type MLLPDestination struct {
@@ -278,7 +296,8 @@ type MLLPDestination struct {
 	ConnectTimeout time.Duration
 	AckTimeout     time.Duration
 	// AEIsFailure makes an AE (application error) ACK count as a failed
-	// delivery to retry. AR is always a failure.
+	// delivery to retry. AR is always a failure; the destination's
+	// OnReject decides whether it is retried.
 	AEIsFailure bool
 	// TLS, when enabled, makes every connection to the receiver TLS,
 	// verified before anything is sent.
@@ -308,4 +327,16 @@ type Ordering struct {
 	// Key is the HL7 path whose value picks the lane of a partitioned
 	// destination; empty for other modes.
 	Key string
+}
+
+// Layout names how o lays a destination's messages out over lanes: two
+// orderings with the same layout put every message in the same lane.
+func (o Ordering) Layout() string {
+	switch o.Mode {
+	case OrderParallel:
+		return fmt.Sprintf("%s/%d", o.Mode, o.Lanes)
+	case OrderPartitioned:
+		return fmt.Sprintf("%s/%d/%s", o.Mode, o.Lanes, o.Key)
+	}
+	return string(OrderFIFO)
 }

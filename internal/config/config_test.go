@@ -125,6 +125,9 @@ func TestParseDefaults(t *testing.T) {
 	if d.Retry != (config.Retry{MaxAttempts: 0, InitialBackoff: time.Second, Multiplier: 2, MaxBackoff: 5 * time.Minute}) {
 		t.Errorf("retry = %+v", d.Retry)
 	}
+	if d.OnReject != config.RejectDeadLetter {
+		t.Errorf("on_reject = %q, want %q: a partner's AR means it will never take the message", d.OnReject, config.RejectDeadLetter)
+	}
 	if len(c.Warnings) != 0 {
 		t.Errorf("warnings: %v", c.Warnings)
 	}
@@ -168,6 +171,7 @@ destinations:
     mllp: {address: emr.example:2576, connect_timeout: 1s, ack_timeout: 1m, ae_is_failure: False}
     ordering: {mode: partitioned, lanes: 8, key: PID-3.1}
     retry: {max_attempts: 10, backoff: 250ms, multiplier: 1.5, max_backoff: 1m}
+    on_reject: retry
   archive:
     type: file
     file: {directory: /var/lib/mefor/archive, filename: "{{.Channel}}/{{.ControlID}}.hl7"}
@@ -220,6 +224,9 @@ destinations:
 	}
 	if emr.Retry != (config.Retry{MaxAttempts: 10, InitialBackoff: 250 * time.Millisecond, Multiplier: 1.5, MaxBackoff: time.Minute}) {
 		t.Errorf("retry = %+v", emr.Retry)
+	}
+	if emr.OnReject != config.RejectRetry {
+		t.Errorf("on_reject = %q, want retry", emr.OnReject)
 	}
 	archive := c.Destination("archive")
 	if archive.Type != config.DestinationFile || archive.File.Directory != "/var/lib/mefor/archive" || archive.MLLP != nil {
@@ -712,6 +719,22 @@ destinations:
 				{10, "destinations.e.ordering.key", "is required with mode: partitioned"},
 				{11, "destinations.f.ordering.key", `"PID-3-1" is not a valid HL7 location: use '.' between field and component, e.g. PID-3.1`},
 				{12, "destinations.g.ordering.mode", `"fifoo" is not an ordering mode (one of fifo, parallel, partitioned); did you mean fifo?`},
+			},
+		},
+		{
+			name: "on_reject",
+			doc: `
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [a, b]}]
+destinations:
+  a: {type: mllp, mllp: {address: "h:1"}, on_reject: deadletter}
+  b: {type: mllp, mllp: {address: "h:1"}, on_reject: drop}
+`,
+			want: []wantErr{
+				{6, "destinations.a.on_reject", `"deadletter" is not an on_reject policy (one of dead-letter, retry); did you mean dead-letter?`},
+				{7, "destinations.b.on_reject", `"drop" is not an on_reject policy (one of dead-letter, retry)`},
 			},
 		},
 		{

@@ -155,9 +155,10 @@ func (l *loader) decodeDestination(name string, n *yaml.Node, p path) Destinatio
 			Multiplier:     defaultMultiplier,
 			MaxBackoff:     defaultMaxBackoff,
 		},
+		OnReject: RejectDeadLetter,
 	}
 	kinds := destinationKinds()
-	keys := []string{"type", "ordering", "retry"}
+	keys := []string{"type", "ordering", "retry", "on_reject"}
 	types := make([]string, len(kinds))
 	for i, k := range kinds {
 		types[i] = string(k.typ)
@@ -178,6 +179,7 @@ func (l *loader) decodeDestination(name string, n *yaml.Node, p path) Destinatio
 	decodeScalar(l, rm, rp, "backoff", &d.Retry.InitialBackoff, parseDuration)
 	decodeScalar(l, rm, rp, "multiplier", &d.Retry.Multiplier, parseFloat)
 	decodeScalar(l, rm, rp, "max_backoff", &d.Retry.MaxBackoff, parseDuration)
+	decodeScalar(l, m, p, "on_reject", &d.OnReject, asString)
 
 	if !l.checkType(m, p, string(d.Type), types, "destination", "mllp") {
 		return d

@@ -40,7 +40,8 @@ type Retention struct {
 	// defaults to KeepBodies.
 	KeepDead time.Duration
 	// DeleteAfter, when not zero, is how long after receipt a message is
-	// deleted outright, metadata and all.
+	// deleted outright, metadata and all; never while a dead letter of it
+	// is still inside KeepDead.
 	DeleteAfter time.Duration
 	// BatchSize is how many messages one purge transaction handles; each
 	// batch is a short transaction, so intake never waits long on one.

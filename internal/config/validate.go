@@ -288,6 +288,7 @@ func (l *loader) checkDestinations(c *Config) {
 		}
 		l.checkOrdering(d.Ordering, p.key("ordering"))
 		l.checkRetry(d.Retry, p.key("retry"))
+		l.checkOnReject(d.OnReject, p.key("on_reject"))
 		if !used[d.Name] {
 			l.warnf(p, "is not used by any route")
 		}
@@ -328,6 +329,16 @@ func (l *loader) checkOrdering(o Ordering, p path) {
 		}
 	case l.given(kp):
 		l.errorf(kp, "only applies to mode: partitioned; remove it, or set mode: partitioned to keep order per key")
+	}
+}
+
+func (l *loader) checkOnReject(r RejectPolicy, p path) {
+	if l.failed(p) {
+		return
+	}
+	policies := []RejectPolicy{RejectDeadLetter, RejectRetry}
+	if !slices.Contains(policies, r) {
+		l.errorf(p, "%q is not an on_reject policy (one of %s)%s", r, joinStrings(policies), didYouMean(string(r), toStrings(policies), "%s"))
 	}
 }
 

@@ -34,6 +34,10 @@ const (
 	OutcomeTLS       = "tls"      // the TLS handshake failed: nothing was sent
 	OutcomeIOError   = "io-error" // writing a file failed
 	OutcomeInternal  = "internal" // anything else
+	// OutcomeCrashed is recorded by the drainer that takes a lane over
+	// from one that died: the head may have been in flight, its outcome
+	// unknown.
+	OutcomeCrashed = "crashed"
 )
 
 // Delivery is one message to deliver and what it is known by.

@@ -112,6 +112,22 @@ func freeAddr(t testing.TB) string {
 	}
 }
 
+// downAddr returns an address for a partner that is down (connections are
+// refused) until the test starts one on it. It is on 127.0.0.2, where no
+// other listener of the test binary binds: on 127.0.0.1 the kernel may give
+// a closed port to another test's partner listening on port 0, which would
+// then receive this test's deliveries.
+func downAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatalf("reserve a port on 127.0.0.2: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
 // adt builds a small ADT^A01 with the given control id and patient id.
 func adt(controlID, patient string) []byte {
 	return []byte("MSH|^~\\&|REG|HOSP|MEFOR|MEFOR|20240102081500||ADT^A01^ADT_A01|" + controlID + "|P|2.5.1\r" +

@@ -101,3 +101,24 @@ func TestDatabaseUnreachableNeverAcknowledged(t *testing.T) {
 		t.Logf("message %d: ack %q, error %v", i+1, ack.Code, err)
 	}
 }
+
+// A node's sessions carry what the cluster relies on, however the node is
+// started: a name the other nodes can end them by once it is dead, and an
+// end to a transaction it leaves idle (frozen or cut off) after lease_ttl.
+func TestNodeSessionsNamedAndBounded(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	n := startNode(t, db, testConfig(t, freeAddr(t), `
+  out:
+    type: file
+    file: {directory: ./unused}
+`), named("sessions-node"))
+	var name, idle string
+	if err := n.Pool().QueryRow(context.Background(),
+		`SELECT current_setting('application_name'), current_setting('idle_in_transaction_session_timeout')`).Scan(&name, &idle); err != nil {
+		t.Fatal(err)
+	}
+	if name != "mefor sessions-node" || idle != "5s" {
+		t.Fatalf("node session: application_name %q, idle_in_transaction_session_timeout %q; want \"mefor sessions-node\" and the 5s lease_ttl", name, idle)
+	}
+}

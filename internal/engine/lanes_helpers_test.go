@@ -310,3 +310,17 @@ func sendOne(addr string, msg []byte) (hl7.Ack, error) {
 	}
 	return ack, nil
 }
+
+// ours keeps the control ids of ids that start with prefix. Partners listen
+// on port 0, and a test of another package may point a node at a port it
+// closed for a partner that is down; should the kernel give that port to
+// one of ours, its messages would arrive too. Tests look at their own.
+func ours(ids []string, prefix string) []string {
+	var out []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, prefix) {
+			out = append(out, id)
+		}
+	}
+	return out
+}

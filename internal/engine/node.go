@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,6 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/state"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
@@ -28,6 +28,9 @@ import (
 // Options configure a node.
 type Options struct {
 	Config *config.Config
+	// Pool's settings (not its connections) are what the node connects
+	// with: it opens pools of its own from them, with the session settings
+	// every node needs (nodePoolConfig).
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
 	// NodeID names this node in River and in logs.
@@ -81,6 +84,10 @@ type Node struct {
 	refs   *references  // reference-set cache, its watcher and the sync worker (reference.go)
 	tls    transport    // certificates in use and their expiry watch (tls.go)
 	state  *state.Cache // transform state as this node last saw it (script.go)
+	// agreeMu guards disagreement: why the cluster does not agree on this
+	// node's config ("" when it does), as last logged.
+	agreeMu      sync.Mutex
+	disagreement string
 }
 
 type boundListener struct {
@@ -102,34 +109,39 @@ func New(opts Options) (*Node, error) {
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 30 * time.Second
 	}
+	if opts.Config == nil || opts.Pool == nil || opts.NodeID == "" {
+		return nil, errors.New("engine: a node needs a config, a database pool and a node id")
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), nodePoolConfig(opts.Pool.Config(), opts.NodeID, opts.Config.Cluster.LeaseTTL))
+	if err != nil {
+		return nil, fmt.Errorf("create connection pool: %w", err)
+	}
+	opts.Pool = pool
 	n := &Node{opts: opts, logger: opts.Logger, senders: connector.NewPool(), stopping: make(chan struct{})}
 	if err := n.loadTLS(opts.Config); err != nil {
+		pool.Close()
 		return nil, err
 	}
 	n.refs = newReferences(opts)
 	n.state = state.NewCache(0)
 	g, err := NewGraph(opts.Config, n.graphOptions()...)
 	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	n.graph.Store(g)
 
 	wake := workers.NewWake()
 	deps := &workers.Deps{
-		Wake:     wake,
-		Pool:     opts.Pool,
-		Graph:    func() workers.Graph { return n.graph.Load() },
-		Senders:  n.senders,
-		Limits:   opts.Limits,
-		Logger:   opts.Logger,
-		Stopping: n.stopping,
-		State:    n.state,
-		// A node silent this long is dead: reclaim frees its drainers.
-		NodeTimeout: opts.Config.Cluster.NodeTimeout,
-		ConfigBehind: func(ctx context.Context) bool {
-			cc, err := store.ReadClusterConfig(ctx, opts.Pool)
-			return err == nil && cc.Version > n.AppliedConfigVersion()
-		},
+		Wake:         wake,
+		Pool:         opts.Pool,
+		Graph:        func() workers.Graph { return n.graph.Load() },
+		Senders:      n.senders,
+		Limits:       opts.Limits,
+		Logger:       opts.Logger,
+		Stopping:     n.stopping,
+		State:        n.state,
+		ConfigAgreed: n.configAgreed,
 		// Stop sending a heartbeat before the others may count this node as
 		// dead.
 		Alive: func() bool {
@@ -145,11 +157,12 @@ func New(opts Options) (*Node, error) {
 	ccfg.MaxConns, ccfg.MinConns = 2, 0
 	cpool, err := pgxpool.NewWithConfig(context.Background(), ccfg)
 	if err != nil {
+		pool.Close()
 		return nil, fmt.Errorf("create cluster connection pool: %w", err)
 	}
 	n.clusterPool = cpool
 	n.leaseChanged = make(chan struct{}, 1)
-	n.lease = &leader.Lease{
+	n.lease, err = leader.NewLease(leader.LeaseConfig{
 		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, FenceTimeout: cl.FenceTimeout, TTL: cl.LeaseTTL,
 		Logger: opts.Logger,
 		Changed: func() {
@@ -159,12 +172,19 @@ func New(opts Options) (*Node, error) {
 			}
 		},
 		Drain: n.UnbindListeners,
+	})
+	if err != nil {
+		n.closePools()
+		return nil, err
 	}
-	n.lease.Init()
 	n.control = &leader.Control{Pool: cpool, NodeID: opts.NodeID, Lease: n.lease, Heartbeat: cl.Heartbeat, Logger: opts.Logger}
-	n.membership = &leader.Membership{
+	n.membership, err = leader.NewMembership(leader.MembershipConfig{
 		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, NodeTimeout: cl.NodeTimeout, Logger: opts.Logger,
 		HoldsLease: n.lease.Serving,
+	})
+	if err != nil {
+		n.closePools()
+		return nil, err
 	}
 	sendTimeout := maxSendTimeout(opts.Config)
 	w := river.NewWorkers()
@@ -202,6 +222,7 @@ func New(opts Options) (*Node, error) {
 		PeriodicJobs:      workers.PeriodicJobs(maintenance),
 	})
 	if err != nil {
+		n.closePools()
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
@@ -226,23 +247,24 @@ func maxSendTimeout(cfg *config.Config) time.Duration {
 	return longest
 }
 
+// Pool is the pool the node's own sessions come from (see nodePoolConfig).
+func (n *Node) Pool() *pgxpool.Pool { return n.opts.Pool }
+
 // Client is the node's River client (for inserting jobs, e.g. in tests).
 func (n *Node) Client() *river.Client[pgx.Tx] { return n.client }
 
 // Intake is the node's intake, for other sources than its listeners.
 func (n *Node) Intake() *Intake { return n.intake }
 
-// Start dead-letters rows the config can no longer serve, starts the River
-// client and binds the inbound listeners.
+// Start joins the cluster, dead-letters rows the cluster's agreed config can
+// no longer serve, starts the River client and binds the inbound listeners.
 func (n *Node) Start(ctx context.Context) error {
-	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(n.Config()))
+	// Before anything produces rows: lanes are named by layout generation.
+	g, err := n.buildGraph(ctx, n.Config())
 	if err != nil {
 		return err
 	}
-	if dead > 0 {
-		n.logger.WarnContext(ctx, "dead-lettered queued rows the config no longer serves", "rows", dead)
-	}
-
+	n.graph.Store(g)
 	if err := n.membership.Join(ctx); err != nil {
 		return err
 	}
@@ -256,6 +278,8 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startConfigWatch(ctx); err != nil {
 		return err
 	}
+	// After this node recorded what it runs, so the agreement check sees it.
+	n.deadLetterOrphans(ctx)
 
 	if err := n.refs.start(ctx, n.Config(), n.client); err != nil {
 		return err
@@ -320,10 +344,9 @@ func (n *Node) syncLoop(ctx context.Context) {
 // would wait out). The reclaim job is unique per second, so several nodes
 // noticing at once enqueue one.
 func (n *Node) reclaimDeadNodes(ctx context.Context) {
-	nt := n.opts.Config.Cluster.NodeTimeout
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Config.Cluster.Heartbeat)
 	defer cancel()
-	if ended, err := workers.TerminateDeadNodeSessions(ctx, n.clusterPool, nt); err != nil {
+	if ended, err := leader.TerminateDeadNodeSessions(ctx, n.clusterPool); err != nil {
 		if !n.terminateWarned {
 			n.terminateWarned = true
 			n.logger.WarnContext(ctx, "cannot end the database sessions of dead nodes; their locks stay until TCP gives up "+
@@ -332,7 +355,7 @@ func (n *Node) reclaimDeadNodes(ctx context.Context) {
 	} else if len(ended) > 0 {
 		n.logger.WarnContext(ctx, "ended the database sessions of dead nodes", "nodes", ended, "sessions", len(ended))
 	}
-	found, err := workers.HasDeadNodeDrainers(ctx, n.clusterPool, nt)
+	found, err := workers.HasDeadNodeDrainers(ctx, n.clusterPool)
 	if err != nil || !found {
 		return
 	}
@@ -340,7 +363,7 @@ func (n *Node) reclaimDeadNodes(ctx context.Context) {
 		n.logger.WarnContext(ctx, "could not enqueue a reclaim for a dead node's lanes", "error", err)
 		return
 	}
-	n.logger.InfoContext(ctx, "a dead node still holds drainers: reclaim enqueued", "node_timeout", nt)
+	n.logger.InfoContext(ctx, "a dead node still holds drainers: reclaim enqueued")
 }
 
 // syncListeners makes the bound listeners match the lease. A node that lost
@@ -459,8 +482,40 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.logger.WarnContext(ctx, "could not mark node as left", "error", lerr)
 		}
 	}
-	n.clusterPool.Close()
+	n.closePools()
 	return err
+}
+
+// closePools closes the pools the node opened.
+func (n *Node) closePools() {
+	if n.clusterPool != nil {
+		n.clusterPool.Close()
+	}
+	n.opts.Pool.Close()
+}
+
+// nodePoolConfig is base with the session settings a node's connections
+// need, whoever runs the node:
+//   - application_name names the node, so the other nodes can end its
+//     sessions once it is dead (leader.TerminateDeadNodeSessions);
+//   - idle_in_transaction_session_timeout (lease_ttl, unless base sets it):
+//     a node frozen or cut off in the middle of a transaction keeps its
+//     session, and with it its lane locks and River row locks, until TCP
+//     gives up (hours), and the node taking over would wait on them.
+//     Nothing a node does sits idle inside a transaction, so the server may
+//     end such a session once the lease could have moved.
+func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration) *pgxpool.Config {
+	cfg := base.Copy()
+	params := cfg.ConnConfig.RuntimeParams
+	if params == nil {
+		params = map[string]string{}
+		cfg.ConnConfig.RuntimeParams = params
+	}
+	params["application_name"] = leader.ApplicationName(nodeID)
+	if _, set := params["idle_in_transaction_session_timeout"]; !set {
+		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
+	}
+	return cfg
 }
 
 // quietHandler raises the level of a library's logger: River reports

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	listen := freeAddr(t)
-	down := freeAddr(t) // nothing listens: deliveries to "old" stay queued
+	down := downAddr(t) // nothing listens: deliveries to "old" stay queued
 	before := testConfig(t, listen, fmt.Sprintf(`
   old:
     type: mllp
@@ -71,5 +72,56 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 	}
 	if count != 2 {
 		t.Fatalf("%d rows for the removed destination, want 2", count)
+	}
+}
+
+// Node a runs with downstream down and 50 messages queued for it. Node b
+// starts with an older file that lacks downstream. The cluster has not agreed
+// on b's file (a runs another), so b must neither dead-letter those rows nor
+// try to serve them: nothing ends dead, and once downstream is back node a
+// delivers all 50, in order.
+func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	listen := freeAddr(t)
+	downAddr := downAddr(t) // nothing listens yet
+	cfgA := testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s", connect_timeout: 200ms}
+    retry: {backoff: 200ms, max_backoff: 500ms}
+`, downAddr))
+	startNode(t, db, cfgA, func(o *engine.Options) { o.NodeID = "a" })
+	var ids []string
+	var msgs [][]byte
+	for i := range 50 {
+		ids = append(ids, fmt.Sprintf("OR%03d", i))
+		msgs = append(msgs, adt(ids[i], "P1"))
+	}
+	send(t, listen, msgs...)
+	eventually(t, 30*time.Second, "all 50 queued for downstream", func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE destination = 'downstream' AND status = 'pending'`) == 50
+	})
+
+	cfgB := testConfig(t, freeAddr(t), fmt.Sprintf(`
+  archive:
+    type: file
+    file: {directory: %q}
+`, t.TempDir()))
+	startNode(t, db, cfgB, func(o *engine.Options) { o.NodeID = "b" })
+	// Give b time to do what it would: its start-up sweep and, should River
+	// hand it the downstream lane, its drainer.
+	time.Sleep(3 * time.Second)
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
+		t.Fatalf("%d rows dead-lettered by a node whose file the cluster has not agreed on", n)
+	}
+
+	p := newCtlPartner(t, downAddr, nil)
+	eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
+	if got := ours(p.acceptedIDs(), "OR"); !slices.Equal(got, ids) {
+		t.Fatalf("partner accepted %v, want all 50 in order", got)
+	}
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
+		t.Fatalf("%d rows dead", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -57,7 +58,9 @@ import (
 // What a reload removes: rows still queued for a channel, route, handler or
 // destination the new file no longer has are dead-lettered with the reason,
 // exactly as a restart with that file does, so they show in `mefor dead
-// list` and can be replayed if the removal was a mistake.
+// list` and can be replayed if the removal was a mistake; but only once the
+// cluster agrees on the file (every live node applied the reload, from the
+// same file): until then another node may still serve them.
 
 // ReloadResult says what a reload did on this node.
 type ReloadResult struct {
@@ -121,18 +124,21 @@ func (n *Node) Reload(ctx context.Context) (*ReloadResult, error) {
 	defer rs.mu.Unlock()
 	res, err := n.applyFile(ctx)
 	if err != nil {
-		if rerr := store.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, rs.applied.Load(), err.Error()); rerr != nil {
+		if rerr := leader.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, rs.applied.Load(), err.Error()); rerr != nil {
 			n.logger.WarnContext(ctx, "could not record the failed reload", "error", rerr)
 		}
 		return nil, err
 	}
-	v, err := store.BumpClusterConfig(ctx, n.opts.Pool, res.Hash, "node "+n.opts.NodeID)
+	v, err := leader.BumpClusterConfig(ctx, n.opts.Pool, res.Hash, "node "+n.opts.NodeID)
 	if err != nil {
 		return nil, fmt.Errorf("applied on this node, but the other nodes were not told (reload again): %w", err)
 	}
 	rs.applied.Store(v)
 	res.Version = v
 	n.recordApplied(ctx, v, res.Hash)
+	if res.Changed {
+		res.DeadLettered = n.deadLetterOrphans(ctx)
+	}
 	n.logger.InfoContext(ctx, "config reloaded", "version", v, "config_hash", short(res.Hash),
 		"changed", res.Changed, "dead_lettered", res.DeadLettered, "listeners", res.Listeners, "renewed", res.Renewed)
 	return res, nil
@@ -142,12 +148,12 @@ func (n *Node) Reload(ctx context.Context) (*ReloadResult, error) {
 // has just read its file, so it must not reload it again) and starts
 // watching the version.
 func (n *Node) startConfigWatch(ctx context.Context) error {
-	cc, err := store.ReadClusterConfig(ctx, n.opts.Pool)
+	cc, err := leader.ReadClusterConfig(ctx, n.opts.Pool)
 	if err != nil {
 		return err
 	}
 	n.reload.applied.Store(cc.Version)
-	if err := store.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, n.Config().Hash()); err != nil {
+	if err := leader.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, n.Config().Hash()); err != nil {
 		return err
 	}
 	n.reload.recorded.Store(cc.Version)
@@ -212,7 +218,7 @@ func (n *Node) listenOnce(ctx context.Context, kick chan<- struct{}) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+store.ConfigNotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+leader.ConfigNotifyChannel); err != nil {
 		return err
 	}
 	// A bump between the node's last check and the LISTEN would otherwise
@@ -238,7 +244,7 @@ func (n *Node) listenOnce(ctx context.Context, kick chan<- struct{}) error {
 // each check, so fixing it is enough to converge.
 func (n *Node) checkConfigVersion(ctx context.Context) {
 	rs := &n.reload
-	cc, err := store.ReadClusterConfig(ctx, n.opts.Pool)
+	cc, err := leader.ReadClusterConfig(ctx, n.opts.Pool)
 	if err != nil {
 		if ctx.Err() == nil {
 			n.logger.WarnContext(ctx, "could not read the cluster config version", "error", err)
@@ -262,7 +268,7 @@ func (n *Node) checkConfigVersion(ctx context.Context) {
 			rs.lastErr = msg
 			n.logger.ErrorContext(ctx, "config reload failed; still running the previous config",
 				"version", cc.Version, "error", err)
-			if rerr := store.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, msg); rerr != nil {
+			if rerr := leader.RecordConfigError(ctx, n.opts.Pool, n.opts.NodeID, cc.Version, msg); rerr != nil {
 				rs.lastErr = "" // record it at the next check
 				n.logger.WarnContext(ctx, "could not record the failed reload", "error", rerr)
 			}
@@ -273,6 +279,9 @@ func (n *Node) checkConfigVersion(ctx context.Context) {
 	rs.applied.Store(cc.Version)
 	res.Version = cc.Version
 	n.recordApplied(ctx, cc.Version, res.Hash)
+	// The last node to apply a reload is the one that finds the cluster
+	// agreed; each node checks, whether or not its file changed.
+	res.DeadLettered = n.deadLetterOrphans(ctx)
 	n.logger.InfoContext(ctx, "config reloaded to match the cluster", "version", cc.Version,
 		"config_hash", short(res.Hash), "reference_hash", short(cc.Hash), "changed", res.Changed,
 		"dead_lettered", res.DeadLettered, "listeners", res.Listeners, "renewed", res.Renewed)
@@ -283,7 +292,7 @@ func (n *Node) checkConfigVersion(ctx context.Context) {
 }
 
 func (n *Node) recordApplied(ctx context.Context, version int64, hash string) {
-	if err := store.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, version, hash); err != nil {
+	if err := leader.RecordConfigApplied(ctx, n.opts.Pool, n.opts.NodeID, version, hash); err != nil {
 		n.logger.WarnContext(ctx, "could not record the applied config version; retrying at the next check", "error", err)
 		return
 	}
@@ -319,7 +328,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	if reasons := n.restartNeeded(next); len(reasons) > 0 {
 		return nil, &RestartError{Reasons: reasons}
 	}
-	g, err := NewGraph(next, n.graphOptions()...)
+	g, err := n.buildGraph(ctx, next)
 	if err != nil {
 		return nil, fmt.Errorf("not applied: %w", err)
 	}
@@ -340,17 +349,65 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	cancel()
 	n.mu.Unlock()
 	n.recordTransport(ctx)
+	return res, nil
+}
 
-	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(next))
+// buildGraph compiles cfg with its destinations' layout generations,
+// numbering the layouts the cluster has not delivered under before
+// (store.ResolveLayouts): an ordering change gets lanes of its own, which
+// deliver only once the lanes of the previous ordering have drained.
+func (n *Node) buildGraph(ctx context.Context, cfg *config.Config) (*Graph, error) {
+	layouts := make(map[string]string, len(cfg.Destinations))
+	for _, d := range cfg.Destinations {
+		layouts[d.Name] = d.Ordering.Layout()
+	}
+	gens, err := store.ResolveLayouts(ctx, n.opts.Pool, layouts)
+	if err != nil {
+		return nil, err
+	}
+	return NewGraphWith(cfg, gens, n.graphOptions()...)
+}
+
+// deadLetterOrphans dead-letters the rows the node's config cannot serve,
+// when that config is the cluster's agreed one, and returns how many. A
+// node whose file differs from the others', or that is ahead of or behind
+// them, leaves such rows alone: another node may still serve them. Call it
+// after the node recorded the config it applied.
+func (n *Node) deadLetterOrphans(ctx context.Context) int {
+	if !n.configAgreed(ctx) {
+		return 0
+	}
+	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(n.Config()))
 	if err != nil {
 		// The drainers dead-letter such rows as they reach them anyway.
-		n.logger.WarnContext(ctx, "could not dead-letter rows the new config no longer serves", "error", err)
+		n.logger.WarnContext(ctx, "could not dead-letter rows the config no longer serves", "error", err)
 	}
-	res.DeadLettered = dead
 	if dead > 0 {
-		n.logger.WarnContext(ctx, "dead-lettered queued rows the config no longer serves", "rows", dead)
+		n.logger.WarnContext(ctx, "dead-lettered queued rows the cluster's config no longer serves", "rows", dead)
 	}
-	return res, nil
+	return dead
+}
+
+// configAgreed reports whether the cluster agrees on this node's config
+// (leader.ReadConfigAgreement), logging when that changes, so a node whose
+// file differs says so once rather than at every row it leaves alone.
+func (n *Node) configAgreed(ctx context.Context) bool {
+	a, err := leader.ReadConfigAgreement(ctx, n.opts.Pool, n.opts.NodeID)
+	if err != nil {
+		a.Reason = "cannot read the nodes' configs: " + err.Error()
+	}
+	n.agreeMu.Lock()
+	defer n.agreeMu.Unlock()
+	if a.Reason != n.disagreement {
+		if a.Agreed {
+			n.logger.InfoContext(ctx, "the cluster agrees on this node's config again: rows it cannot serve are dead-lettered")
+		} else {
+			n.logger.WarnContext(ctx, "this node's config is not the cluster's agreed one: rows for what its file lacks are left to the nodes that have it",
+				"reason", a.Reason)
+		}
+		n.disagreement = a.Reason
+	}
+	return a.Agreed
 }
 
 // restartNeeded lists the changes next makes that a running node cannot

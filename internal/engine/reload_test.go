@@ -17,7 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -94,13 +94,13 @@ func receive(t *testing.T, n *engine.Node, controlID string) {
 	}
 }
 
-func configStatus(t *testing.T, db *testcontainers.DB) map[string]store.NodeConfig {
+func configStatus(t *testing.T, db *testcontainers.DB) map[string]leader.NodeConfig {
 	t.Helper()
-	st, err := ops.ConfigStatus(context.Background(), db.Pool, time.Minute)
+	st, err := ops.ConfigStatus(context.Background(), db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]store.NodeConfig{}
+	out := map[string]leader.NodeConfig{}
 	for _, n := range st.Nodes {
 		out[n.Node] = n
 	}
@@ -109,7 +109,7 @@ func configStatus(t *testing.T, db *testcontainers.DB) map[string]store.NodeConf
 
 func clusterVersion(t *testing.T, db *testcontainers.DB) int64 {
 	t.Helper()
-	cc, err := store.ReadClusterConfig(context.Background(), db.Pool)
+	cc, err := leader.ReadClusterConfig(context.Background(), db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestReloadConvergesAcrossNodes(t *testing.T) {
 	}
 
 	// Each node records what it applied on its row just after applying it.
-	var st map[string]store.NodeConfig
+	var st map[string]leader.NodeConfig
 	ok := func(id, want string) bool {
 		n := st[id]
 		return n.Version != nil && *n.Version == 1 && n.Hash == want && !n.Behind && n.HashMismatch == (id == "b") && n.Error == ""
@@ -265,7 +265,7 @@ func TestNodeStartingLaterDoesNotReload(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p1, p2 := newPartner(t, ""), newPartner(t, "")
 	for range 2 {
-		if _, err := store.BumpClusterConfig(ctx, db.Pool, "earlier", "test"); err != nil {
+		if _, err := leader.BumpClusterConfig(ctx, db.Pool, "earlier", "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -368,7 +368,7 @@ func TestReloadDeadLettersRowsOfRemovedDestination(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	down := freeAddr(t) // nothing listens: deliveries to "old" wait an hour
+	down := downAddr(t) // nothing listens: deliveries to "old" wait an hour
 	l := freeAddr(t)
 	path, cfg := configFile(t, "a.yaml",
 		reloadYAML{listen: l, backoff: "1h", dests: [][2]string{{"old", down}, {"new", p.addr}}}.String())

@@ -139,7 +139,7 @@ func TestHeadOfLineBlockingOnAE(t *testing.T) {
 func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	down := freeAddr(t)
+	down := downAddr(t)
 	listen := freeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   downstream:

@@ -2,12 +2,12 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/leader"
 )
 
 // Inbound is a message as a listener (or `mefor enqueue`) received it.
@@ -39,26 +39,6 @@ type Inbound struct {
 	LeaseOwner string
 }
 
-// ErrNotLeaseHolder is returned when Inbound.LeaseOwner no longer holds the
-// listener lease.
-var ErrNotLeaseHolder = errors.New("this node no longer holds the listener lease")
-
-// queueLeaseCheck adds the lease check to b. It takes no row lock: the
-// lease cannot pass to another node before its expiry, which this reads.
-func queueLeaseCheck(b *pgx.Batch, owner string) {
-	b.Queue(`SELECT count(*) FROM mefor_leader_lease WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
-		listenerLeaseKey, owner).QueryRow(func(r pgx.Row) error {
-		var n int
-		if err := r.Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
-			return ErrNotLeaseHolder
-		}
-		return nil
-	})
-}
-
 // Receive durably stores one inbound message in tx: the message row, its
 // ingress work row, the received event and the activation of the ingress
 // lane's drainer. The sender may be acknowledged only after tx commits.
@@ -74,7 +54,7 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 	lane := jobs.IngressLane(in.Channel)
 	b := &pgx.Batch{}
 	if in.LeaseOwner != "" {
-		queueLeaseCheck(b, in.LeaseOwner)
+		leader.QueueLeaseCheck(b, in.LeaseOwner)
 	}
 	jobs.QueueLocks(b, []string{lane})
 	var id int64
@@ -110,7 +90,7 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 func receiveMalformed(ctx context.Context, tx pgx.Tx, in Inbound) (int64, error) {
 	if in.LeaseOwner != "" {
 		b := &pgx.Batch{}
-		queueLeaseCheck(b, in.LeaseOwner)
+		leader.QueueLeaseCheck(b, in.LeaseOwner)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return 0, fmt.Errorf("store message for channel %s: %w", in.Channel, err)
 		}

@@ -227,7 +227,8 @@ func requeue(ctx context.Context, tx pgx.Tx, ids []int64, from []string) ([]requ
 			FROM (SELECT nextval('mefor_work_seq') AS v FROM locked) s
 		)
 		UPDATE mefor_work w SET status = 'pending', seq = fresh.v, attempts = 0, last_error = NULL,
-			next_attempt_at = clock_timestamp(), updated_at = clock_timestamp(), finished_at = NULL
+			next_attempt_at = clock_timestamp(), updated_at = clock_timestamp(), finished_at = NULL,
+			cancel_requested_at = NULL
 		FROM pick JOIN fresh USING (rn)
 		WHERE w.id = pick.id
 		RETURNING w.id, w.message_id, w.lane, coalesce(w.destination, '')`, ids, from)
@@ -310,6 +311,9 @@ type BatchResult struct {
 	LastID int64
 	// Lanes are the lanes it changed rows in.
 	Lanes []string
+	// Marked are the rows CancelBatch marked for their running drainer to
+	// resolve instead of cancelling them.
+	Marked []int64
 }
 
 // ReplayDeadBatch re-queues up to limit dead outbound rows matching f with
@@ -410,8 +414,19 @@ type CancelFilter struct {
 // CancelBatch cancels up to limit pending outbound rows matching f with
 // after < id <= upTo, records a cancelled event each and finalizes their
 // messages (locked in id order). A row a drainer finished meanwhile is left
-// as it is; a row being sent at that moment may still reach the partner,
-// but its outcome is then not recorded over the cancel.
+// as it is.
+//
+// A row whose lane has a running drainer is not cancelled but marked
+// (BatchResult.Marked): that drainer may be sending it at this moment, and
+// only it can tell. It resolves the marks in its next transaction: a row it
+// has not sent is cancelled, a row it sent is recorded delivered with the
+// partner's reply. Lanes whose drainer is not running have nobody holding
+// their rows: their rows are cancelled at once. To tell the two apart the
+// drainers' river_job rows are locked first, in id order, before the lane
+// locks (the order a drainer takes them in: its fence, then a lane lock):
+// while cancel holds a job row no execution of it can start (River's fetch
+// skips locked rows) and none is inside a transaction, so a drainer never
+// sees marks appear half-way through one of its hand-offs.
 func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int64, limit int) (BatchResult, error) {
 	var res BatchResult
 	if f.Destination == "" {
@@ -441,13 +456,13 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 		return res, fmt.Errorf("find pending deliveries to %s: %w", f.Destination, err)
 	}
 	var ids []int64
-	var lanes []string
+	var laneOf []string
 	var id int64
 	var lane string
 	_, err = pgx.ForEachRow(rows, []any{&id, &lane}, func() error {
 		res.Seen++
 		res.LastID = id
-		ids, lanes = append(ids, id), append(lanes, lane)
+		ids, laneOf = append(ids, id), append(laneOf, lane)
 		return nil
 	})
 	if err != nil {
@@ -456,41 +471,107 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 	if len(ids) == 0 {
 		return res, nil
 	}
-	if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
+	running, err := lockDrainers(ctx, tx, laneOf)
+	if err != nil {
+		return res, err
+	}
+	if err := jobs.LockLanes(ctx, tx, laneOf); err != nil {
 		return res, err
 	}
 	if err := lockRows(ctx, tx, ids); err != nil {
 		return res, err
 	}
-	rows, err = tx.Query(ctx, `
-		UPDATE mefor_work SET status = 'cancelled', updated_at = clock_timestamp(), finished_at = clock_timestamp()
-		WHERE id = ANY($1) AND status = 'pending'
-		RETURNING id, message_id, lane`, ids)
+	var now, later []int64
+	for i, id := range ids {
+		if running[laneOf[i]] {
+			later = append(later, id)
+		} else {
+			now = append(now, id)
+		}
+	}
+	if len(later) > 0 {
+		marked, err := tx.Query(ctx, `
+			UPDATE mefor_work SET cancel_requested_at = clock_timestamp(), updated_at = clock_timestamp()
+			WHERE id = ANY($1) AND status = 'pending'
+			RETURNING id`, later)
+		if err != nil {
+			return res, fmt.Errorf("mark deliveries to %s for cancelling: %w", f.Destination, err)
+		}
+		if res.Marked, err = pgx.CollectRows(marked, pgx.RowTo[int64]); err != nil {
+			return res, fmt.Errorf("mark deliveries to %s for cancelling: %w", f.Destination, err)
+		}
+	}
+	c, err := cancelRows(ctx, tx, `id = ANY($1)`, now)
 	if err != nil {
 		return res, fmt.Errorf("cancel deliveries to %s: %w", f.Destination, err)
 	}
-	var work, msgs []int64
+	res.Rows, res.Messages, res.Lanes = c.Rows, c.Messages, c.Lanes
+	return res, nil
+}
+
+// lockDrainers locks the river_job rows of the lanes' drainers in id order
+// and reports which lanes have a running one. A drainer that is not running
+// cannot start until tx ends. Callers take it before any lane lock.
+func lockDrainers(ctx context.Context, tx pgx.Tx, lanes []string) (map[string]bool, error) {
+	sorted := slices.Clone(lanes)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	rows, err := tx.Query(ctx, `
+		SELECT l.name, j.state = 'running'
+		FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
+		WHERE l.name = ANY($1)
+		ORDER BY j.id
+		FOR UPDATE OF j`, sorted)
+	if err != nil {
+		return nil, fmt.Errorf("lock drainers of %d lane(s): %w", len(sorted), err)
+	}
+	running := map[string]bool{}
+	var lane string
+	var run bool
+	if _, err := pgx.ForEachRow(rows, []any{&lane, &run}, func() error {
+		running[lane] = run
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("lock drainers of %d lane(s): %w", len(sorted), err)
+	}
+	return running, nil
+}
+
+// cancelRows cancels the pending rows of mefor_work matching where (with
+// $1 = arg), records a cancelled event each and finalizes their messages.
+// The caller holds the rows' lane locks or their drainer's fence.
+func cancelRows(ctx context.Context, tx pgx.Tx, where string, arg any) (BatchResult, error) {
+	var res BatchResult
+	rows, err := tx.Query(ctx, `
+		WITH c AS (
+			SELECT id FROM mefor_work WHERE `+where+` AND status = 'pending' ORDER BY id FOR UPDATE
+		), w AS (
+			UPDATE mefor_work w SET status = 'cancelled', updated_at = clock_timestamp(), finished_at = clock_timestamp()
+			FROM c WHERE w.id = c.id
+			RETURNING w.id, w.message_id, w.lane, coalesce(w.destination, '') AS destination
+		), e AS (
+			INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
+			SELECT message_id, 'cancelled', id, NULLIF(destination, ''), 'cancelled by operator' FROM w
+		)
+		SELECT message_id, lane FROM w`, arg)
+	if err != nil {
+		return res, err
+	}
+	var msgs []int64
 	var msg int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &msg, &lane}, func() error {
-		work, msgs = append(work, id), append(msgs, msg)
+	var lane string
+	if _, err := pgx.ForEachRow(rows, []any{&msg, &lane}, func() error {
+		res.Rows++
+		msgs = append(msgs, msg)
 		if !slices.Contains(res.Lanes, lane) {
 			res.Lanes = append(res.Lanes, lane)
 		}
 		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("cancel deliveries to %s: %w", f.Destination, err)
+	}); err != nil {
+		return res, err
 	}
-	res.Rows = len(work)
 	if res.Rows == 0 {
 		return res, nil
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
-		SELECT m, $3, w, $4, 'cancelled by operator'
-		FROM unnest($1::bigint[], $2::bigint[]) AS u(m, w)`,
-		msgs, work, EventCancelled, f.Destination); err != nil {
-		return res, fmt.Errorf("record cancelled events: %w", err)
 	}
 	if err := FinalizeMany(ctx, tx, msgs); err != nil {
 		return res, err
@@ -498,6 +579,78 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 	slices.Sort(msgs)
 	res.Messages = len(slices.Compact(msgs))
 	return res, nil
+}
+
+// CancelMarkedIdle cancels the rows marked for cancelling in those of lanes
+// whose drainer is not running (so nobody is sending them), and leaves the
+// others to their drainer. It is what a cancel waiting for its marks does
+// when a drainer snoozed or stopped before it resolved them.
+func CancelMarkedIdle(ctx context.Context, tx pgx.Tx, lanes []string) (BatchResult, error) {
+	running, err := lockDrainers(ctx, tx, lanes)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	var idle []string
+	for _, l := range lanes {
+		if !running[l] {
+			idle = append(idle, l)
+		}
+	}
+	if len(idle) == 0 {
+		return BatchResult{}, nil
+	}
+	if err := jobs.LockLanes(ctx, tx, idle); err != nil {
+		return BatchResult{}, err
+	}
+	res, err := cancelRows(ctx, tx, `lane = ANY($1) AND cancel_requested_at IS NOT NULL`, idle)
+	if err != nil {
+		return res, fmt.Errorf("cancel marked deliveries: %w", err)
+	}
+	return res, nil
+}
+
+// CancelMarked cancels the rows of lane marked for cancelling, for the
+// lane's drainer, which calls it inside a fenced transaction (so the lane's
+// rows have no other writer) when it learned of marks and before it sends
+// anything else. It returns how many rows it cancelled.
+func CancelMarked(ctx context.Context, tx pgx.Tx, lane string) (int, error) {
+	res, err := cancelRows(ctx, tx, `lane = $1 AND cancel_requested_at IS NOT NULL`, lane)
+	if err != nil {
+		return 0, fmt.Errorf("cancel marked deliveries of lane %s: %w", lane, err)
+	}
+	return res.Rows, nil
+}
+
+// MarkedStatus counts, by status, the rows of ids (rows CancelBatch marked).
+func MarkedStatus(ctx context.Context, q DBTX, ids []int64) (map[string][]int64, error) {
+	rows, err := q.Query(ctx, `SELECT status, message_id FROM mefor_work WHERE id = ANY($1) ORDER BY id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read marked deliveries: %w", err)
+	}
+	out := map[string][]int64{}
+	var status string
+	var msg int64
+	if _, err := pgx.ForEachRow(rows, []any{&status, &msg}, func() error {
+		out[status] = append(out[status], msg)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read marked deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// MarkedLanes returns the lanes of ids (rows CancelBatch marked) that still
+// have one of them pending.
+func MarkedLanes(ctx context.Context, q DBTX, ids []int64) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT DISTINCT lane FROM mefor_work WHERE id = ANY($1) AND status = 'pending' ORDER BY lane`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read lanes of marked deliveries: %w", err)
+	}
+	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read lanes of marked deliveries: %w", err)
+	}
+	return lanes, nil
 }
 
 // ScheduledDrainers returns the River job ids of the lanes' drainers that

@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/jobs"
 )
 
 // Known is what the running config has, for DeadLetterOrphans.
@@ -16,48 +19,139 @@ type Known struct {
 	Destinations []string
 }
 
-// DeadLetterOrphans dead-letters pending rows the config can no longer
-// serve (their channel, route, handler or destination was removed), each
-// with the reason, and finalizes their messages. It returns how many rows it
-// dead-lettered. A node runs it at start so such rows show up in
-// `mefor dead list` instead of blocking their lane.
-func DeadLetterOrphans(ctx context.Context, pool *pgxpool.Pool, k Known) (int, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT id, message_id, coalesce(destination, ''),
-			CASE
-				WHEN NOT (channel = ANY($1)) THEN format('channel %L is not in the config', channel)
-				WHEN stage = 'routed' AND NOT (channel || '/' || route = ANY($2))
-					THEN format('route %L of channel %L is not in the config', route, channel)
-				WHEN stage = 'routed' AND NOT (handler = ANY($3))
-					THEN format('handler %L is not in the config', handler)
-				WHEN stage = 'outbound' AND NOT (destination = ANY($4))
-					THEN format('destination %L is not in the config', destination)
-			END AS reason
-		FROM mefor_work
-		WHERE status = 'pending'
-		  AND (NOT (channel = ANY($1))
-			OR (stage = 'routed' AND (NOT (channel || '/' || route = ANY($2)) OR NOT (handler = ANY($3))))
-			OR (stage = 'outbound' AND NOT (destination = ANY($4))))
-		ORDER BY id`, k.Channels, k.Routes, k.Handlers, k.Destinations)
+// orphanSQL selects the pending rows the config k ($1..$4) can no longer
+// serve, with the reason; extra conditions follow as "AND ...".
+const orphanSQL = `
+	SELECT id, message_id, lane,
+		CASE
+			WHEN NOT (channel = ANY($1)) THEN format('channel %L is not in the config', channel)
+			WHEN stage = 'routed' AND NOT (channel || '/' || route = ANY($2))
+				THEN format('route %L of channel %L is not in the config', route, channel)
+			WHEN stage = 'routed' AND NOT (handler = ANY($3))
+				THEN format('handler %L is not in the config', handler)
+			WHEN stage = 'outbound' AND NOT (destination = ANY($4))
+				THEN format('destination %L is not in the config', destination)
+		END AS reason
+	FROM mefor_work
+	WHERE status = 'pending'
+	  AND (NOT (channel = ANY($1))
+		OR (stage = 'routed' AND (NOT (channel || '/' || route = ANY($2)) OR NOT (handler = ANY($3))))
+		OR (stage = 'outbound' AND NOT (destination = ANY($4))))`
+
+type orphan struct {
+	id, messageID int64
+	lane, reason  string
+}
+
+func readOrphans(ctx context.Context, q DBTX, k Known, extra string, args ...any) ([]orphan, error) {
+	rows, err := q.Query(ctx, orphanSQL+extra+` ORDER BY lane, seq`,
+		append([]any{k.Channels, k.Routes, k.Handlers, k.Destinations}, args...)...)
 	if err != nil {
-		return 0, fmt.Errorf("find rows the config no longer serves: %w", err)
+		return nil, err
 	}
-	type orphan struct {
-		row    WorkRow
-		reason string
-	}
-	orphans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
 		var o orphan
-		err := r.Scan(&o.row.ID, &o.row.MessageID, &o.row.Destination, &o.reason)
+		err := r.Scan(&o.id, &o.messageID, &o.lane, &o.reason)
 		return o, err
 	})
+}
+
+// DeadLetterOrphans dead-letters pending rows the config k can no longer
+// serve (their channel, route, handler or destination was removed), each
+// with the reason, and finalizes their messages. It returns how many rows it
+// dead-lettered. A node runs it when it starts or reloads, and only when k
+// is the cluster's agreed config (ReadConfigAgreement): a node with an
+// older or different file may lack what the others still serve.
+//
+// Each lane is handled in its own transaction under its drainer's job lock
+// and the lane's lock, the order a drainer takes them, so no drainer is in
+// the middle of a hand-off of those rows. A lane whose drainer is running is
+// left alone: that drainer reaches the rows and dead-letters them itself,
+// fenced, as it meets them.
+func DeadLetterOrphans(ctx context.Context, pool *pgxpool.Pool, k Known) (int, error) {
+	found, err := readOrphans(ctx, pool, k, "")
 	if err != nil {
 		return 0, fmt.Errorf("find rows the config no longer serves: %w", err)
 	}
-	for _, o := range orphans {
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return DeadLetter(ctx, tx, o.row, o.reason) }); err != nil {
-			return 0, err
+	var lanes []string
+	for _, o := range found {
+		if len(lanes) == 0 || lanes[len(lanes)-1] != o.lane {
+			lanes = append(lanes, o.lane)
 		}
 	}
-	return len(orphans), nil
+	total := 0
+	for try := 0; len(lanes) > 0; try++ {
+		if try > 0 {
+			// A running drainer is usually between two sends or about to
+			// snooze; look again shortly rather than leave its rows for as
+			// long as its head's backoff.
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(orphanRetry):
+			}
+		}
+		var busy []string
+		for _, lane := range lanes {
+			n, running, err := deadLetterLaneOrphans(ctx, pool, k, lane)
+			if err != nil {
+				return total, err
+			}
+			total += n
+			if running {
+				busy = append(busy, lane)
+			}
+		}
+		if try == orphanTries-1 {
+			break // their drainers dead-letter them as they reach them
+		}
+		lanes = busy
+	}
+	return total, nil
+}
+
+// orphanTries and orphanRetry bound how long DeadLetterOrphans waits for a
+// lane's running drainer to stop.
+const (
+	orphanTries = 15
+	orphanRetry = 200 * time.Millisecond
+)
+
+// deadLetterLaneOrphans dead-letters the orphans of one lane unless its
+// drainer is running, which it reports.
+func deadLetterLaneOrphans(ctx context.Context, pool *pgxpool.Pool, k Known, lane string) (int, bool, error) {
+	n := 0
+	running := false
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		r, err := lockDrainers(ctx, tx, []string{lane})
+		if running = r[lane]; err != nil || running {
+			return err
+		}
+		if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
+			return err
+		}
+		// Read again under the locks: a drainer may have served some.
+		orphans, err := readOrphans(ctx, tx, k, ` AND lane = $5`, lane)
+		if err != nil {
+			return fmt.Errorf("find rows of lane %s the config no longer serves: %w", lane, err)
+		}
+		if len(orphans) == 0 {
+			return nil
+		}
+		ids := make([]int64, len(orphans))
+		msgs := make([]int64, len(orphans))
+		reasons := make([]string, len(orphans))
+		for i, o := range orphans {
+			ids[i], msgs[i], reasons[i] = o.id, o.messageID, o.reason
+		}
+		b := &pgx.Batch{}
+		QueueDeadLetter(b, ids, reasons)
+		QueueFinalize(b, msgs)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("dead-letter rows of lane %s the config no longer serves: %w", lane, err)
+		}
+		n = len(orphans)
+		return nil
+	})
+	return n, running, err
 }

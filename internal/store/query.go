@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/leader"
 )
 
 // The operator reads: message listing and detail, dead letters, and the
@@ -308,10 +309,10 @@ type Status struct {
 	Destinations []DestinationStatus `json:"destinations"`
 	// Config is the cluster config version and each node's applied config
 	// (filled by ops.Status, not ReadStatus).
-	Config *ConfigStatus `json:"config,omitempty"`
+	Config *leader.ConfigStatus `json:"config,omitempty"`
 	// Cluster is the listener lease, River's leader and the node counts
 	// (filled by ops.Status, not ReadStatus).
-	Cluster *ClusterStatus `json:"cluster,omitempty"`
+	Cluster *leader.ClusterStatus `json:"cluster,omitempty"`
 	// Retention is the oldest message body still kept (filled by
 	// ops.Status).
 	Retention *RetentionStatus `json:"retention,omitempty"`

@@ -23,7 +23,8 @@ import (
 // Purging a message nulls its raw body, the payloads and errors of its stage
 // rows, the details of its events and its partners' replies, and stamps
 // body_purged_at; replay then refuses it (ErrBodyPurged). DeleteAfter, when
-// set, deletes messages received before it outright, rows and all.
+// set, deletes messages received before it outright, rows and all, except
+// those still inside their KeepDead window.
 //
 // A message with a pending row is never touched, and neither is one whose
 // rows or finalize lock are held by someone else at that moment (a replay, a
@@ -54,7 +55,8 @@ type RetentionCounts struct {
 	// MessagesDeleted counts messages deleted with all their rows.
 	MessagesDeleted int64 `json:"messages_deleted"`
 	// Skipped counts candidates left for a later run because they had a
-	// pending row or were locked by the pipeline or an operator.
+	// pending row, were locked by the pipeline or an operator, or (for
+	// deletion) were dead-lettered within keep_dead.
 	Skipped int64 `json:"skipped"`
 	// Batches is how many transactions the run committed.
 	Batches int `json:"batches"`
@@ -87,7 +89,7 @@ func RunRetention(ctx context.Context, pool *pgxpool.Pool, p RetentionPolicy, pr
 	}
 	r := retention{pool: pool, batch: p.Batch, counts: &c, progress: progress}
 	if del := cut(p.DeleteAfter); !del.IsZero() {
-		if err := r.deletePass(ctx, del); err != nil {
+		if err := r.deletePass(ctx, del, cut(p.KeepDead)); err != nil {
 			return c, err
 		}
 	}
@@ -126,7 +128,15 @@ func (r *retention) lastIDBefore(ctx context.Context, t time.Time) (int64, error
 	return id + 1000, nil
 }
 
-func (r *retention) deletePass(ctx context.Context, cut time.Time) error {
+// deletePass deletes the idle messages received before cut, except those
+// dead-lettered at or after deadCut: delete_after counts from receipt, and a
+// dead letter keeps its keep_dead window whenever it died. A zero deadCut
+// spares nothing.
+func (r *retention) deletePass(ctx context.Context, cut, deadCut time.Time) error {
+	var spare *time.Time
+	if !deadCut.IsZero() {
+		spare = &deadCut
+	}
 	upTo, err := r.lastIDBefore(ctx, cut)
 	if err != nil || upTo == 0 {
 		return err
@@ -139,8 +149,11 @@ func (r *retention) deletePass(ctx context.Context, cut time.Time) error {
 			tag, err := tx.Exec(ctx, `
 				DELETE FROM mefor_message m
 				WHERE id = ANY($1) AND received_at < $2
-				  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = 'pending')`,
-				ids, cut)
+				  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = 'pending')
+				  AND ($3::timestamptz IS NULL OR NOT EXISTS (
+					SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = 'dead'
+					  AND coalesce(w.finished_at, w.updated_at) >= $3))`,
+				ids, cut, spare)
 			if err != nil {
 				return fmt.Errorf("delete messages: %w", err)
 			}

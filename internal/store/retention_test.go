@@ -297,3 +297,25 @@ func TestReplayRacingRetentionRefuses(t *testing.T) {
 		t.Fatalf("%d rows with purged content re-queued", n)
 	}
 }
+
+// delete_after counts from receipt, keep_dead from the last dead letter: a
+// message received long ago that was dead-lettered recently (it retried for
+// months, or was replayed and died again) stays, content and all, until its
+// keep_dead window ends, so it can still be replayed.
+func TestRetentionDeleteAfterSparesRecentDeadLetters(t *testing.T) {
+	f := newFixture(t)
+	recentDead := f.message(400*day, 10*day, "done", "dead")
+	oldDead := f.message(400*day, 100*day, "dead")
+
+	got := f.retain(store.RetentionPolicy{KeepBodies: 30 * day, KeepDead: 90 * day, DeleteAfter: 365 * day, Batch: 10})
+
+	if c := f.content(recentDead); !c.Exists || !c.Raw || c.DeadPayloads != 1 {
+		t.Errorf("message dead-lettered 10 days ago (keep_dead 90d) after delete_after: content %+v, want it kept whole", c)
+	}
+	if c := f.content(oldDead); c.Exists {
+		t.Errorf("message dead-lettered 100 days ago (keep_dead 90d) past delete_after still exists: %+v", c)
+	}
+	if got.MessagesDeleted != 1 {
+		t.Errorf("counts = %+v, want 1 message deleted", got)
+	}
+}

@@ -8,13 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 )
 
 // routedRow stores a message with one pending routed row and returns the
 // row as a drainer reads it.
-func (f *fixture) routedRow() store.WorkRow {
+func (f *fixture) routedRow() drainer.Row {
 	f.t.Helper()
 	var id int64
 	if err := f.db.Pool.QueryRow(f.ctx, `
@@ -23,16 +24,16 @@ func (f *fixture) routedRow() store.WorkRow {
 		f.t.Fatal(err)
 	}
 	f.exec(`INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler) VALUES ($1, 'routed', 'routed:adt', 'adt', 'out', 'js')`, id)
-	rows, err := store.PendingRows(f.ctx, f.db.Pool, "routed:adt", 100)
+	rows, err := drainer.PendingRows(f.ctx, f.db.Pool, "routed:adt", 100)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return rows[len(rows)-1]
 }
 
-func (f *fixture) handoff(rows []store.WorkRow, decisions []store.TransformDecision) error {
+func (f *fixture) handoff(rows []drainer.Row, decisions []drainer.TransformDecision) error {
 	return pgx.BeginFunc(f.ctx, f.db.Pool, func(tx pgx.Tx) error {
-		return store.TransformBatch(f.ctx, tx, nil, store.NoFence, rows, decisions)
+		return drainer.TransformBatch(f.ctx, tx, nil, drainer.NoFence, rows, decisions)
 	})
 }
 
@@ -63,8 +64,8 @@ func TestTransformHandoffWritesStateOnce(t *testing.T) {
 	r1, r2 := f.routedRow(), f.routedRow()
 	// Two rows of one batch: the second read the first's write, so only
 	// the first read is checked, and only the last write is stored.
-	d := []store.TransformDecision{{State: change(0, "1")}, {State: &state.Change{Writes: []state.Write{{Key: counter, Value: json.RawMessage("2")}}}}}
-	if err := f.handoff([]store.WorkRow{r1, r2}, d); err != nil {
+	d := []drainer.TransformDecision{{State: change(0, "1")}, {State: &state.Change{Writes: []state.Write{{Key: counter, Value: json.RawMessage("2")}}}}}
+	if err := f.handoff([]drainer.Row{r1, r2}, d); err != nil {
 		t.Fatal(err)
 	}
 	v, version := f.counter()
@@ -83,15 +84,15 @@ func TestTransformHandoffWritesStateOnce(t *testing.T) {
 // committed one writes nothing at all, and says what is committed now.
 func TestTransformHandoffRefusesAStaleRead(t *testing.T) {
 	f := newFixture(t)
-	if err := f.handoff([]store.WorkRow{f.routedRow()}, []store.TransformDecision{{State: change(0, "1")}}); err != nil {
+	if err := f.handoff([]drainer.Row{f.routedRow()}, []drainer.TransformDecision{{State: change(0, "1")}}); err != nil {
 		t.Fatal(err)
 	}
 	_, v1 := f.counter()
 
 	// Another lane read absent too, and incremented to 1: refused.
 	r := f.routedRow()
-	err := f.handoff([]store.WorkRow{r}, []store.TransformDecision{{State: change(0, "1")}})
-	var c *store.StateConflict
+	err := f.handoff([]drainer.Row{r}, []drainer.TransformDecision{{State: change(0, "1")}})
+	var c *drainer.StateConflict
 	if !errors.As(err, &c) {
 		t.Fatalf("stale read handed off: %v", err)
 	}
@@ -103,12 +104,12 @@ func TestTransformHandoffRefusesAStaleRead(t *testing.T) {
 	}
 	// A stale read fails even when the row only read (its failure may
 	// have depended on it), and even when the row is dead-lettered.
-	err = f.handoff([]store.WorkRow{r}, []store.TransformDecision{{DeadReason: "boom", State: change(0, "")}})
+	err = f.handoff([]drainer.Row{r}, []drainer.TransformDecision{{DeadReason: "boom", State: change(0, "")}})
 	if !errors.As(err, &c) {
 		t.Fatalf("stale read of a dead-lettered row handed off: %v", err)
 	}
 	// With the committed version it goes through.
-	if err := f.handoff([]store.WorkRow{r}, []store.TransformDecision{{State: change(v1, "2")}}); err != nil {
+	if err := f.handoff([]drainer.Row{r}, []drainer.TransformDecision{{State: change(v1, "2")}}); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := f.counter(); v != "2" {
@@ -118,13 +119,13 @@ func TestTransformHandoffRefusesAStaleRead(t *testing.T) {
 	// version it had.
 	_, v2 := f.counter()
 	del := &state.Change{Reads: []state.Read{{Key: counter, Version: v2}}, Writes: []state.Write{{Key: counter}}}
-	if err := f.handoff([]store.WorkRow{f.routedRow()}, []store.TransformDecision{{State: del}}); err != nil {
+	if err := f.handoff([]drainer.Row{f.routedRow()}, []drainer.TransformDecision{{State: del}}); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := f.counter(); v != "" {
 		t.Fatalf("deleted counter reads %q", v)
 	}
-	if err := f.handoff([]store.WorkRow{f.routedRow()}, []store.TransformDecision{{State: change(0, "1")}}); err != nil {
+	if err := f.handoff([]drainer.Row{f.routedRow()}, []drainer.TransformDecision{{State: change(0, "1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, v3 := f.counter(); v3 <= v2 {
@@ -138,8 +139,8 @@ func TestTransformHandoffWritesOnlyForConsumedRows(t *testing.T) {
 	f := newFixture(t)
 	r := f.routedRow()
 	f.exec(`UPDATE mefor_work SET status = 'dead', last_error = 'removed from the config' WHERE id = $1`, r.ID)
-	err := f.handoff([]store.WorkRow{r}, []store.TransformDecision{{State: change(0, "1")}})
-	var c *store.StateConflict
+	err := f.handoff([]drainer.Row{r}, []drainer.TransformDecision{{State: change(0, "1")}})
+	var c *drainer.StateConflict
 	if !errors.As(err, &c) || !c.RowsChanged {
 		t.Fatalf("hand-off of a row dead-lettered under it: %v, want a rows-changed conflict", err)
 	}

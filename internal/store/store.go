@@ -1,7 +1,11 @@
-// Package store holds the pipeline's SQL: intake, the stage hand-offs, the
-// finalizer, and the operator reads and writes. Every function that changes
-// pipeline state takes the caller's transaction, so a hand-off (consumed row,
-// produced rows, events, lane activations) commits as one unit.
+// Package store holds the pipeline's SQL outside the drainers: intake, the
+// finalizer, the operator reads and writes (replay, cancel, orphan
+// dead-lettering), retention, reference snapshots and the destinations' lane
+// layouts. The drainers' side (reading a lane, the fenced hand-offs and
+// delivery records) is package drainer, which builds on the finalizer here.
+// Every function that changes pipeline state takes the caller's
+// transaction, so what it writes commits as one unit with the caller's
+// other writes.
 package store
 
 import (
@@ -78,7 +82,7 @@ func AddEvent(ctx context.Context, tx DBTX, messageID int64, event string, workI
 // hand-offs finishing the last rows of one message at once cannot both see
 // the other's row still pending, and two multi-message operations cannot
 // deadlock. The batched hand-offs queue the same two statements
-// (queueFinalize).
+// (QueueFinalize).
 func FinalizeMany(ctx context.Context, tx DBTX, messageIDs []int64) error {
 	ids, keys := finalizeKeys(messageIDs)
 	if _, err := tx.Exec(ctx, finalizeLockSQL, finalizeLockClass, keys); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/leader"
 )
 
 // NodeCertificate is one certificate a node loaded from its files.
@@ -98,14 +99,18 @@ type TransportStatus struct {
 	Listeners []ListenerInUse `json:"listeners"`
 }
 
-// ReadTransportStatus merges what the live nodes (active, heard from within
-// nodeTimeout) recorded.
-func ReadTransportStatus(ctx context.Context, q DBTX, nodeTimeout time.Duration) (*TransportStatus, error) {
+// ReadTransportStatus merges what the live nodes recorded (leader.LiveNodes
+// decides which nodes are live).
+func ReadTransportStatus(ctx context.Context, q DBTX) (*TransportStatus, error) {
+	live, err := leader.LiveNodes(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read transport security: %w", err)
+	}
 	rows, err := q.Query(ctx, `
 		SELECT t.node_id, t.certificates, t.listeners
-		FROM mefor_node_transport t JOIN mefor_node n ON n.id = t.node_id
-		WHERE n.status = 'active' AND n.last_seen > clock_timestamp() - make_interval(secs => $1::float8)
-		ORDER BY t.node_id`, nodeTimeout.Seconds())
+		FROM mefor_node_transport t
+		WHERE t.node_id = ANY($1)
+		ORDER BY t.node_id`, live)
 	if err != nil {
 		return nil, fmt.Errorf("read transport security: %w", err)
 	}

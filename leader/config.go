@@ -1,4 +1,4 @@
-package store
+package leader
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
+
+// The cluster config version (mefor_cluster_config) and what each node
+// applied (columns of its mefor_node row).
 
 // ConfigNotifyChannel is the LISTEN/NOTIFY channel a version bump is
 // announced on, so nodes reload at once instead of at their next poll.
@@ -24,7 +27,7 @@ type ClusterConfig struct {
 }
 
 // ReadClusterConfig returns the current cluster config version.
-func ReadClusterConfig(ctx context.Context, q DBTX) (ClusterConfig, error) {
+func ReadClusterConfig(ctx context.Context, q DB) (ClusterConfig, error) {
 	var c ClusterConfig
 	var hash, by *string
 	err := q.QueryRow(ctx, `SELECT version, hash, bumped_by, bumped_at FROM mefor_cluster_config WHERE id`).
@@ -40,7 +43,7 @@ func ReadClusterConfig(ctx context.Context, q DBTX) (ClusterConfig, error) {
 // hash of the validated file and who asked, and announces the new version
 // on ConfigNotifyChannel (delivered when the surrounding transaction, if
 // any, commits). It returns the new version.
-func BumpClusterConfig(ctx context.Context, q DBTX, hash, by string) (int64, error) {
+func BumpClusterConfig(ctx context.Context, q DB, hash, by string) (int64, error) {
 	var v int64
 	err := q.QueryRow(ctx, `
 		WITH bumped AS (
@@ -58,7 +61,7 @@ func BumpClusterConfig(ctx context.Context, q DBTX, hash, by string) (int64, err
 // RecordConfigApplied notes on the node's row that it now runs the file
 // with the given hash, at cluster config version, and clears any recorded
 // reload failure.
-func RecordConfigApplied(ctx context.Context, q DBTX, nodeID string, version int64, hash string) error {
+func RecordConfigApplied(ctx context.Context, q DB, nodeID string, version int64, hash string) error {
 	_, err := q.Exec(ctx, `
 		UPDATE mefor_node SET config_version = $2, config_hash = $3, config_applied_at = clock_timestamp(),
 			config_error = NULL, config_error_version = NULL, config_error_at = NULL
@@ -73,7 +76,7 @@ func RecordConfigApplied(ctx context.Context, q DBTX, nodeID string, version int
 // config version failed and why. The node keeps its applied version: it
 // still runs the config it had. reason must not carry message content
 // (config errors never do).
-func RecordConfigError(ctx context.Context, q DBTX, nodeID string, version int64, reason string) error {
+func RecordConfigError(ctx context.Context, q DB, nodeID string, version int64, reason string) error {
 	_, err := q.Exec(ctx, `
 		UPDATE mefor_node SET config_error = $3, config_error_version = $2, config_error_at = clock_timestamp()
 		WHERE id = $1`, nodeID, version, reason)
@@ -87,8 +90,8 @@ func RecordConfigError(ctx context.Context, q DBTX, nodeID string, version int64
 // `mefor reload --wait` show it.
 type NodeConfig struct {
 	Node string `json:"node"`
-	// Live is false for a node that left or whose heartbeat is older than
-	// the node timeout given to ReadConfigStatus.
+	// Live is false for a dead node: one that left or has been silent
+	// for longer than its node_timeout.
 	Live bool `json:"live"`
 	// Version is the cluster config version the node last applied; nil
 	// for a node that has not recorded one (started before this schema).
@@ -118,18 +121,18 @@ type ConfigStatus struct {
 }
 
 // ReadConfigStatus returns the cluster config version and each node's
-// applied config. Nodes that left or are silent for longer than
-// nodeTimeout are listed as not live and never flagged.
-func ReadConfigStatus(ctx context.Context, q DBTX, nodeTimeout time.Duration) (*ConfigStatus, error) {
+// applied config. Dead nodes (nodeDeadSQL) are listed as not live and never
+// flagged.
+func ReadConfigStatus(ctx context.Context, q DB) (*ConfigStatus, error) {
 	cc, err := ReadClusterConfig(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	rows, err := q.Query(ctx, `
-		SELECT id, status = 'active' AND last_seen > clock_timestamp() - make_interval(secs => $1::float8),
-			config_version, coalesce(config_hash, ''), config_applied_at,
-			coalesce(config_error, ''), config_error_version, config_error_at
-		FROM mefor_node ORDER BY id`, nodeTimeout.Seconds())
+		SELECT n.id, NOT `+nodeDeadSQL+`,
+			n.config_version, coalesce(n.config_hash, ''), n.config_applied_at,
+			coalesce(n.config_error, ''), n.config_error_version, n.config_error_at
+		FROM mefor_node n ORDER BY n.id`)
 	if err != nil {
 		return nil, fmt.Errorf("read node configs: %w", err)
 	}
@@ -180,4 +183,67 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// ConfigAgreement says whether the cluster agrees on nodeID's config.
+type ConfigAgreement struct {
+	// Agreed is true when every live node, nodeID included, has applied
+	// the cluster's config version and runs a file with nodeID's hash.
+	Agreed bool
+	// Reason says why not, naming a node, without message content.
+	Reason string
+}
+
+// ReadConfigAgreement tells nodeID whether its config is the cluster's
+// agreed one: the latest reload (or, before any, the file each node
+// started with), applied by every live node, from the same file. Only
+// then may nodeID treat what its file lacks as removed from the cluster's
+// config: a node whose file differs, or that is ahead of or behind the
+// others, may lack what they still serve. Dead nodes (nodeDeadSQL) are not
+// asked.
+func ReadConfigAgreement(ctx context.Context, q DB, nodeID string) (ConfigAgreement, error) {
+	rows, err := q.Query(ctx, `
+		SELECT n.id, coalesce(n.config_version, -1), coalesce(n.config_hash, ''), c.version
+		FROM mefor_node n CROSS JOIN mefor_cluster_config c
+		WHERE n.id = $1 OR NOT `+nodeDeadSQL+`
+		ORDER BY n.id <> $1, n.id`, nodeID)
+	if err != nil {
+		return ConfigAgreement{}, fmt.Errorf("read the nodes' configs: %w", err)
+	}
+	type nodeCfg struct {
+		id      string
+		version int64
+		hash    string
+		cluster int64
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeCfg, error) {
+		var n nodeCfg
+		return n, r.Scan(&n.id, &n.version, &n.hash, &n.cluster)
+	})
+	if err != nil {
+		return ConfigAgreement{}, fmt.Errorf("read the nodes' configs: %w", err)
+	}
+	if len(nodes) == 0 || nodes[0].id != nodeID {
+		return ConfigAgreement{Reason: "this node has not recorded its config yet"}, nil
+	}
+	me := nodes[0]
+	if me.version != me.cluster {
+		return ConfigAgreement{Reason: fmt.Sprintf("this node runs config version %d, the cluster is at %d", me.version, me.cluster)}, nil
+	}
+	for _, n := range nodes[1:] {
+		switch {
+		case n.version != me.version:
+			return ConfigAgreement{Reason: fmt.Sprintf("node %s runs config version %d, this node %d", n.id, n.version, me.version)}, nil
+		case n.hash != me.hash:
+			return ConfigAgreement{Reason: fmt.Sprintf("node %s runs another file (hash %s, this node %s)", n.id, short(n.hash), short(me.hash))}, nil
+		}
+	}
+	return ConfigAgreement{Agreed: true}, nil
+}
+
+func short(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
 }

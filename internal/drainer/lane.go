@@ -1,0 +1,112 @@
+package drainer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
+)
+
+// Row is one pending unit of stage work, as a drainer sees it.
+type Row struct {
+	ID          int64
+	MessageID   int64
+	Stage       string
+	Lane        string
+	Seq         int64
+	Channel     string
+	Route       string
+	Handler     string
+	Destination string
+	Attempts    int
+	// CancelRequested is set when an operator asked for the row to be
+	// cancelled while the lane's drainer was running: the drainer must
+	// cancel it instead of sending it.
+	CancelRequested bool
+	// Held is set on an outbound row while a lane of another layout
+	// generation of its destination has a pending row with a lower seq
+	// (see layout.go): the destination's ordering changed, and rows queued
+	// under the old one go first.
+	Held bool
+	// DueIn is how long until the row may be attempted (zero when due), by
+	// the database clock so that nodes with skewed clocks agree.
+	DueIn time.Duration
+	// Body is what the stage works on: the stored message for ingress and
+	// routed rows, the transformed message for outbound rows.
+	Body []byte
+	// ControlID and MessageType come from the message, for file names and logs.
+	ControlID   string
+	MessageType string
+	ReceivedAt  time.Time
+}
+
+// PendingRows returns up to limit pending rows of a lane, head first. For
+// an outbound lane the same query reads the layout barrier (Held).
+func PendingRows(ctx context.Context, q store.DBTX, lane string, limit int) ([]Row, error) {
+	stage, _, _ := strings.Cut(lane, ":")
+	rows, err := q.Query(ctx, `
+		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
+			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
+			w.attempts, w.cancel_requested_at IS NOT NULL,
+			w.seq > coalesce(b.seq, w.seq),
+			greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
+			coalesce(w.payload, m.raw, ''::bytea),
+			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
+		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		LEFT JOIN (`+layoutBarrierSQL+`) b ON $3
+		WHERE w.lane = $1 AND w.status = 'pending'
+		ORDER BY w.seq
+		LIMIT $2`, lane, limit, stage == jobs.StageOutbound)
+	if err != nil {
+		return nil, fmt.Errorf("read lane %s: %w", lane, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+		var w Row
+		var dueIn float64
+		err := r.Scan(&w.ID, &w.MessageID, &w.Stage, &w.Lane, &w.Seq, &w.Channel,
+			&w.Route, &w.Handler, &w.Destination, &w.Attempts, &w.CancelRequested, &w.Held, &dueIn, &w.Body,
+			&w.ControlID, &w.MessageType, &w.ReceivedAt)
+		w.DueIn = time.Duration(dueIn * float64(time.Second))
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read lane %s: %w", lane, err)
+	}
+	return out, nil
+}
+
+// layoutBarrierSQL is the lowest pending seq in the lanes of lane $1's
+// destination that belong to another lane group (jobs.LaneGroup), that is,
+// another layout generation. The lanes come from mefor_lane (a row per lane
+// ever activated, few), each probed at its head.
+const layoutBarrierSQL = `
+	SELECT min(h.seq) AS seq
+	FROM mefor_lane l
+	CROSS JOIN LATERAL (
+		SELECT x.seq FROM mefor_work x WHERE x.lane = l.name AND x.status = 'pending' ORDER BY x.seq LIMIT 1
+	) h
+	WHERE l.stage = 'outbound'
+	  AND split_part(split_part(l.name, '#', 1), '~', 1) = split_part(split_part($1, '#', 1), '~', 1)
+	  AND split_part(l.name, '#', 1) <> split_part($1, '#', 1)`
+
+// CompleteIfEmpty takes the lane's lock and reports whether the lane has no
+// pending row. The caller completes its drainer job in the same tx when it
+// does; a producer blocked on the lock then finds no live drainer and
+// activates a new one.
+func CompleteIfEmpty(ctx context.Context, tx pgx.Tx, lane string) (bool, error) {
+	if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
+		return false, err
+	}
+	var pending bool
+	err := tx.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM mefor_work WHERE lane = $1 AND status = 'pending')`, lane).Scan(&pending)
+	if err != nil {
+		return false, fmt.Errorf("check lane %s: %w", lane, err)
+	}
+	return !pending, nil
+}

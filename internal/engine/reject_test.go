@@ -1,0 +1,74 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// A partner's AR says it will never accept the message. By default
+// (on_reject: dead-letter) the row is dead-lettered at the first AR, with
+// the partner's reply kept, and the lane moves on at once instead of
+// retrying forever behind it. on_reject: retry keeps retrying it under the
+// retry policy, the head blocking its lane as any failure does.
+func TestPartnerRejectPolicy(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, policy string
+		retried      bool
+	}{
+		{"default dead-letters", "", false},
+		{"retry", "on_reject: retry", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := testcontainers.NewDB(t)
+			const rejects = 3
+			p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
+				if id == "AR000" && n <= rejects {
+					return hl7.AckReject
+				}
+				return hl7.AckAccept
+			})
+			listen := freeAddr(t)
+			startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+    retry: {backoff: 100ms, max_backoff: 100ms}
+    %s
+`, p.addr, tc.policy)), nil)
+			send(t, listen, adt("AR000", "P1"), adt("AR001", "P2"))
+			eventually(t, 30*time.Second, "AR001 delivered", func() bool { return slices.Contains(ours(p.acceptedIDs(), "AR0"), "AR001") })
+
+			status, attempts, lastErr := outboundRow(t, db, "AR000")
+			if !tc.retried {
+				if got := ours(p.receivedIDs(), "AR0"); !slices.Equal(got, []string{"AR000", "AR001"}) {
+					t.Fatalf("partner received %v, want AR000 once, then AR001", got)
+				}
+				if status != "dead" || attempts != 1 {
+					t.Fatalf("rejected row: status %s after %d attempts (%s); want dead after 1", status, attempts, lastErr)
+				}
+				if n := queryInt(t, db, `SELECT count(*) FROM mefor_response r JOIN mefor_message m ON m.id = r.message_id
+					WHERE m.control_id = 'AR000' AND r.ack_code = 'AR' AND r.body IS NOT NULL`); n != 1 {
+					t.Fatalf("rejected row keeps %d AR replies, want 1", n)
+				}
+				eventually(t, 10*time.Second, "AR000 in error", func() bool { return messageStatus(t, db, "AR000") == "error" })
+				return
+			}
+			want := []string{"AR000", "AR000", "AR000", "AR000", "AR001"}
+			if got := ours(p.receivedIDs(), "AR0"); !slices.Equal(got, want) {
+				t.Fatalf("partner received %v, want %v: the rejected head retried, blocking its lane", got, want)
+			}
+			if status != "done" || attempts != rejects+1 {
+				t.Fatalf("retried row: status %s after %d attempts; want done after %d", status, attempts, rejects+1)
+			}
+		})
+	}
+}
