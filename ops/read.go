@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/leader"
 )
@@ -26,9 +27,12 @@ type MessageView struct {
 // ShowMessage reads one message with its stage rows, partner replies and
 // timeline, all from one snapshot. Bodies (the message's and the replies')
 // are read only when withBody is set. An unknown id wraps store.ErrNotFound.
+//
+// Reading bodies is audited: the reads and the audit row share one
+// transaction, so no body is returned unless its viewing was recorded.
 func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody bool) (*MessageView, error) {
 	var v MessageView
-	err := readTx(ctx, pool, func(tx pgx.Tx) error {
+	read := func(tx pgx.Tx) error {
 		var err error
 		if v.Message, err = store.GetMessage(ctx, tx, id, withBody); err != nil {
 			return err
@@ -41,7 +45,21 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody boo
 		}
 		v.Events, err = store.MessageEvents(ctx, tx, id)
 		return err
-	})
+	}
+	var err error
+	if withBody {
+		target := map[string]any{"message_id": id}
+		err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewBody, target,
+			func(tx pgx.Tx) (string, error) {
+				if err := read(tx); err != nil {
+					return "", err
+				}
+				target["replies"] = len(v.Replies)
+				return "", nil
+			})
+	} else {
+		err = readTx(ctx, pool, read)
+	}
 	if err != nil {
 		return nil, err
 	}
