@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/store"
 )
 
@@ -91,6 +92,9 @@ type Deps struct {
 	// Stopping is closed when the node begins a graceful stop: drainers
 	// finish the row in hand and yield their lane.
 	Stopping <-chan struct{}
+	// Metrics counts delivery attempts, dead letters and maintenance runs;
+	// nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // behindRetry is how long a row waits for this node to catch up with the

@@ -12,6 +12,7 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
@@ -162,6 +163,7 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 			if err := d.inTx(ctx, ex, func(tx pgx.Tx) error { return store.DeadLetter(ctx, tx, row, reason) }); err != nil {
 				return stepResult{served: served}, err
 			}
+			d.Metrics.DeadLettered(row.Destination)
 			served++
 			continue
 		}
@@ -175,11 +177,13 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 			// record anyway, and the send is what must not happen.
 			return stepResult{served: served}, store.ErrFenced
 		}
+		sent := time.Now()
 		res := sender.Send(ctx, connector.Delivery{
 			MessageID: row.MessageID, WorkID: row.ID, Seq: row.Seq, Lane: row.Lane, Channel: row.Channel,
 			Destination: row.Destination, ControlID: row.ControlID, MessageType: row.MessageType,
 			Received: row.ReceivedAt, Payload: row.Body,
 		})
+		took := time.Since(sent)
 		attempt := store.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
 		attempts := row.Attempts + 1
 		dead := !res.OK && dest.Retry.Exhausted(attempts)
@@ -189,6 +193,12 @@ func (d *Deps) deliverStep(ctx context.Context, ex store.Execution, _ jobs.Inser
 			return err
 		}); err != nil {
 			return stepResult{served: served}, err
+		}
+		// Counted once recorded: an attempt whose record was refused
+		// (fenced) is repeated by the execution that replaced this one.
+		d.Metrics.Delivered(row.Destination, metrics.OutcomeOf(res.Outcome, res.AckCode), metrics.Answered(res.Outcome), took)
+		if dead {
+			d.Metrics.DeadLettered(row.Destination)
 		}
 		if res.OK {
 			served++

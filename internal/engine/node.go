@@ -17,6 +17,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
@@ -42,6 +43,9 @@ type Options struct {
 	StopTimeout time.Duration
 	// MaxWorkers per stage queue; zero means a default.
 	IngressWorkers, RoutedWorkers, OutboundWorkers int
+	// MetricsCacheTTL is how long one database read serves the cluster
+	// gauges of /metrics; zero means 5s.
+	MetricsCacheTTL time.Duration
 }
 
 // Node is one running mefor node.
@@ -79,6 +83,8 @@ type Node struct {
 	reload reloadState // config reload and the cluster config version watcher (reload.go)
 	refs   *references // reference-set cache, its watcher and the sync worker (reference.go)
 	tls    transport   // certificates in use and their expiry watch (tls.go)
+
+	metrics *metrics.Metrics // the node's Prometheus registry (metrics.go)
 }
 
 type boundListener struct {
@@ -112,7 +118,9 @@ func New(opts Options) (*Node, error) {
 	n.graph.Store(g)
 
 	wake := workers.NewWake()
+	n.metrics = newMetrics(n)
 	deps := &workers.Deps{
+		Metrics:  n.metrics,
 		Wake:     wake,
 		Pool:     opts.Pool,
 		Graph:    func() workers.Graph { return n.graph.Load() },
@@ -168,7 +176,9 @@ func New(opts Options) (*Node, error) {
 	river.AddWorker(w, &workers.RoutedWorker{Deps: deps})
 	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: sendTimeout})
 	river.AddWorker(w, &workers.ReclaimWorker{Deps: deps})
-	river.AddWorker(w, n.refs.worker(n.Config))
+	refWorker := n.refs.worker(n.Config)
+	refWorker.Metrics = n.metrics
+	river.AddWorker(w, refWorker)
 	river.AddWorker(w, &workers.RetentionWorker{Deps: deps, NodeID: opts.NodeID,
 		Policy: func() *config.Retention { return n.Config().Maintenance.Retention }})
 	maintenance := workers.MaintenanceJobs(opts.Config)
@@ -201,7 +211,7 @@ func New(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
-	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease}
+	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease, Metrics: n.metrics}
 	return n, nil
 }
 
