@@ -74,6 +74,7 @@ func (in *Intake) receive(ctx context.Context, channel, source, remote string, r
 		inbound.TriggerEvent = h.TriggerEvent
 		inbound.SendingApp = h.SendingApplication
 		inbound.SendingFacility = h.SendingFacility
+		inbound.PatientID = msg.Get("PID-3.1")
 	}
 	var id int64
 	err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
