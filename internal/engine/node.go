@@ -46,6 +46,9 @@ type Options struct {
 	// MetricsCacheTTL is how long one database read serves the cluster
 	// gauges of /metrics; zero means 5s.
 	MetricsCacheTTL time.Duration
+	// AlertRetryBase is the wait before an alert notification's first
+	// retry (it doubles each time, up to 5m); zero means 1s.
+	AlertRetryBase time.Duration
 }
 
 // Node is one running mefor node.
@@ -181,6 +184,9 @@ func New(opts Options) (*Node, error) {
 	river.AddWorker(w, refWorker)
 	river.AddWorker(w, &workers.RetentionWorker{Deps: deps, NodeID: opts.NodeID,
 		Policy: func() *config.Retention { return n.Config().Maintenance.Retention }})
+	river.AddWorker(w, &workers.AlertEvalWorker{Deps: deps, Config: n.Config})
+	river.AddWorker(w, &workers.AlertNotifyWorker{Pool: opts.Pool, Config: n.Config, Logger: opts.Logger,
+		RetryBase: opts.AlertRetryBase})
 	maintenance := workers.MaintenanceJobs(opts.Config)
 	if opts.ReclaimInterval > 0 {
 		maintenance[0].Schedule = config.Every(opts.ReclaimInterval) // reclaim is always first
@@ -198,6 +204,7 @@ func New(opts Options) (*Node, error) {
 			jobs.QueueRouted:      {MaxWorkers: or(opts.RoutedWorkers, 50)},
 			jobs.QueueOutbound:    {MaxWorkers: or(opts.OutboundWorkers, 500)},
 			jobs.QueueMaintenance: {MaxWorkers: len(maintenance) + 1}, // a slot per job: retention never holds up reclaim
+			jobs.QueueAlerts:      {MaxWorkers: 5},
 		},
 		Workers:              w,
 		JobTimeout:           jobTimeout,

@@ -112,7 +112,16 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 	if len(where) > 0 {
 		sql += "\n\t\tWHERE " + strings.Join(where, "\n\t\t  AND ")
 	}
-	return sql + "\n\t\tORDER BY m.id DESC\n\t\tLIMIT @limit", args
+	// Newest first is id order, which the primary key gives for free. With
+	// an upper time bound it is receipt order instead (the two agree but
+	// for transactions committed out of order): walking the id index back
+	// from the newest message would pass every message after the bound
+	// before the first match, while the received_at index starts at it.
+	order := "m.id DESC"
+	if !f.Until.IsZero() {
+		order = "m.received_at DESC, m.id DESC"
+	}
+	return sql + "\n\t\tORDER BY " + order + "\n\t\tLIMIT @limit", args
 }
 
 // ListMessagesSQL is the statement ListMessages runs for f, for EXPLAIN in
