@@ -89,6 +89,11 @@ func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64,
 	return 0, byControl, nil, nil
 }
 
+// ListAlerts returns the state of every alert rule the cluster evaluated.
+func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]store.Alert, error) {
+	return store.ListAlerts(ctx, pool)
+}
+
 // ListDead returns dead rows of every stage, most recently dead first.
 func ListDead(ctx context.Context, pool *pgxpool.Pool, f store.DeadFilter) ([]store.DeadRow, error) {
 	return store.ListDead(ctx, pool, f)
