@@ -246,3 +246,56 @@ func alertRow(t *testing.T, db *testcontainers.DB, rule string) store.Alert {
 	t.Fatalf("no alert row for %s in %+v", rule, list)
 	return store.Alert{}
 }
+
+// A rule that resolves while its firing notification is still being
+// retried sends resolved only after firing got through: the receiver sees
+// the changes in order.
+func TestAlertResolvedWaitsForFiring(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	hook := newHookReceiver(t, 3)
+	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	listen := freeAddr(t)
+	y := fmt.Sprintf(`
+cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - destinations: [lab]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: "%s"}
+    retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
+alerts:
+  interval: 1s
+  sinks:
+    hook:
+      webhook: {url: "%s"}
+  rules:
+    - name: lab-stuck
+      destination: lab
+      queue_depth: 1
+      sinks: [hook]
+`, listen, lab.addr, hook.srv.URL)
+	cfg, err := config.Parse("alerts.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
+	send(t, listen, adt("R000", "P1"))
+	eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })
+	lab.setAnswer(nil) // drains at once: the rule resolves while firing is retried
+	eventually(t, 60*time.Second, "resolved delivered", func() bool { return hook.count("resolved", http.StatusOK) == 1 })
+
+	var got []string
+	for _, p := range hook.list() {
+		got = append(got, fmt.Sprintf("%s:%d", p.n.State, p.status))
+	}
+	want := "firing:500 firing:500 firing:500 firing:200 resolved:200"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("webhook saw %v, want %s", got, want)
+	}
+}
