@@ -20,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/metrics"
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 )
 
@@ -31,8 +32,9 @@ type Graph interface {
 	Route(channel string, msg *hl7.Message) (outs []store.RoutedOut, ok bool)
 	// Transform runs a route's handler and returns the deliveries it
 	// produced (none: filtered). An error dead-letters the row; its text
-	// must not contain message content.
-	Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error)
+	// must not contain message content. st is the row's view of transform
+	// state, for handlers that keep some.
+	Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message, st *state.Row) ([]store.OutboundOut, error)
 	// Destination returns a destination's config, nil when it left the config.
 	Destination(name string) *config.Destination
 }
@@ -92,6 +94,9 @@ type Deps struct {
 	// Stopping is closed when the node begins a graceful stop: drainers
 	// finish the row in hand and yield their lane.
 	Stopping <-chan struct{}
+	// State is the node's transform state cache; nil works, with more
+	// re-runs.
+	State *state.Cache
 	// Metrics counts delivery attempts, dead letters and maintenance runs;
 	// nil counts nothing.
 	Metrics *metrics.Metrics

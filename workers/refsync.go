@@ -67,9 +67,3 @@ func (w *ReferenceSyncWorker) Work(ctx context.Context, job *river.Job[jobs.Refe
 	}
 	return nil
 }
-
-// notReadyRetry is how long a routed lane waits before retrying a message
-// whose transform needs data that is not there yet (a reference set with no
-// snapshot): long enough not to spin, short enough that the first sync
-// unblocks it promptly.
-const notReadyRetry = 2 * time.Second

@@ -55,6 +55,11 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 		run.Detail["messages_deleted"] = counts.MessagesDeleted
 		run.Detail["skipped"] = counts.Skipped
 		run.Detail["batches"] = counts.Batches
+		if err == nil && p.KeepState > 0 {
+			var n int
+			n, err = purgeState(ctx, w.Deps, p)
+			run.Detail["keep_state"], run.Detail["state_purged"] = p.KeepState.String(), n
+		}
 	}
 	run.FinishedAt = time.Now()
 	run.Outcome = store.RunOK

@@ -84,45 +84,70 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 	return drain(ctx, w.Deps, job, job.Args.Lane, w.Deps.transformStep)
 }
 
+// transformStep runs the handlers of a batch and hands it off in one
+// transaction, with the transform state the batch read and wrote
+// (transform_state.go): a conflict refreshes the state cache and serves the
+// rows again.
 func (d *Deps) transformStep(ctx context.Context, ex store.Execution, ins jobs.Inserter, rows []store.WorkRow) (stepResult, error) {
+	if rows[0].DueIn > 0 {
+		return stepResult{snooze: rows[0].DueIn}, nil // a held head, not due yet
+	}
 	g := d.Graph()
 	decisions := make([]store.TransformDecision, len(rows))
-	var wait time.Duration
+	batch := d.stateBatch()
+	started := time.Now()
 	for i, row := range rows {
+		if i > 0 && time.Since(started) > d.Limits.Slice {
+			// Slow scripts: hand off what is done, so a batch of them
+			// cannot outlive the drainer's job time limit.
+			rows, decisions = rows[:i], decisions[:i]
+			break
+		}
 		msg, err := hl7.Parse(row.Body)
 		if err != nil {
 			decisions[i].DeadReason = fmt.Sprintf("cannot parse stored message: %v", err)
 			continue
 		}
-		outs, err := g.Transform(ctx, row, msg)
+		st := batch.Row()
+		outs, err := g.Transform(ctx, row, msg, st)
+		if err != nil && ctx.Err() != nil {
+			return stepResult{}, ctx.Err()
+		}
 		if errors.Is(err, handler.ErrNotReady) {
 			// Not the message's fault (a reference set without a snapshot
-			// yet): hand off the rows before it and hold the lane at it.
-			rows, decisions, wait = rows[:i], decisions[:i], notReadyRetry
-			d.Logger.InfoContext(ctx, "transform waits for its data; lane held", "lane", row.Lane, "message_id", row.MessageID, "error", err)
+			// yet, a script with on_error: hold): hand off the rows before
+			// it and hold the lane at it, with backoff.
+			if i == 0 {
+				wait, err := d.holdHead(ctx, ex, row, err, st.Discard())
+				return stepResult{snooze: wait}, err
+			}
+			rows, decisions = rows[:i], decisions[:i]
 			break
 		}
 		if err != nil {
 			decisions[i].DeadReason = err.Error()
+			decisions[i].State = st.Discard()
 			continue
 		}
 		decisions[i].Outs = outs
-	}
-	if len(rows) == 0 {
-		return stepResult{snooze: wait}, nil
+		decisions[i].State = st.Commit()
 	}
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		return store.TransformBatch(ctx, tx, ins, ex, rows, decisions)
 	})
+	if d.stateConflict(ctx, rows[0].Lane, err) {
+		return stepResult{}, nil // the drainer reads the lane and runs it again
+	}
 	if err != nil {
 		return stepResult{}, err
 	}
+	d.publishState(decisions)
 	for _, dec := range decisions {
 		for _, o := range dec.Outs {
 			d.Wake.Notify(o.Lane)
 		}
 	}
-	return stepResult{served: len(rows), snooze: wait}, nil
+	return stepResult{served: len(rows)}, nil
 }
 
 // OutboundWorker delivers one destination lane.

@@ -26,6 +26,7 @@ type CLI struct {
 	Run        runCmd        `cmd:"" help:"Start a node: stage workers, inbound listeners and the reclaim job for a config."`
 	Migrate    migrateCmd    `cmd:"" help:"Apply (or list with --status) River's and mefor's database migrations."`
 	Config     configCmd     `cmd:"" help:"Validate a channel config file."`
+	Handler    handlerCmd    `cmd:"" help:"Try a handler on sample messages without the database (handler test)."`
 	Enqueue    enqueueCmd    `cmd:"" help:"Store a message into a channel as a listener would, and print its id."`
 	Messages   messagesCmd   `cmd:"" help:"List messages, or show one with its stage rows and event timeline."`
 	Dead       deadCmd       `cmd:"" help:"List dead-lettered deliveries."`

@@ -42,10 +42,11 @@ type Config struct {
 	pos map[path]position
 }
 
-// Hash returns the hex SHA-256 of the raw file content. Nodes compare it to
-// detect that they were started with different files. It is taken before
-// environment interpolation, so two nodes with the same file but different
-// environments have the same hash.
+// Hash returns the hex SHA-256 of the raw file content and of the scripts
+// its javascript handlers load. Nodes compare it to detect that they were
+// started with different files, and a reload with an unchanged hash changes
+// nothing. It is taken before environment interpolation, so two nodes with
+// the same file but different environments have the same hash.
 func (c *Config) Hash() string {
 	return hex.EncodeToString(c.sum[:])
 }
@@ -219,6 +220,8 @@ type Handler struct {
 	Type HandlerType
 	// Map holds the edits of a HandlerMap, applied in order.
 	Map []MapOp
+	// JavaScript holds a HandlerJavaScript's settings and scripts.
+	JavaScript *JavaScript
 }
 
 // MapOpKind is the kind of one map edit.

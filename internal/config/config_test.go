@@ -581,8 +581,8 @@ destinations:
   out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
 `,
 			want: []wantErr{
-				{6, "handlers.a.type", "is required: say what kind of handler this is, one of passthrough, map (e.g. type: map)"},
-				{7, "handlers.b.type", `"mapp" is not a handler type; did you mean map? (one of passthrough, map)`},
+				{6, "handlers.a.type", "is required: say what kind of handler this is, one of passthrough, map, javascript (e.g. type: map)"},
+				{7, "handlers.b.type", `"mapp" is not a handler type; did you mean map? (one of passthrough, map, javascript)`},
 				{8, "handlers.c.type", "map needs a map: block with its settings, e.g. map: [{set: {path: MSH-5, value: LAB}}]"},
 				{9, "handlers.d.map", "only applies to type: map, but this is type: passthrough"},
 				{10, "handlers.passthrough", "passthrough is the name of the built-in handler"},

@@ -37,6 +37,12 @@ func handlerKinds() []handlerKind {
 			check:   checkMapOps,
 			example: "map: [{set: {path: MSH-5, value: LAB}}]",
 		},
+		{
+			typ:     HandlerJavaScript,
+			decode:  decodeJavaScript,
+			check:   checkJavaScript,
+			example: "javascript: {file: ./handlers/visits.js}",
+		},
 	}
 }
 

@@ -53,7 +53,7 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 	}
 	c.File = name
 	c.Warnings = sortByPosition(l.warnings)
-	c.sum = sha256.Sum256(data)
+	c.sum = sha256.Sum256(append(slices.Clip(data), scriptSums(c)...))
 	c.pos = l.pos
 	return c, nil
 }

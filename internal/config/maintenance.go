@@ -45,6 +45,9 @@ type Retention struct {
 	// BatchSize is how many messages one purge transaction handles; each
 	// batch is a short transaction, so intake never waits long on one.
 	BatchSize int
+	// KeepState, when not zero, is how long a transform state value is
+	// kept after it was last written; zero keeps state forever.
+	KeepState time.Duration
 }
 
 const (
@@ -71,12 +74,13 @@ func (l *loader) decodeMaintenance(n *yaml.Node, p path, mt *Maintenance) {
 	}
 	tp := p.key("retention")
 	r := &Retention{Schedule: Every(defaultRetentionSchedule), BatchSize: defaultRetentionBatch}
-	tm := l.mapping(m["retention"], tp, "schedule", "keep_bodies", "keep_dead", "delete_after", "batch_size")
+	tm := l.mapping(m["retention"], tp, "schedule", "keep_bodies", "keep_dead", "delete_after", "batch_size", "keep_state")
 	l.schedule(tm, tp, "schedule", &r.Schedule)
 	decodeScalar(l, tm, tp, "keep_bodies", &r.KeepBodies, parseAge)
 	decodeScalar(l, tm, tp, "keep_dead", &r.KeepDead, parseAge)
 	decodeScalar(l, tm, tp, "delete_after", &r.DeleteAfter, parseAge)
 	decodeScalar(l, tm, tp, "batch_size", &r.BatchSize, parseInt)
+	decodeScalar(l, tm, tp, "keep_state", &r.KeepState, parseAge)
 	if !l.given(tp.key("keep_dead")) {
 		r.KeepDead = r.KeepBodies
 	}
@@ -114,6 +118,9 @@ func (l *loader) checkMaintenance(mt Maintenance) {
 			l.errorf(del, "(%s) is shorter than %s (%s): messages would be deleted while their content is meant to be kept; make it at least %s",
 				fmtAge(r.DeleteAfter), name, fmtAge(longest), fmtAge(longest))
 		}
+	}
+	if ks := p.key("keep_state"); l.given(ks) && !l.failed(ks) && r.KeepState <= 0 {
+		l.errorf(ks, "must be > 0 (e.g. keep_state: 400d), or left out to keep transform state forever")
 	}
 	if r.BatchSize < minRetentionBatch || r.BatchSize > maxRetentionBatch {
 		l.errorf(p.key("batch_size"), "must be from %d to %d messages (e.g. batch_size: %d): bigger batches hold their locks longer",

@@ -173,7 +173,7 @@ func (l *loader) checkReferenceSets(c *Config) {
 		p := path{section: "reference_sets"}.entity(s.Name)
 		l.checkReferenceSource(s, p.key("source"))
 		l.checkReferenceColumns(s, p)
-		if !used[s.Name] {
+		if !used[s.Name] && !scriptMentions(c, s.Name) {
 			l.warnf(p, "is not used by any lookup")
 		}
 	}

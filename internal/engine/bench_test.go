@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -32,15 +33,17 @@ func BenchmarkPipeline(b *testing.B) {
 		conns    int     // sender connections per channel
 		messages int     // total messages
 		rate     float64 // offered msgs/s in total; 0 = as fast as ACKs allow
+		handler  benchHandler
 	}{
 		{name: "fifo-1lane", lanes: 1, conns: 4, messages: 4000},
 		{name: "fifo-8lanes", lanes: 8, conns: 1, messages: 8000},
 		{name: "ack-at-500rps", lanes: 1, conns: 4, messages: 2500, rate: 500},
+		{name: "js-1lane", lanes: 1, conns: 4, messages: 4000, handler: jsBenchHandler},
 	}
 	for _, sc := range scenarios {
 		b.Run(sc.name, func(b *testing.B) {
 			for range b.N {
-				r := runPipelineScenario(b, sc.lanes, sc.conns, sc.messages, sc.rate)
+				r := runPipelineScenario(b, sc.lanes, sc.conns, sc.messages, sc.rate, sc.handler)
 				b.ReportMetric(r.msgsPerSec, "msgs/s")
 				b.ReportMetric(r.ackP50, "ack_p50_ms")
 				b.ReportMetric(r.ackP99, "ack_p99_ms")
@@ -56,23 +59,28 @@ type scenarioResult struct {
 	msgsPerSec, ackP50, ackP99, riverNoop float64
 }
 
-func runPipelineScenario(b *testing.B, lanes, conns, messages int, rate float64) scenarioResult {
+func runPipelineScenario(b *testing.B, lanes, conns, messages int, rate float64, handler benchHandler) scenarioResult {
 	db := testcontainers.NewDB(b)
 	p := newPartner(b, "")
 	defer p.stop()
 
+	routeHandler, extra := "passthrough", ""
+	if handler != nil {
+		routeHandler, extra = handler(b, db)
+	}
 	var y strings.Builder
 	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
 	listens := make([]string, lanes)
 	for i := range lanes {
 		listens[i] = freeAddr(b)
-		fmt.Fprintf(&y, "  ch%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
+		fmt.Fprintf(&y, "  ch%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, handler: %s, destinations: [d%d]}\n", i, listens[i], routeHandler, i)
 	}
+	y.WriteString(extra)
 	y.WriteString("destinations:\n")
 	for i := range lanes {
 		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, p.addr)
 	}
-	cfg, err := config.Parse("bench.yaml", []byte(y.String()), nil)
+	cfg, err := config.Parse(filepath.Join(b.TempDir(), "bench.yaml"), []byte(y.String()), nil)
 	if err != nil {
 		b.Fatalf("bench config: %v", err)
 	}

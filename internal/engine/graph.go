@@ -11,6 +11,8 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/script"
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
@@ -20,15 +22,24 @@ import (
 type Graph struct {
 	cfg      *config.Config
 	handlers map[string]handler.Handler
-	keys     map[string]hl7.Path // partitioned destination → key path
+	scripts  map[string]*script.Program // javascript handlers
+	keys     map[string]hl7.Path        // partitioned destination → key path
 }
 
 // NewGraph compiles cfg. opts reach every map handler; lookups need
 // handler.WithLookup (a node passes its reference cache).
 func NewGraph(cfg *config.Config, opts ...handler.MapOption) (*Graph, error) {
-	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, keys: map[string]hl7.Path{}}
+	g := &Graph{cfg: cfg, handlers: map[string]handler.Handler{}, scripts: map[string]*script.Program{}, keys: map[string]hl7.Path{}}
 	g.handlers["passthrough"] = handler.Passthrough{}
 	for _, h := range cfg.Handlers {
+		if h.Type == config.HandlerJavaScript {
+			p, err := buildScript(cfg, h, opts)
+			if err != nil {
+				return nil, fmt.Errorf("handler %q: %w", h.Name, err)
+			}
+			g.scripts[h.Name] = p
+			continue
+		}
 		built, err := buildHandler(h, opts)
 		if err != nil {
 			return nil, fmt.Errorf("handler %q: %w", h.Name, err)
@@ -69,7 +80,7 @@ func (g *Graph) Route(channel string, msg *hl7.Message) ([]store.RoutedOut, bool
 
 // Transform implements workers.Graph: run the route's handler and lay out
 // one delivery per destination of the route.
-func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message) ([]store.OutboundOut, error) {
+func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Message, st *state.Row) ([]store.OutboundOut, error) {
 	ch := g.cfg.Channel(row.Channel)
 	if ch == nil {
 		return nil, fmt.Errorf("channel %q is not in the config", row.Channel)
@@ -77,6 +88,9 @@ func (g *Graph) Transform(ctx context.Context, row store.WorkRow, msg *hl7.Messa
 	route := ch.Route(row.Route)
 	if route == nil {
 		return nil, fmt.Errorf("route %q of channel %q is not in the config", row.Route, row.Channel)
+	}
+	if p, ok := g.scripts[row.Handler]; ok {
+		return g.transformScript(ctx, p, row, route, msg, st)
 	}
 	h, ok := g.handlers[row.Handler]
 	if !ok {

@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
@@ -83,9 +84,10 @@ type Node struct {
 	mu        sync.Mutex
 	listeners []*boundListener
 
-	reload reloadState // config reload and the cluster config version watcher (reload.go)
-	refs   *references // reference-set cache, its watcher and the sync worker (reference.go)
-	tls    transport   // certificates in use and their expiry watch (tls.go)
+	reload reloadState  // config reload and the cluster config version watcher (reload.go)
+	refs   *references  // reference-set cache, its watcher and the sync worker (reference.go)
+	tls    transport    // certificates in use and their expiry watch (tls.go)
+	state  *state.Cache // transform state as this node last saw it (script.go)
 
 	metrics *metrics.Metrics // the node's Prometheus registry (metrics.go)
 }
@@ -114,7 +116,8 @@ func New(opts Options) (*Node, error) {
 		return nil, err
 	}
 	n.refs = newReferences(opts)
-	g, err := NewGraph(opts.Config, n.refs.mapOptions()...)
+	n.state = state.NewCache(0)
+	g, err := NewGraph(opts.Config, n.graphOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +134,7 @@ func New(opts Options) (*Node, error) {
 		Limits:   opts.Limits,
 		Logger:   opts.Logger,
 		Stopping: n.stopping,
+		State:    n.state,
 		// A node silent this long is dead: reclaim frees its drainers.
 		NodeTimeout: opts.Config.Cluster.NodeTimeout,
 		ConfigBehind: func(ctx context.Context) bool {

@@ -319,7 +319,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	if reasons := n.restartNeeded(next); len(reasons) > 0 {
 		return nil, &RestartError{Reasons: reasons}
 	}
-	g, err := NewGraph(next, n.refs.mapOptions()...)
+	g, err := NewGraph(next, n.graphOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("not applied: %w", err)
 	}

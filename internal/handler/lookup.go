@@ -3,6 +3,7 @@ package handler
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -43,6 +44,7 @@ type MapOption func(*mapOptions)
 
 type mapOptions struct {
 	lookup Lookup
+	logger *slog.Logger
 }
 
 // WithLookup gives a Map the reference sets its lookup ops read.

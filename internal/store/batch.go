@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -36,6 +37,9 @@ type handoff struct {
 	b        pgx.Batch
 	fenced   bool // set by the fence query when the execution is current
 	finalize []int64
+	// checks run after the batch, once the fence held; an error rolls the
+	// hand-off back (transform state: state.go).
+	checks []func() error
 }
 
 func newHandoff(ex Execution) *handoff {
@@ -85,6 +89,11 @@ func (h *handoff) run(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, act *jo
 	}
 	if !h.fenced {
 		return ErrFenced
+	}
+	for _, check := range h.checks {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	if act != nil && ins != nil {
 		return act.Finish(ctx, tx, ins)
@@ -228,6 +237,10 @@ func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution,
 type TransformDecision struct {
 	Outs       []OutboundOut
 	DeadReason string
+	// State is what the row's transform read and wrote of transform state
+	// (nil: nothing). The writes of a row that is dead-lettered are not
+	// applied; its reads are still checked. See state.go.
+	State *state.Change
 }
 
 // TransformBatch hands a batch of routed rows off: consumes them, writes one
@@ -280,6 +293,7 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 			WHERE id = ANY($1::bigint[]) AND status = 'pending'`, consumed)
 		queueEvents(&h.b, evMsg, evWork, evName, evDetail, evDst)
 	}
+	queueState(h, rows, decisions)
 	if len(oMsg) > 0 {
 		h.b.Queue(`
 			INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination, payload)

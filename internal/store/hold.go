@@ -1,0 +1,26 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RecordHold records that a routed row at the head of its lane could not be
+// transformed yet (a reference set without a snapshot, a script with
+// on_error: hold): its attempts, the reason (never message content) and
+// when to try again. The row stays pending, holding its lane; the caller
+// checked the fence in tx.
+func RecordHold(ctx context.Context, tx pgx.Tx, row WorkRow, reason string, retryIn time.Duration) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE mefor_work SET attempts = attempts + 1, last_error = $2,
+			next_attempt_at = clock_timestamp() + make_interval(secs => $3::float8),
+			updated_at = clock_timestamp()
+		WHERE id = $1 AND status = 'pending'`, row.ID, reason, retryIn.Seconds())
+	if err != nil {
+		return fmt.Errorf("record hold of row %d: %w", row.ID, err)
+	}
+	return nil
+}

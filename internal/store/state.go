@@ -1,0 +1,327 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/state"
+)
+
+// Transform state in the hand-off (see package state for the model).
+//
+// A transform hand-off whose rows read or wrote state queues, after its
+// lane locks and its consume:
+//
+//  1. the keys' advisory locks, sorted, so two hand-offs over the same keys
+//     serialize and cannot deadlock (only transform hand-offs take them,
+//     always after their lane locks and before their message locks);
+//  2. the check: every version read is still the committed one;
+//  3. a check that every row whose writes are applied was consumed by this
+//     hand-off (a row dead-lettered or cancelled under it must not leave
+//     its writes behind);
+//  4. the writes: the batch's last value per key, each with a fresh
+//     version.
+//
+// When a check fails, TransformBatch returns a *StateConflict and the
+// caller's transaction rolls back with everything queued.
+
+// stateLockClass keys the per-key advisory locks of state writes.
+const stateLockClass int32 = 0x6d73 // "ms"
+
+// StateConflict means a transform read state that another hand-off changed
+// before this one committed, or a row of the batch was no longer pending.
+// Nothing was written. Current holds the committed entries of the keys
+// whose versions differed, to refresh the cache with before running the
+// batch again.
+type StateConflict struct {
+	Current map[state.Key]state.Entry
+	// RowsChanged is set when a row of the batch was no longer pending.
+	RowsChanged bool
+}
+
+func (e *StateConflict) Error() string {
+	if e.RowsChanged {
+		return "transform state not written: a row of the batch changed under the hand-off"
+	}
+	return fmt.Sprintf("transform state changed under the batch (%d keys); run it again", len(e.Current))
+}
+
+// stateHandoff is the state part of one transform hand-off.
+type stateHandoff struct {
+	conflict *StateConflict
+	// writes is the last write of each key, and where to report its
+	// committed version.
+	writes map[state.Key]*state.Write
+	order  []state.Key
+	// committed is filled by the write statement.
+	committed map[state.Key]int64
+	notDone   int
+}
+
+// queueState queues the state statements of a transform hand-off onto h.
+// It does nothing when no row touched state. Call it after the lane locks
+// and the consume update are queued.
+func queueState(h *handoff, rows []WorkRow, decisions []TransformDecision) {
+	s := &stateHandoff{writes: map[state.Key]*state.Write{}, committed: map[state.Key]int64{}}
+	reads := map[state.Key]int64{}
+	var readOrder []state.Key
+	var writers []int64 // rows whose writes are applied
+	for i, d := range decisions {
+		c := d.State
+		if c.Empty() {
+			continue
+		}
+		for _, r := range c.Reads {
+			if _, ok := reads[r.Key]; !ok {
+				reads[r.Key] = r.Version
+				readOrder = append(readOrder, r.Key)
+			}
+		}
+		if d.DeadReason != "" || len(c.Writes) == 0 {
+			continue
+		}
+		writers = append(writers, rows[i].ID)
+		for j := range c.Writes {
+			w := &c.Writes[j]
+			if prev, ok := s.writes[w.Key]; ok {
+				prev.Version = state.Superseded
+			} else {
+				s.order = append(s.order, w.Key)
+			}
+			s.writes[w.Key] = w
+		}
+	}
+	if len(readOrder) == 0 && len(s.order) == 0 {
+		return
+	}
+
+	// 1. Locks, on every key read or written.
+	locks := make([]int32, 0, len(readOrder)+len(s.order))
+	for _, k := range readOrder {
+		locks = append(locks, stateLockKey(k))
+	}
+	for _, k := range s.order {
+		locks = append(locks, stateLockKey(k))
+	}
+	slices.Sort(locks)
+	locks = slices.Compact(locks)
+	h.b.Queue(`SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) WITH ORDINALITY AS u(k, n) ORDER BY n`,
+		stateLockClass, locks)
+
+	// 2. Every version read is still the committed one.
+	if len(readOrder) > 0 {
+		ns, keys, vers := make([]string, len(readOrder)), make([]string, len(readOrder)), make([]int64, len(readOrder))
+		for i, k := range readOrder {
+			ns[i], keys[i], vers[i] = k.Namespace, k.Key, reads[k]
+		}
+		h.b.Queue(`
+			SELECT u.ns, u.k, s.value, coalesce(s.version, 0)
+			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(ns, k, v)
+			LEFT JOIN mefor_state s ON s.namespace = u.ns AND s.key = u.k
+			WHERE coalesce(s.version, 0) <> u.v`, ns, keys, vers).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k state.Key
+				var e state.Entry
+				var value []byte
+				if err := rows.Scan(&k.Namespace, &k.Key, &value, &e.Version); err != nil {
+					return err
+				}
+				if e.Version != 0 {
+					e.Value = json.RawMessage(value)
+				}
+				if s.conflict == nil {
+					s.conflict = &StateConflict{Current: map[state.Key]state.Entry{}}
+				}
+				s.conflict.Current[k] = e
+			}
+			return rows.Err()
+		})
+	}
+	if len(s.order) == 0 {
+		h.checks = append(h.checks, s.check)
+		return
+	}
+
+	// 3. Every row whose writes are applied was consumed here.
+	h.b.Queue(`SELECT count(*) FROM mefor_work WHERE id = ANY($1::bigint[]) AND status <> 'done'`, writers).
+		QueryRow(func(r pgx.Row) error { return r.Scan(&s.notDone) })
+
+	// 4. The writes.
+	var setNS, setKey, delNS, delKey []string
+	var setValue [][]byte
+	var setMsg []int64
+	msgOf := map[state.Key]int64{}
+	for i, d := range decisions {
+		if d.DeadReason != "" || d.State.Empty() {
+			continue
+		}
+		for _, w := range d.State.Writes {
+			msgOf[w.Key] = rows[i].MessageID
+		}
+	}
+	for _, k := range s.order {
+		w := s.writes[k]
+		if w.Value == nil {
+			delNS, delKey = append(delNS, k.Namespace), append(delKey, k.Key)
+			continue
+		}
+		setNS, setKey = append(setNS, k.Namespace), append(setKey, k.Key)
+		setValue, setMsg = append(setValue, []byte(w.Value)), append(setMsg, msgOf[k])
+	}
+	if len(delNS) > 0 {
+		h.b.Queue(`
+			DELETE FROM mefor_state s USING unnest($1::text[], $2::text[]) AS u(ns, k)
+			WHERE s.namespace = u.ns AND s.key = u.k`, delNS, delKey)
+	}
+	if len(setNS) > 0 {
+		h.b.Queue(`
+			INSERT INTO mefor_state (namespace, key, value, version, updated_at, message_id)
+			SELECT ns, k, v, nextval('mefor_state_version'), clock_timestamp(), m
+			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) WITH ORDINALITY AS u(ns, k, v, m, n)
+			ORDER BY n
+			ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version,
+				updated_at = EXCLUDED.updated_at, message_id = EXCLUDED.message_id
+			RETURNING namespace, key, version`, setNS, setKey, setValue, setMsg).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k state.Key
+				var v int64
+				if err := rows.Scan(&k.Namespace, &k.Key, &v); err != nil {
+					return err
+				}
+				s.committed[k] = v
+			}
+			return rows.Err()
+		})
+	}
+	h.checks = append(h.checks, s.check)
+}
+
+// check runs once the batch has: it reports a conflict, or records the
+// committed versions on the writes.
+func (s *stateHandoff) check() error {
+	if s.conflict != nil {
+		return s.conflict
+	}
+	if s.notDone > 0 {
+		return &StateConflict{RowsChanged: true}
+	}
+	for _, k := range s.order {
+		w := s.writes[k]
+		if w.Value == nil {
+			w.Version = 0
+			continue
+		}
+		v, ok := s.committed[k]
+		if !ok {
+			return fmt.Errorf("transform state: the write of %s returned no version", k)
+		}
+		w.Version = v
+	}
+	return nil
+}
+
+// stateLockKey hashes a key into the second lock key; a collision only
+// makes two keys share a lock.
+func stateLockKey(k state.Key) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(k.Namespace))
+	h.Write([]byte{0})
+	h.Write([]byte(k.Key))
+	return int32(h.Sum32())
+}
+
+// StateRow is one stored state value, for operators and tests.
+type StateRow struct {
+	Namespace string          `json:"namespace"`
+	Key       string          `json:"key"`
+	Value     json.RawMessage `json:"value"`
+	Version   int64           `json:"version"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	MessageID int64           `json:"message_id,omitempty"`
+}
+
+// LoadState returns the committed entries of keys; an absent key has
+// version 0.
+func LoadState(ctx context.Context, q DBTX, keys []state.Key) (map[state.Key]state.Entry, error) {
+	ns, ks := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		ns[i], ks[i] = k.Namespace, k.Key
+	}
+	rows, err := q.Query(ctx, `
+		SELECT u.ns, u.k, s.value, coalesce(s.version, 0)
+		FROM unnest($1::text[], $2::text[]) AS u(ns, k)
+		LEFT JOIN mefor_state s ON s.namespace = u.ns AND s.key = u.k`, ns, ks)
+	if err != nil {
+		return nil, fmt.Errorf("load transform state: %w", err)
+	}
+	out := make(map[state.Key]state.Entry, len(keys))
+	for rows.Next() {
+		var k state.Key
+		var e state.Entry
+		var value []byte
+		if err := rows.Scan(&k.Namespace, &k.Key, &value, &e.Version); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load transform state: %w", err)
+		}
+		if e.Version != 0 {
+			e.Value = json.RawMessage(value)
+		}
+		out[k] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load transform state: %w", err)
+	}
+	return out, nil
+}
+
+// ReadState returns the committed value of a key; ok is false when absent.
+func ReadState(ctx context.Context, q DBTX, namespace, key string) (row StateRow, ok bool, err error) {
+	var value []byte
+	var msg *int64
+	err = q.QueryRow(ctx, `
+		SELECT namespace, key, value, version, updated_at, message_id
+		FROM mefor_state WHERE namespace = $1 AND key = $2`, namespace, key).
+		Scan(&row.Namespace, &row.Key, &value, &row.Version, &row.UpdatedAt, &msg)
+	if err == pgx.ErrNoRows {
+		return StateRow{}, false, nil
+	}
+	if err != nil {
+		return StateRow{}, false, fmt.Errorf("read state of namespace %q: %w", namespace, err)
+	}
+	row.Value = json.RawMessage(value)
+	if msg != nil {
+		row.MessageID = *msg
+	}
+	return row, true, nil
+}
+
+// PurgeState deletes up to limit state values not written for keep (by the
+// database clock),
+// skipping any a transform hand-off is writing right now (it is being
+// touched, so it is not stale). It needs no state lock: a hand-off that
+// read a value purged under it finds the version gone and runs again, and
+// one whose write lands after the purge simply keeps the key, as if it had
+// been written before. It returns how many it deleted.
+func PurgeState(ctx context.Context, q DBTX, keep time.Duration, limit int) (int, error) {
+	tag, err := q.Exec(ctx, `
+		WITH c AS (
+			SELECT namespace, key FROM mefor_state
+			WHERE updated_at < clock_timestamp() - make_interval(secs => $1::float8)
+			ORDER BY updated_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		)
+		DELETE FROM mefor_state s USING c
+		WHERE s.namespace = c.namespace AND s.key = c.key`,
+		keep.Seconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge transform state: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

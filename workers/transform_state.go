@@ -1,0 +1,108 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/state"
+	"github.com/mefor/mefor/internal/store"
+)
+
+// The transform step's side of transform state and of held messages.
+
+// stateBatch starts the state view of one run over a batch.
+func (d *Deps) stateBatch() *state.Batch {
+	if d.State == nil {
+		// No cache: every key reads as absent and the hand-off's check
+		// corrects it, one conflict at a time. Correct, only slower.
+		return state.NewBatch(state.Map{})
+	}
+	return state.NewBatch(d.State)
+}
+
+// stateConflict reports whether the hand-off failed because state changed
+// under the batch; it refreshes the cache with the committed values, so
+// the batch's next run reads them.
+func (d *Deps) stateConflict(ctx context.Context, lane string, err error) bool {
+	var c *store.StateConflict
+	if !errors.As(err, &c) {
+		return false
+	}
+	if d.State != nil {
+		d.State.Put(c.Current)
+	}
+	d.Logger.DebugContext(ctx, "transform state changed under the batch; running it again",
+		"lane", lane, "keys", len(c.Current), "rows_changed", c.RowsChanged)
+	return true
+}
+
+// publishState records a committed hand-off's writes in the cache.
+func (d *Deps) publishState(decisions []store.TransformDecision) {
+	if d.State == nil {
+		return
+	}
+	var committed map[state.Key]state.Entry
+	for _, dec := range decisions {
+		if dec.DeadReason != "" || dec.State == nil {
+			continue
+		}
+		for _, w := range dec.State.Writes {
+			if w.Version == state.Superseded {
+				continue
+			}
+			if committed == nil {
+				committed = map[state.Key]state.Entry{}
+			}
+			committed[w.Key] = state.Entry{Value: w.Value, Version: w.Version}
+		}
+	}
+	d.State.Put(committed)
+}
+
+// Held heads wait holdBackoff(n) before their n+1'th try: quick at first,
+// for a reference set about to be synced, then no more than maxHoldBackoff
+// apart, so a lane unblocks soon after its cause is fixed.
+const (
+	firstHoldBackoff = time.Second
+	maxHoldBackoff   = 10 * time.Second
+)
+
+func holdBackoff(attempts int) time.Duration {
+	b := firstHoldBackoff
+	for i := 1; i < attempts && b < maxHoldBackoff; i++ {
+		b *= 2
+	}
+	return min(b, maxHoldBackoff)
+}
+
+// holdHead records why the lane's head waits (its attempt count, the
+// reason, when to try again) and returns how long to snooze. A held row
+// never reaches the hand-off that would check what it read, and what it
+// waits for may well be a state value another lane or node is writing: so
+// the values it read are refreshed from the database for its next try.
+func (d *Deps) holdHead(ctx context.Context, ex store.Execution, row store.WorkRow, why error, read *state.Change) (time.Duration, error) {
+	wait := holdBackoff(row.Attempts + 1)
+	err := d.inTx(ctx, ex, func(tx pgx.Tx) error {
+		return store.RecordHold(ctx, tx, row, why.Error(), wait)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if d.State != nil && len(read.Reads) > 0 {
+		keys := make([]state.Key, len(read.Reads))
+		for i, r := range read.Reads {
+			keys[i] = r.Key
+		}
+		current, err := store.LoadState(ctx, d.Pool, keys)
+		if err != nil {
+			return 0, err
+		}
+		d.State.Put(current)
+	}
+	d.Logger.InfoContext(ctx, "transform cannot run this message yet; lane held",
+		"lane", row.Lane, "message_id", row.MessageID, "attempt", row.Attempts+1, "retry_in", wait, "error", why)
+	return wait, nil
+}
