@@ -118,6 +118,7 @@ destinations:
   lab:
     type: mllp
     mllp: {address: "%s"}
+    on_reject: retry   # the partner rejects everything: keep the queue stuck
     retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
 alerts:
   interval: 1s
@@ -268,6 +269,7 @@ destinations:
   lab:
     type: mllp
     mllp: {address: "%s"}
+    on_reject: retry   # the partner rejects everything: keep the queue stuck
     retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
 alerts:
   interval: 1s

@@ -98,6 +98,7 @@ func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
   lab:
     type: mllp
     mllp: {address: "%s"}
+    on_reject: retry   # the partner rejects everything: keep the queue stuck
     retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
   void:
     type: mllp
