@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +38,7 @@ Examples:
 }
 
 type auditListCmd struct {
-	Since  string `placeholder:"WHEN" help:"Only actions at or after WHEN: RFC 3339 (2025-03-01T08:00:00Z) or a duration back from now (90m, 24h, 7d)."`
+	Since  string `placeholder:"WHEN" help:"Only actions at or after WHEN: RFC 3339 (2025-03-01T08:00:00Z), a date (2025-03-01) or how long ago (90m, 24h, 7d)."`
 	Action string `placeholder:"ACTION" help:"Only this action: replay, replay-dead, cancel, stepdown, reload, maintenance-run, keys-rotate or view-body."`
 	Limit  int    `default:"100" help:"How many rows to show at most."`
 	JSON   bool   `name:"json" help:"Print JSON instead of a table."`
@@ -67,9 +66,9 @@ func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("--action %q is not an audited action; use one of %s", c.Action, strings.Join(auditActions, ", "))
 	}
 	if c.Since != "" {
-		t, err := parseSince(c.Since, time.Now())
+		t, err := parseWhen("since", c.Since, time.Now())
 		if err != nil {
-			return fmt.Errorf("--since: %w", err)
+			return err
 		}
 		f.Since = t
 	}
@@ -183,29 +182,4 @@ func (c *auditAnchorCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	fmt.Fprintln(g.stdout, a)
 	return nil
-}
-
-// parseSince reads a point in time: RFC 3339, or a duration back from now
-// in Go's syntax plus d for days.
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	d, err := parseDays(s)
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q is neither a time (RFC 3339, e.g. 2025-03-01T08:00:00Z) nor a duration (90m, 24h, 7d)", s)
-	}
-	return now.Add(-d), nil
-}
-
-// parseDays is time.ParseDuration that also takes whole days ("7d").
-func parseDays(s string) (time.Duration, error) {
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.Atoi(n)
-		if err != nil {
-			return 0, err
-		}
-		return time.Duration(days) * 24 * time.Hour, nil
-	}
-	return time.ParseDuration(s)
 }
