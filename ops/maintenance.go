@@ -17,6 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -151,6 +152,9 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 	}
 	target := map[string]any{"job": name}
 	err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionMaintenanceRun, target, func(tx pgx.Tx) (string, error) {
+		if err := migrations.RequireRole(ctx, tx, migrations.RoleAdmin, "running a maintenance job"); err != nil {
+			return "", err
+		}
 		ins, err := q.InsertTx(ctx, tx, job.Args, nil)
 		if err != nil {
 			return "", fmt.Errorf("enqueue %s: %w", name, err)

@@ -107,6 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	err = explainDenied(kctx, &cli.Globals, err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {

@@ -82,6 +82,9 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		if _, err := migrations.Migrate(ctx, pool, g.logger); err != nil {
 			return err
 		}
+		if _, err := migrations.ApplyRoles(ctx, pool, g.logger); err != nil {
+			return err
+		}
 	} else if pending, err := migrations.Pending(ctx, pool); err != nil {
 		return err
 	} else if pending {
