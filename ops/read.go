@@ -3,12 +3,14 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/audit"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/leader"
 )
@@ -35,7 +37,11 @@ type MessageView struct {
 //
 // Reading bodies is audited: the reads and the audit row share one
 // transaction, so no body is returned unless its viewing was recorded.
-func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody bool) (*MessageView, error) {
+//
+// kr opens what was sealed: the bodies (an error naming the key when one
+// does not open, never its ciphertext) and the error and event texts (a
+// note in their place when they do not open).
+func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id int64, withBody bool) (*MessageView, error) {
 	var v MessageView
 	read := func(tx pgx.Tx) error {
 		var err error
@@ -73,7 +79,36 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody boo
 	if err != nil {
 		return nil, err
 	}
+	if err := openView(kr, &v); err != nil {
+		return nil, err
+	}
 	return &v, nil
+}
+
+// openView opens the sealed parts of a message view in place.
+func openView(kr *crypt.Keyring, v *MessageView) error {
+	var err error
+	v.Message.Error = store.OpenText(kr, v.Message.Error)
+	for i := range v.Work {
+		v.Work[i].LastError = store.OpenText(kr, v.Work[i].LastError)
+	}
+	for i := range v.Events {
+		v.Events[i].Detail = store.OpenText(kr, v.Events[i].Detail)
+	}
+	if v.Message.Raw, err = kr.Open(store.ColRaw, v.Message.Raw); err != nil {
+		return fmt.Errorf("message %d: %w", v.Message.ID, err)
+	}
+	for i := range v.Replies {
+		if v.Replies[i].Body, err = kr.Open(store.ColReply, v.Replies[i].Body); err != nil {
+			return fmt.Errorf("message %d, reply %d: %w", v.Message.ID, v.Replies[i].ID, err)
+		}
+	}
+	for i := range v.Outbound {
+		if v.Outbound[i].Payload, err = kr.Open(store.ColPayload, v.Outbound[i].Payload); err != nil {
+			return fmt.Errorf("message %d, row %d: %w", v.Message.ID, v.Outbound[i].WorkID, err)
+		}
+	}
+	return nil
 }
 
 // FindMessage resolves what an operator typed to name a message: a
@@ -114,8 +149,14 @@ func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]store.Alert, error) 
 }
 
 // ListDead returns dead rows of every stage, most recently dead first.
-func ListDead(ctx context.Context, pool *pgxpool.Pool, f store.DeadFilter) ([]store.DeadRow, error) {
-	return store.ListDead(ctx, pool, f)
+//
+// Their errors are opened with kr.
+func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f store.DeadFilter) ([]store.DeadRow, error) {
+	rows, err := store.ListDead(ctx, pool, f)
+	for i := range rows {
+		rows[i].LastError = store.OpenText(kr, rows[i].LastError)
+	}
+	return rows, err
 }
 
 // Status returns the per-channel and per-destination counts from one
@@ -142,7 +183,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		if err != nil {
 			return err
 		}
-		st.Transport, err = store.ReadTransportStatus(ctx, tx)
+		if st.Transport, err = store.ReadTransportStatus(ctx, tx); err != nil {
+			return err
+		}
+		st.Encryption, err = store.ReadEncryptionStatus(ctx, tx)
 		return err
 	})
 	return st, err

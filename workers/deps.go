@@ -19,6 +19,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/metrics"
@@ -100,6 +101,9 @@ type Deps struct {
 	// Metrics counts delivery attempts, dead letters and maintenance runs;
 	// nil counts nothing.
 	Metrics *metrics.Metrics
+	// Keys opens the content drainers read and seals what they write; nil
+	// means encryption is off.
+	Keys *crypt.Keyring
 }
 
 // unknownRetry is how long a lane whose head this node does not know is

@@ -59,6 +59,8 @@ type Globals struct {
 	logger *slog.Logger
 	stdout io.Writer
 	stderr io.Writer
+	// lookupEnv reads the environment (os.LookupEnv unless a test sets it).
+	lookupEnv func(string) (string, bool)
 }
 
 // exitError carries a specific exit code up to main.

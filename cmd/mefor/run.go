@@ -66,6 +66,10 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
 	nodeID := c.NodeID
 	if nodeID == "" {
 		nodeID = defaultNodeID()
@@ -94,7 +98,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	logger := g.logger.With("node", nodeID)
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
-		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval,
+		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr,
 	})
 	if err != nil {
 		return err

@@ -110,6 +110,33 @@ func TestEncryptionOffIsPlaintext(t *testing.T) {
 	}
 }
 
+func TestClearTextBeforeASealedText(t *testing.T) {
+	k1, k2 := newKeyB64(t), newKeyB64(t)
+	kr := mustParse(t, "k1="+k1)
+	// What SQL makes of a sealed error: format('attempt %s: %s', n, $err).
+	s := "attempt 3: " + kr.SealString(colError, "script threw: DOE^JANE")
+	if id, ok := SealedString(s); !ok || id != "k1" {
+		t.Fatalf("SealedString = %q, %v", id, ok)
+	}
+	if got, err := kr.OpenString(colError, s); err != nil || got != "attempt 3: script threw: DOE^JANE" {
+		t.Fatalf("OpenString = %q, %v", got, err)
+	}
+	ring := mustParse(t, "k2="+k2+",k1="+k1)
+	re, changed, err := ring.ResealString(colError, s)
+	if err != nil || !changed || !strings.HasPrefix(re, "attempt 3: mfe1:k2:") {
+		t.Fatalf("ResealString = %q, %v, %v", re, changed, err)
+	}
+	if got, err := mustParse(t, "k2="+k2).OpenString(colError, re); err != nil || got != "attempt 3: script threw: DOE^JANE" {
+		t.Fatalf("after rotation: %q, %v", got, err)
+	}
+	if legacy, changed, _ := ring.ResealString(colError, "legacy text"); !changed || !strings.HasPrefix(legacy, "mfe1:k2:") {
+		t.Fatalf("legacy text resealed as %q", legacy)
+	}
+	if empty, changed, _ := ring.ResealString(colError, ""); changed || empty != "" {
+		t.Fatalf("empty text resealed as %q", empty)
+	}
+}
+
 func TestValueOpensOnlyInItsColumn(t *testing.T) {
 	kr := mustParse(t, "k1="+newKeyB64(t))
 	sealed := kr.Seal(colRaw, []byte("MSH|body"))

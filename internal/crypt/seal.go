@@ -56,18 +56,29 @@ func (e *OpenError) Error() string {
 		"or %q is not the key it was sealed with", e.Column, e.KeyID, e.KeyID)
 }
 
+// BinaryPrefix is how every sealed bytea value begins, for SQL that must
+// tell sealed values from plaintext without opening them.
+func BinaryPrefix() []byte { return []byte(binMagic) }
+
+// TextPrefix is how the envelope of every sealed text value begins.
+func TextPrefix() string { return textPrefix }
+
 // Sealed reports whether a bytea value is sealed, and under which key id.
 func Sealed(v []byte) (id string, ok bool) {
 	id, _, ok = splitBin(v)
 	return id, ok
 }
 
-// SealedString reports whether a text value is sealed, and under which key id.
+// SealedString reports whether a text value is sealed, and under which key
+// id. A text value may begin with clear text that SQL put in front of a
+// sealed value ("attempt 3: " before a sealed error): the envelope is the
+// value's tail.
 func SealedString(s string) (id string, ok bool) {
-	if !strings.HasPrefix(s, textPrefix) {
+	i := strings.Index(s, textPrefix)
+	if i < 0 {
 		return "", false
 	}
-	id, _, ok = strings.Cut(s[len(textPrefix):], ":")
+	id, _, ok = strings.Cut(s[i+len(textPrefix):], ":")
 	return id, ok
 }
 
@@ -151,11 +162,25 @@ func (kr *Keyring) Open(col Column, v []byte) ([]byte, error) {
 	return plain, nil
 }
 
-// OpenString is Open for a text value.
+// OpenString is Open for a text value: clear text before the envelope is
+// kept as it is, and the envelope replaced by its plaintext.
 func (kr *Keyring) OpenString(col Column, s string) (string, error) {
-	id, ok := SealedString(s)
-	if !ok {
+	i := strings.Index(s, textPrefix)
+	if i < 0 {
 		return s, nil
+	}
+	plain, err := kr.openEnvelope(col, s[i:])
+	if err != nil {
+		return "", err
+	}
+	return s[:i] + plain, nil
+}
+
+// openEnvelope opens a text envelope, s starting with textPrefix.
+func (kr *Keyring) openEnvelope(col Column, s string) (string, error) {
+	id, _, ok := strings.Cut(s[len(textPrefix):], ":")
+	if !ok {
+		return "", &OpenError{Column: col}
 	}
 	k, err := kr.key(col, id)
 	if err != nil {
@@ -189,19 +214,24 @@ func (kr *Keyring) Reseal(col Column, v []byte) (out []byte, changed bool, err e
 	return kr.Seal(col, plain), true, nil
 }
 
-// ResealString is Reseal for a text value.
+// ResealString is Reseal for a text value; clear text before an envelope
+// stays in clear.
 func (kr *Keyring) ResealString(col Column, s string) (out string, changed bool, err error) {
-	if id, ok := SealedString(s); ok && kr != nil && id == kr.active.id {
-		return s, false, nil
-	}
 	if kr == nil {
 		return "", false, errOff
 	}
-	plain, err := kr.OpenString(col, s)
+	i := strings.Index(s, textPrefix)
+	if i < 0 {
+		return kr.SealString(col, s), s != "", nil
+	}
+	if id, _ := SealedString(s); id == kr.active.id {
+		return s, false, nil
+	}
+	plain, err := kr.openEnvelope(col, s[i:])
 	if err != nil {
 		return "", false, err
 	}
-	return kr.SealString(col, plain), true, nil
+	return s[:i] + kr.SealString(col, plain), true, nil
 }
 
 func (kr *Keyring) key(col Column, id string) (*key, error) {

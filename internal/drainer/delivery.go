@@ -69,6 +69,11 @@ func RecordCrash(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Attemp
 
 func recordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Attempt, delivered bool, backoff time.Duration, dead bool, dueBy *time.Time) (Recorded, error) {
 	h := newHandoff(ex)
+	// The partner's reply can quote the message, and so can an error; the
+	// ack code and outcome are metadata.
+	a.Reply = ex.Keys.Seal(store.ColReply, a.Reply)
+	a.Error = ex.Keys.SealString(store.ColError, a.Error)
+	a.DeadReason = ex.Keys.SealString(store.ColError, a.DeadReason)
 	var res Recorded
 	var n int
 	count := func(r pgx.Row) error { return r.Scan(&n) }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/state"
+	"github.com/mefor/mefor/internal/store"
 )
 
 // Transform state in the hand-off (see package state for the model).
@@ -131,7 +132,11 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 					return err
 				}
 				if e.Version != 0 {
-					e.Value = json.RawMessage(value)
+					plain, err := h.keys.Open(store.ColState, value)
+					if err != nil {
+						return fmt.Errorf("transform state %s: %w", k, err)
+					}
+					e.Value = json.RawMessage(plain)
 				}
 				if s.conflict == nil {
 					s.conflict = &StateConflict{Current: map[state.Key]state.Entry{}}
@@ -170,7 +175,7 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 			continue
 		}
 		setNS, setKey = append(setNS, k.Namespace), append(setKey, k.Key)
-		setValue, setMsg = append(setValue, []byte(w.Value)), append(setMsg, msgOf[k])
+		setValue, setMsg = append(setValue, h.keys.Seal(store.ColState, []byte(w.Value))), append(setMsg, msgOf[k])
 	}
 	if len(delNS) > 0 {
 		h.b.Queue(`

@@ -298,6 +298,9 @@ type Status struct {
 	// Transport is the certificates and listeners the live nodes recorded
 	// (filled by ops.Status).
 	Transport *TransportStatus `json:"transport,omitempty"`
+	// Encryption is what the live nodes seal content with (filled by
+	// ops.Status).
+	Encryption *EncryptionStatus `json:"encryption,omitempty"`
 }
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/state"
 )
 
@@ -21,9 +22,9 @@ type StateRow struct {
 	MessageID int64           `json:"message_id,omitempty"`
 }
 
-// LoadState returns the committed entries of keys; an absent key has
-// version 0.
-func LoadState(ctx context.Context, q DBTX, keys []state.Key) (map[state.Key]state.Entry, error) {
+// LoadState returns the committed entries of keys, opened with kr; an
+// absent key has version 0.
+func LoadState(ctx context.Context, q DBTX, kr *crypt.Keyring, keys []state.Key) (map[state.Key]state.Entry, error) {
 	ns, ks := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		ns[i], ks[i] = k.Namespace, k.Key
@@ -45,7 +46,12 @@ func LoadState(ctx context.Context, q DBTX, keys []state.Key) (map[state.Key]sta
 			return nil, fmt.Errorf("load transform state: %w", err)
 		}
 		if e.Version != 0 {
-			e.Value = json.RawMessage(value)
+			plain, err := kr.Open(ColState, value)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("load transform state %s: %w", k, err)
+			}
+			e.Value = json.RawMessage(plain)
 		}
 		out[k] = e
 	}
@@ -56,7 +62,7 @@ func LoadState(ctx context.Context, q DBTX, keys []state.Key) (map[state.Key]sta
 }
 
 // ReadState returns the committed value of a key; ok is false when absent.
-func ReadState(ctx context.Context, q DBTX, namespace, key string) (row StateRow, ok bool, err error) {
+func ReadState(ctx context.Context, q DBTX, kr *crypt.Keyring, namespace, key string) (row StateRow, ok bool, err error) {
 	var value []byte
 	var msg *int64
 	err = q.QueryRow(ctx, `
@@ -69,7 +75,11 @@ func ReadState(ctx context.Context, q DBTX, namespace, key string) (row StateRow
 	if err != nil {
 		return StateRow{}, false, fmt.Errorf("read state of namespace %q: %w", namespace, err)
 	}
-	row.Value = json.RawMessage(value)
+	plain, err := kr.Open(ColState, value)
+	if err != nil {
+		return StateRow{}, false, fmt.Errorf("read state of namespace %q: %w", namespace, err)
+	}
+	row.Value = json.RawMessage(plain)
 	if msg != nil {
 		row.MessageID = *msg
 	}
