@@ -77,6 +77,13 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	return runEnv(args, stdout, stderr, os.LookupEnv)
+}
+
+// runEnv is run reading the variables only mefor itself reads (such as
+// MEFOR_ENCRYPTION_KEYS) through lookupEnv, so tests can give each
+// in-process run its own.
+func runEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	var cli CLI
 	parser, err := kong.New(&cli,
 		kong.Name("mefor"),
@@ -98,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 
-	cli.Globals.stdout, cli.Globals.stderr = stdout, stderr
+	cli.Globals.stdout, cli.Globals.stderr, cli.Globals.lookupEnv = stdout, stderr, lookupEnv
 	cli.Globals.logger = newLogger(stderr, cli.LogLevel, cli.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
