@@ -110,6 +110,10 @@ type Deps struct {
 // left to the other nodes before this node looks at it again.
 const unknownRetry = time.Second
 
+// unopenedRetry is how often a lane whose head does not open (its key is
+// not in this node's keyring) looks again.
+const unopenedRetry = 5 * time.Second
+
 // heldRetry is how often a lane held behind the lanes of its destination's
 // previous ordering looks again.
 const heldRetry = 300 * time.Millisecond

@@ -73,8 +73,11 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return err
 		}
 		if err := drainer.OpenBodies(d.Keys, rows); err != nil {
-			// The lane waits (River retries the job) until the key is back.
-			return fmt.Errorf("drainer of lane %s: %w", lane, err)
+			// Nothing is handed on or sent from a value that did not open:
+			// the lane waits, looking again every few seconds, until the
+			// node has the key (or the value is dealt with).
+			d.Logger.ErrorContext(ctx, "lane held: a stored value does not open", "lane", lane, "error", err)
+			return r.snooze(ctx, unopenedRetry)
 		}
 		if len(rows) == 0 {
 			if d.linger(ctx, lane, deadline, woken) {

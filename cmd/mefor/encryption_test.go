@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,7 +66,12 @@ type replyingPartner struct {
 
 func newReplyingPartner(t *testing.T) *replyingPartner {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return newReplyingPartnerAt(t, "127.0.0.1:0")
+}
+
+func newReplyingPartnerAt(t *testing.T, addr string) *replyingPartner {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +96,8 @@ func (p *replyingPartner) received() [][]byte {
 	defer p.mu.Unlock()
 	return append([][]byte(nil), p.got...)
 }
+
+var nodeSeq atomic.Int64
 
 // The patients of the traffic: what must never be found at rest in clear.
 var phiPatients = []struct{ id, name string }{
@@ -121,6 +129,23 @@ const phiScript = `function transform(msg, ctx) {
 // db until the test ends (or stop is called).
 func phiNode(t *testing.T, db *testcontainers.DB, keys, listen, partner string) (stop func()) {
 	t.Helper()
+	stop, err := startPHINode(t, db, phiOpts{keys: keys, listen: listen, partner: partner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stop
+}
+
+type phiOpts struct {
+	keys, listen, partner string
+	// log receives the node's log; nil discards it.
+	log io.Writer
+	// plain routes without the script and the reference set.
+	plain bool
+}
+
+func startPHINode(t *testing.T, db *testcontainers.DB, o phiOpts) (stop func(), err error) {
+	t.Helper()
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
@@ -131,41 +156,49 @@ func phiNode(t *testing.T, db *testcontainers.DB, keys, listen, partner string) 
 	}
 	script := write("ward.js", phiScript)
 	wards := write("wards.csv", "ward,lab_location\n3N,LAB-3NORTH\n")
+	route := "{name: out, handler: ward, destinations: [lab]}"
+	extra := fmt.Sprintf(`handlers:
+  ward: {type: javascript, javascript: {file: %q}}
+reference_sets:
+  wards: {refresh: 1h, source: {csv: {path: %q}}}
+`, script, wards)
+	if o.plain {
+		route, extra = "{name: out, destinations: [lab]}", ""
+	}
 	file := write("mefor.yaml", fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
   adt:
     inbound: {mllp: {listen: %q}}
-    routes: [{name: out, handler: ward, destinations: [lab]}]
-handlers:
-  ward: {type: javascript, javascript: {file: %q}}
+    routes: [%s]
 destinations:
   lab:
     type: mllp
     mllp: {address: %q}
     retry: {max_attempts: 0, backoff: 100ms, max_backoff: 500ms}
-reference_sets:
-  wards: {refresh: 1h, source: {csv: {path: %q}}}
-`, listen, script, partner, wards))
+%s`, o.listen, route, o.partner, extra))
 	cfg, err := config.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kr, err := crypt.Parse(keys)
+	kr, err := crypt.Parse(o.keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: "node-" + t.Name(), Keys: kr,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReclaimInterval: time.Second})
+	if o.log == nil {
+		o.log = io.Discard
+	}
+	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: fmt.Sprintf("node-%s-%d", t.Name(), nodeSeq.Add(1)), Keys: kr,
+		Logger: slog.New(slog.NewTextHandler(o.log, nil)), ReclaimInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var once sync.Once
 	stop = func() { once.Do(func() { _ = n.Stop(context.Background()) }) }
 	t.Cleanup(stop)
-	return stop
+	return stop, nil
 }
 
 func sendMLLP(t *testing.T, addr string, msgs ...[]byte) {

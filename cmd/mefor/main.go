@@ -43,6 +43,7 @@ type CLI struct {
 	Maintenance maintenanceCmd `cmd:"" help:"List the scheduled maintenance jobs (reclaim, retention, reference syncs) or run one now."`
 	Reference   referenceCmd   `cmd:"" help:"List reference sets (code-mapping tables), show one's rows, or sync one from its source now."`
 	Audit       auditCmd       `cmd:"" help:"List audited operator actions, verify the audit log's hash chain, or print its anchor."`
+	Keys        keysCmd        `cmd:"" help:"Encryption at rest: values under each key (keys status), re-encrypt under the active key (keys rotate)."`
 	Alerts      alertsCmd      `cmd:"" help:"List mefor's own alert rules: state, since when, last notification."`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`

@@ -36,6 +36,12 @@ func (kr *Keyring) BlindIndexes(purpose, value string) []string {
 	return out
 }
 
+// BlindPrefix is how every blind index begins.
+func BlindPrefix() string { return blindPrefix }
+
+// BlindHeader is how a blind index made under key id begins.
+func BlindHeader(id string) string { return blindPrefix + id + ":" }
+
 // BlindKeyID is the key id a blind index was made under.
 func BlindKeyID(index string) (id string, ok bool) {
 	if !strings.HasPrefix(index, blindPrefix) {

@@ -63,6 +63,15 @@ func BinaryPrefix() []byte { return []byte(binMagic) }
 // TextPrefix is how the envelope of every sealed text value begins.
 func TextPrefix() string { return textPrefix }
 
+// BinaryHeader is how a bytea value sealed under key id begins.
+func BinaryHeader(id string) []byte {
+	return append(append([]byte(binMagic), byte(len(id))), id...)
+}
+
+// TextHeader is how the envelope of a text value sealed under key id
+// begins.
+func TextHeader(id string) string { return textPrefix + id + ":" }
+
 // Sealed reports whether a bytea value is sealed, and under which key id.
 func Sealed(v []byte) (id string, ok bool) {
 	id, _, ok = splitBin(v)
