@@ -21,10 +21,14 @@ type MessageView struct {
 	Work    []store.WorkInfo    `json:"work"`
 	Replies []store.Reply       `json:"replies"`
 	Events  []store.Event       `json:"events"`
+	// Origin is the file the message was read from, the message it is the
+	// reply to, and the replies routed back in from its deliveries.
+	Origin store.Origin `json:"origin"`
 }
 
-// ShowMessage reads one message with its stage rows, partner replies and
-// timeline, all from one snapshot. Bodies (the message's and the replies')
+// ShowMessage reads one message with its stage rows, partner replies,
+// timeline and origin (file, parent, replies routed in), all from one
+// snapshot. Bodies (the message's and the replies')
 // are read only when withBody is set. An unknown id wraps store.ErrNotFound.
 func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody bool) (*MessageView, error) {
 	var v MessageView
@@ -39,7 +43,10 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody boo
 		if v.Replies, err = store.MessageReplies(ctx, tx, id, withBody); err != nil {
 			return err
 		}
-		v.Events, err = store.MessageEvents(ctx, tx, id)
+		if v.Events, err = store.MessageEvents(ctx, tx, id); err != nil {
+			return err
+		}
+		v.Origin, err = store.MessageOrigin(ctx, tx, id)
 		return err
 	})
 	if err != nil {

@@ -89,6 +89,10 @@ func (c *messagesShowCmd) Help() string {
 	return `Shows one message: its header fields, status and error, every stage row
 (ingress, routed, outbound) with its lane, seq, attempts and last error, what
 each partner answered to each delivery attempt, and the event timeline.
+A message read from a file names the file (size, SHA-256, its place in it);
+a reply routed back in (a destination's reply_to) names its parent, the
+message whose delivery it answered; and a message whose partners' replies
+were routed back in lists them under "Replies routed in".
 
 The body is shown only with --body: as text with each segment on its own line,
 or in JSON as the string "body" (a body that is not UTF-8 is decoded as
@@ -172,6 +176,7 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 	}
 	field("Source", source)
 	field("Source identity", oneLine(m.SourceIdentity))
+	originFields(field, v.Origin)
 	field("Type", m.Type())
 	field("Control ID", oneLine(m.ControlID))
 	field("Sending app", oneLine(m.SendingApp))
@@ -216,6 +221,10 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+
+	if err := printReplyMessages(w, v.Origin.Replies); err != nil {
+		return err
 	}
 
 	fmt.Fprintln(w, "\nTimeline:")

@@ -1,8 +1,8 @@
 -- Directory intake and replies routed back in.
 
 -- One row per file a directory channel stored: its name (relative to the
--- channel's directory), size and SHA-256, written in the transaction that
--- stores the file's messages. A node that stored a file and stopped before
+-- channel's directory), size and SHA-256, and the node that took it, written
+-- in the transaction that stores the file's messages. A node that stored a file and stopped before
 -- moving it away finds the file here at its next poll and moves it without
 -- storing it again. The unique key is what makes a second store of the same
 -- file, by any node, store nothing.
@@ -13,6 +13,7 @@ CREATE TABLE mefor_intake_file (
     size          bigint      NOT NULL,
     sha256        bytea       NOT NULL,
     messages      integer     NOT NULL,
+    node_id       text,
     stored_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
     CONSTRAINT mefor_intake_file_once UNIQUE (channel, name, size, sha256)
 );
