@@ -111,10 +111,11 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 	p := newPartner(t, "")
 	dirs := newFileDirs(t)
 	old := time.Now().Add(-time.Minute)
-	// Dropped before the node starts: taken oldest first, whatever their names.
-	dropFile(t, dirs.in, "b-batch.hl7", strings.ReplaceAll("FHS|^~\\&|LAB\rBHS|^~\\&|LAB\r"+oru("B1")+oru("B2")+"BTS|2\rFTS|1\r", "\r", "\r\n"), old.Add(time.Second))
-	dropFile(t, dirs.in, "c-lf.hl7", strings.ReplaceAll(oru("C1")+oru("C2")+oru("C3"), "\r", "\n"), old.Add(2*time.Second))
-	dropFile(t, dirs.in, "a-wire.hl7", oru("A1")+oru("A2"), old)
+	// Dropped before the node starts: taken oldest first, whatever their
+	// names say.
+	dropFile(t, dirs.in, "1-batch.hl7", strings.ReplaceAll("FHS|^~\\&|LAB\rBHS|^~\\&|LAB\r"+oru("B1")+oru("B2")+"BTS|2\rFTS|1\r", "\r", "\r\n"), old.Add(time.Second))
+	dropFile(t, dirs.in, "2-lf.hl7", strings.ReplaceAll(oru("C1")+oru("C2")+oru("C3"), "\r", "\n"), old.Add(2*time.Second))
+	dropFile(t, dirs.in, "3-wire.hl7", oru("A1")+oru("A2"), old)
 	dropFile(t, dirs.in, "notes.txt", "not for this channel", old) // pattern *.hl7
 	n := startNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
 
@@ -126,7 +127,7 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 	if got := storedControlIDs(t, db, "lab"); !slices.Equal(got, want) {
 		t.Fatalf("stored %v, want %v", got, want)
 	}
-	for _, name := range []string{"a-wire.hl7", "b-batch.hl7", "c-lf.hl7"} {
+	for _, name := range []string{"1-batch.hl7", "2-lf.hl7", "3-wire.hl7"} {
 		eventually(t, 5*time.Second, name+" moved to move_to", func() bool {
 			return exists(filepath.Join(dirs.done, name)) && !exists(filepath.Join(dirs.in, name))
 		})
@@ -153,7 +154,7 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := v.Origin.File
-	if v.Message.Source != "file" || f == nil || f.Name != "b-batch.hl7" || f.Index != 2 || f.Messages != 2 || f.Node != t.Name() {
+	if v.Message.Source != "file" || f == nil || f.Name != "1-batch.hl7" || f.Index != 2 || f.Messages != 2 || f.Node != t.Name() {
 		t.Fatalf("source %q, file %+v", v.Message.Source, f)
 	}
 	var events []string
