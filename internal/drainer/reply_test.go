@@ -64,4 +64,3 @@ func TestReplyOnlyWithTheDeliveryRecorded(t *testing.T) {
 		t.Fatalf("the replies lane has %d drainers, want it activated", c)
 	}
 }
-
