@@ -11,7 +11,7 @@ import (
 // consistent: a trailer counts other messages or batches than the file
 // holds (a file cut short, most often), a header is out of place, or a
 // segment stands outside any message.
-var ErrBatch = errors.New("hl7: bad batch file")
+var ErrBatch = errors.New("hl7: not a well-formed file of HL7 messages")
 
 // BatchError describes why a file is not a well-formed series of messages.
 // Like ParseError it never quotes content: Detail is a fixed description
