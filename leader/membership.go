@@ -57,6 +57,9 @@ type Membership struct {
 	// of the monotonic clock since base.
 	base   time.Time
 	lastOK atomic.Int64
+	// joined is set once base is, so readers on other goroutines (a
+	// metrics scrape may come before Join) never read base half-written.
+	joined atomic.Bool
 }
 
 func (m *Membership) mono() int64 {
@@ -73,6 +76,15 @@ func (m *Membership) mono() int64 {
 // send what a replacement may already have sent.
 func (m *Membership) Fresh(d time.Duration) bool {
 	return !m.base.IsZero() && time.Duration(m.mono()-m.lastOK.Load()) <= d
+}
+
+// HeartbeatAge is the time since this node's last confirmed heartbeat was
+// sent, by the monotonic clock; false before Join.
+func (m *Membership) HeartbeatAge() (time.Duration, bool) {
+	if !m.joined.Load() {
+		return 0, false
+	}
+	return time.Duration(m.mono() - m.lastOK.Load()), true
 }
 
 // Join registers the node (or re-registers a restarted one with the same id).
@@ -92,6 +104,7 @@ func (m *Membership) Join(ctx context.Context) error {
 		return fmt.Errorf("register node %s: %w", m.cfg.NodeID, err)
 	}
 	m.lastOK.Store(sent)
+	m.joined.Store(true)
 	return nil
 }
 

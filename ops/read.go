@@ -2,6 +2,8 @@ package ops
 
 import (
 	"context"
+	"errors"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,6 +23,9 @@ type MessageView struct {
 	Work    []store.WorkInfo    `json:"work"`
 	Replies []store.Reply       `json:"replies"`
 	Events  []store.Event       `json:"events"`
+	// Outbound is each delivery's payload as sent (after transforms),
+	// read only with the bodies.
+	Outbound []store.Outbound `json:"-"`
 	// Origin is the file the message was read from, the message it is the
 	// reply to, and the replies routed back in from its deliveries.
 	Origin store.Origin `json:"origin"`
@@ -46,6 +51,11 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody boo
 		if v.Events, err = store.MessageEvents(ctx, tx, id); err != nil {
 			return err
 		}
+		if withBody {
+			if v.Outbound, err = store.MessageOutbound(ctx, tx, id); err != nil {
+				return err
+			}
+		}
 		v.Origin, err = store.MessageOrigin(ctx, tx, id)
 		return err
 	})
@@ -53,6 +63,43 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody boo
 		return nil, err
 	}
 	return &v, nil
+}
+
+// FindMessage resolves what an operator typed to name a message: a
+// numeric message id when such a message exists, else a control id
+// (MSH-10). It returns the id found, or, when the control id matches
+// several messages (or none), the matches, newest first, and id 0. also
+// lists the other messages whose control id is ref when ref named a
+// message by its id.
+func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64, matches, also []store.MessageSummary, err error) {
+	const most = 20
+	byControl, err := store.MessagesByControlID(ctx, pool, ref, most)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if n, perr := strconv.ParseInt(ref, 10, 64); perr == nil && n > 0 {
+		_, gerr := store.GetMessage(ctx, pool, n, false)
+		switch {
+		case gerr == nil:
+			for _, m := range byControl {
+				if m.ID != n {
+					also = append(also, m)
+				}
+			}
+			return n, nil, also, nil
+		case !errors.Is(gerr, store.ErrNotFound):
+			return 0, nil, nil, gerr
+		}
+	}
+	if len(byControl) == 1 {
+		return byControl[0].ID, nil, nil, nil
+	}
+	return 0, byControl, nil, nil
+}
+
+// ListAlerts returns the state of every alert rule the cluster evaluated.
+func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]store.Alert, error) {
+	return store.ListAlerts(ctx, pool)
 }
 
 // ListDead returns dead rows of every stage, most recently dead first.

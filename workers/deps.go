@@ -21,6 +21,7 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/state"
 )
 
@@ -96,6 +97,9 @@ type Deps struct {
 	// State is the node's transform state cache; nil works, with more
 	// re-runs.
 	State *state.Cache
+	// Metrics counts delivery attempts, dead letters and maintenance runs;
+	// nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // unknownRetry is how long a lane whose head this node does not know is

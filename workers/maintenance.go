@@ -38,8 +38,8 @@ const (
 )
 
 // MaintenanceJobs lists the maintenance jobs of cfg in a stable order:
-// reclaim, retention when configured, then one reference sync per reference
-// set in file order.
+// reclaim, retention when configured, the alert evaluation when the config
+// has alerts, then one reference sync per reference set in file order.
 func MaintenanceJobs(cfg *config.Config) []MaintenanceJob {
 	list := []MaintenanceJob{{
 		Name:     MaintenanceReclaim,
@@ -51,6 +51,11 @@ func MaintenanceJobs(cfg *config.Config) []MaintenanceJob {
 	if r := cfg.Maintenance.Retention; r != nil {
 		list = append(list, MaintenanceJob{
 			Name: MaintenanceRetention, Schedule: r.Schedule, Args: jobs.RetentionArgs{}, Audited: true,
+		})
+	}
+	if a := cfg.Alerts; a != nil {
+		list = append(list, MaintenanceJob{
+			Name: MaintenanceAlerts, Schedule: config.Every(a.Interval), Args: jobs.AlertEvalArgs{}, RunOnStart: true,
 		})
 	}
 	for _, set := range cfg.ReferenceSets {

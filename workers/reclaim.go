@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -23,7 +24,8 @@ type ReclaimWorker struct {
 
 func (w *ReclaimWorker) Timeout(*river.Job[jobs.ReclaimArgs]) time.Duration { return time.Minute }
 
-func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]) error {
+func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]) (err error) {
+	defer func() { w.Deps.Metrics.MaintenanceRun(MaintenanceReclaim, runOutcome(err)) }()
 	if _, err := RescueDeadNodes(ctx, w.Deps); err != nil {
 		return err
 	}
@@ -35,6 +37,14 @@ func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]
 		w.Deps.Logger.InfoContext(ctx, "reclaim re-activated stranded lanes", "lanes", n)
 	}
 	return nil
+}
+
+// runOutcome is a maintenance run's outcome label.
+func runOutcome(err error) string {
+	if err != nil {
+		return store.RunFailed
+	}
+	return store.RunOK
 }
 
 // Reclaim activates every stranded lane and returns how many it activated.

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/reference"
 	"github.com/mefor/mefor/jobs"
 )
@@ -25,6 +26,8 @@ type ReferenceSyncWorker struct {
 	// the new snapshot at once rather than at its next heartbeat.
 	Refresh func(ctx context.Context)
 	Logger  *slog.Logger
+	// Metrics counts runs and failures; nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // Timeout covers the slowest source read plus the snapshot write.
@@ -52,7 +55,9 @@ func (w *ReferenceSyncWorker) Work(ctx context.Context, job *river.Job[jobs.Refe
 		return nil
 	}
 	res, err := w.Syncer.Sync(ctx, set)
+	w.Metrics.MaintenanceRun(MaintenanceReferenceSync+set.Name, runOutcome(err))
 	if err != nil {
+		w.Metrics.ReferenceSyncFailed(set.Name)
 		w.Logger.WarnContext(ctx, "reference sync failed; the last snapshot stays live", "set", set.Name, "error", err)
 		return err
 	}

@@ -66,6 +66,7 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 	if err != nil {
 		run.Outcome, run.Error = store.RunFailed, err.Error()
 	}
+	w.Deps.Metrics.MaintenanceRun(MaintenanceRetention, run.Outcome)
 	// Audit even when the run was cancelled or timed out: the batches it
 	// committed are real and the operator must see why it stopped.
 	if rerr := store.RecordRun(context.WithoutCancel(ctx), w.Deps.Pool, run); rerr != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -209,6 +210,7 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 			if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return drainer.DeadLetter(ctx, tx, ex, row, reason) }); err != nil {
 				return stepResult{served: served}, err
 			}
+			d.Metrics.DeadLettered(row.Destination)
 			served++
 			continue
 		}
@@ -242,11 +244,13 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 				continue
 			}
 		}
+		sent := time.Now()
 		res := sender.Send(ctx, connector.Delivery{
 			MessageID: row.MessageID, WorkID: row.ID, Seq: row.Seq, Lane: row.Lane, Channel: row.Channel,
 			Destination: row.Destination, ControlID: row.ControlID, MessageType: row.MessageType,
 			Received: row.ReceivedAt, Payload: row.Body,
 		})
+		took := time.Since(sent)
 		attempts := row.Attempts + 1
 		v := judge(dest, res, attempts)
 		dead, backoff := v.dead, v.backoff
@@ -259,6 +263,12 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 			return err
 		}); err != nil {
 			return stepResult{served: served}, err
+		}
+		// Counted once recorded: an attempt whose record was refused
+		// (fenced) is repeated by the execution that replaced this one.
+		d.Metrics.Delivered(row.Destination, metrics.OutcomeOf(res.Outcome, res.AckCode), metrics.Answered(res.Outcome), took)
+		if dead {
+			d.Metrics.DeadLettered(row.Destination)
 		}
 		if rec.CancelsPending {
 			// Rows were marked for cancelling while this one was being

@@ -47,6 +47,7 @@ type configCheckResult struct {
 	Channels     int            `json:"channels"`
 	Handlers     int            `json:"handlers"`
 	Destinations int            `json:"destinations"`
+	AlertRules   int            `json:"alert_rules,omitempty"`
 	Hash         string         `json:"hash,omitempty"`
 	// Certificates lists the certificates the TLS settings name, when
 	// their files were read.
@@ -65,6 +66,9 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 	default:
 		res.Warnings = cfg.Warnings
 		res.Channels, res.Handlers, res.Destinations = len(cfg.Channels), len(cfg.Handlers), len(cfg.Destinations)
+		if cfg.Alerts != nil {
+			res.AlertRules = len(cfg.Alerts.Rules)
+		}
 		res.Hash = cfg.Hash()
 		if !c.NoTLSFiles {
 			res.checkTLSFiles(cfg, time.Now())
@@ -83,8 +87,12 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 			fmt.Fprintln(g.stdout, "warning: "+w.Error())
 		}
 		if res.OK {
-			fmt.Fprintf(g.stdout, "%s: ok (%d channels, %d handlers, %d destinations)\n",
-				c.File, res.Channels, res.Handlers, res.Destinations)
+			alerts := ""
+			if res.AlertRules > 0 {
+				alerts = fmt.Sprintf(", %d alert rules", res.AlertRules)
+			}
+			fmt.Fprintf(g.stdout, "%s: ok (%d channels, %d handlers, %d destinations%s)\n",
+				c.File, res.Channels, res.Handlers, res.Destinations, alerts)
 		}
 	}
 	if !res.OK {

@@ -42,6 +42,7 @@ type CLI struct {
 
 	Maintenance maintenanceCmd `cmd:"" help:"List the scheduled maintenance jobs (reclaim, retention, reference syncs) or run one now."`
 	Reference   referenceCmd   `cmd:"" help:"List reference sets (code-mapping tables), show one's rows, or sync one from its source now."`
+	Alerts      alertsCmd      `cmd:"" help:"List mefor's own alert rules: state, since when, last notification."`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }

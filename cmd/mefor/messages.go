@@ -26,24 +26,43 @@ prints the stored body (protected health information: mind where it goes).
 
 Examples:
   mefor messages list --channel adt --status error
+  mefor messages list --patient 123456 --since 7d
   mefor messages show 42
-  mefor messages show 42 --body`
+  mefor messages show MSG00042 --body`
 }
 
 type messagesListCmd struct {
-	Channel string `placeholder:"NAME" help:"Only messages of this channel."`
-	Status  string `enum:",received,routed,unrouted,filtered,processed,error" default:"" placeholder:"STATUS" help:"Only messages with this status: received, routed, unrouted, filtered, processed or error."`
-	Limit   int    `default:"50" help:"How many messages to show at most."`
-	JSON    bool   `name:"json" help:"Print JSON instead of a table."`
+	Channel     string `placeholder:"NAME" help:"Only messages of this channel."`
+	Status      string `enum:",received,routed,unrouted,filtered,processed,error" default:"" placeholder:"STATUS" help:"Only messages with this status: received, routed, unrouted, filtered, processed or error."`
+	ControlID   string `name:"control-id" placeholder:"MSH-10" help:"Only messages with this control id (MSH-10), exactly."`
+	Patient     string `placeholder:"ID" help:"Only messages about this patient: PID-3.1 as received, exactly."`
+	Type        string `placeholder:"TYPE" help:"Only messages of this HL7 type: ADT (any trigger) or ADT^A08."`
+	Since       string `placeholder:"WHEN" help:"Only messages received at or after WHEN: RFC 3339 (2024-05-01T08:00:00Z), a date (2024-05-01) or how long ago (2h, 7d)."`
+	Until       string `placeholder:"WHEN" help:"Only messages received before WHEN (same forms as --since)."`
+	Destination string `placeholder:"NAME" help:"Only messages with a delivery to this destination (queued, delivered, dead or cancelled)."`
+	Text        string `placeholder:"TEXT" help:"Only messages whose body contains TEXT (case-sensitive). Reads every body the other filters leave: slow on a large store."`
+	Limit       int    `default:"50" help:"How many messages to show at most."`
+	JSON        bool   `name:"json" help:"Print JSON instead of a table."`
 }
 
 func (c *messagesListCmd) Help() string {
 	return `Lists messages newest first: id, when received, channel, HL7 type, control id
-(MSH-10), status and size in bytes.
+(MSH-10), status and size in bytes. Filters combine (all must hold).
+
+Every filter but --text is answered from an index, so it stays fast on a
+store of millions of messages. --text reads the stored bodies of every
+message the other filters leave (and finds nothing in purged ones): narrow it
+with --channel, --type or --since first on a large store. --patient matches
+PID-3.1 as stored at intake; messages stored before this version have none.
 
 Examples:
   mefor messages list
   mefor messages list --channel adt --status error --limit 200
+  mefor messages list --control-id MSG00042
+  mefor messages list --patient 123456 --since 7d
+  mefor messages list --type ADT^A08 --since 2024-05-01T00:00:00Z --until 2024-05-02T00:00:00Z
+  mefor messages list --destination lab --status error
+  mefor messages list --channel adt --since 2h --text 'DOE^JANE'
   mefor messages list --json | jq '.[].id'`
 }
 
@@ -51,12 +70,27 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Limit <= 0 {
 		return errors.New("--limit must be at least 1")
 	}
+	now := time.Now()
+	since, err := parseWhen("since", c.Since, now)
+	if err != nil {
+		return err
+	}
+	until, err := parseWhen("until", c.Until, now)
+	if err != nil {
+		return err
+	}
+	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
+		return fmt.Errorf("--since (%s) must be before --until (%s)", since.Format(time.RFC3339), until.Format(time.RFC3339))
+	}
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	msgs, err := ops.ListMessages(ctx, pool, store.MessageFilter{Channel: c.Channel, Status: c.Status, Limit: c.Limit})
+	msgs, err := ops.ListMessages(ctx, pool, store.MessageFilter{
+		Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
+		Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit,
+	})
 	if err != nil {
 		return err
 	}
@@ -70,7 +104,12 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintln(g.stdout, "no messages")
 		return nil
 	}
-	tw := newTable(g.stdout)
+	return printSummaries(g.stdout, msgs)
+}
+
+// printSummaries prints the table of `messages list`.
+func printSummaries(w io.Writer, msgs []store.MessageSummary) error {
+	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tCHANNEL\tTYPE\tCONTROL ID\tSTATUS\tSIZE")
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, fmtTime(m.ReceivedAt), m.Channel,
@@ -80,9 +119,9 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 type messagesShowCmd struct {
-	ID   int64 `arg:"" help:"Message id."`
-	Body bool  `help:"Also print the stored body and the partners' reply bodies (protected health information)."`
-	JSON bool  `name:"json" help:"Print JSON instead of text."`
+	ID   string `arg:"" placeholder:"ID|CONTROL-ID" help:"Message id, or its control id (MSH-10)."`
+	Body bool   `help:"Also print the stored body, each delivery's payload as sent and the partners' replies (protected health information)."`
+	JSON bool   `name:"json" help:"Print JSON instead of text."`
 }
 
 func (c *messagesShowCmd) Help() string {
@@ -94,12 +133,20 @@ a reply routed back in (a destination's reply_to) names its parent, the
 message whose delivery it answered; and a message whose partners' replies
 were routed back in lists them under "Replies routed in".
 
-The body is shown only with --body: as text with each segment on its own line,
-or in JSON as the string "body" (a body that is not UTF-8 is decoded as
-ISO-8859-1, and "body_charset" says so).
+The message is named by its id, or by its control id (MSH-10). A number is
+taken as an id when a message has that id; when a control id matches several
+messages, they are listed and the command asks for one of their ids.
+
+With --body it also prints the message's whole story: the body as received,
+then for each destination the payload as it was sent (after the handler's
+transforms) followed by the partner's reply to each attempt. As text each
+segment is on its own line; in JSON they are the strings "body",
+"outbound[].payload" and "replies[].body" (a body that is not UTF-8 is
+decoded as ISO-8859-1, and the matching "..._charset" says so).
 
 Examples:
   mefor messages show 42
+  mefor messages show MSG00042
   mefor messages show 42 --body
   mefor messages show 42 --json | jq '.work[] | select(.status == "dead")'`
 }
@@ -107,9 +154,16 @@ Examples:
 // messageShowJSON is `messages show --json`.
 type messageShowJSON struct {
 	*ops.MessageView
-	Body        *string     `json:"body,omitempty"`
-	BodyCharset string      `json:"body_charset,omitempty"`
-	Replies     []replyJSON `json:"replies"`
+	Body        *string        `json:"body,omitempty"`
+	BodyCharset string         `json:"body_charset,omitempty"`
+	Outbound    []outboundJSON `json:"outbound,omitempty"`
+	Replies     []replyJSON    `json:"replies"`
+}
+
+type outboundJSON struct {
+	store.Outbound
+	Payload        *string `json:"payload"`
+	PayloadCharset string  `json:"payload_charset,omitempty"`
 }
 
 type replyJSON struct {
@@ -124,9 +178,26 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	v, err := ops.ShowMessage(ctx, pool, c.ID, c.Body)
+	id, matches, also, err := ops.FindMessage(ctx, pool, c.ID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case id == 0 && len(matches) == 0:
+		return fmt.Errorf("message %s not found (no message has that id or control id)", c.ID)
+	case id == 0:
+		fmt.Fprintf(g.stdout, "%d messages have control id %q:\n", len(matches), c.ID)
+		if err := printSummaries(g.stdout, matches); err != nil {
+			return err
+		}
+		return fmt.Errorf("control id %q names several messages; run 'mefor messages show ID' with one of the ids above", c.ID)
+	case len(also) > 0:
+		fmt.Fprintf(g.stderr, "note: %q is message %d's id; %d other message(s) have it as control id (mefor messages list --control-id %s)\n",
+			c.ID, id, len(also), c.ID)
+	}
+	v, err := ops.ShowMessage(ctx, pool, id, c.Body)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("message %d not found", c.ID)
+		return fmt.Errorf("message %d not found", id)
 	}
 	if err != nil {
 		return err
@@ -142,6 +213,14 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 		if c.Body && v.Message.Raw != nil {
 			s, cs := bodyText(v.Message.Raw)
 			out.Body, out.BodyCharset = &s, cs
+		}
+		for _, o := range v.Outbound {
+			oj := outboundJSON{Outbound: o}
+			if o.Payload != nil {
+				s, cs := bodyText(o.Payload)
+				oj.Payload, oj.PayloadCharset = &s, cs
+			}
+			out.Outbound = append(out.Outbound, oj)
 		}
 		for _, r := range v.Replies {
 			rj := replyJSON{Reply: r}
@@ -256,14 +335,37 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 	} else {
 		writeSegments(w, m.Raw)
 	}
-	for _, r := range v.Replies {
-		if r.Body == nil {
-			continue
+	shown := map[int64]bool{}
+	for _, o := range v.Outbound {
+		shown[o.WorkID] = true
+		fmt.Fprintf(w, "\nSent to %s (row %d, %s, %d attempts):\n", o.Destination, o.WorkID, o.Status, o.Attempts)
+		if o.Payload == nil {
+			fmt.Fprintln(w, "  (purged)")
+		} else {
+			writeSegments(w, o.Payload)
 		}
-		fmt.Fprintf(w, "\nReply from %s to row %d, attempt %d:\n", r.Destination, r.WorkID, r.Attempt)
-		writeSegments(w, r.Body)
+		for _, r := range v.Replies {
+			if r.WorkID == o.WorkID {
+				printReply(w, r)
+			}
+		}
+	}
+	for _, r := range v.Replies {
+		if !shown[r.WorkID] {
+			printReply(w, r)
+		}
 	}
 	return nil
+}
+
+// printReply prints what a partner answered to one attempt.
+func printReply(w io.Writer, r store.Reply) {
+	fmt.Fprintf(w, "\nReply from %s to row %d, attempt %d (%s):\n", r.Destination, r.WorkID, r.Attempt, oneLine(r.Outcome))
+	if r.Body == nil {
+		fmt.Fprintln(w, "  (no reply)")
+		return
+	}
+	writeSegments(w, r.Body)
 }
 
 // target names what a stage row works for: its destination, or its

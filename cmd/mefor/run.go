@@ -23,7 +23,7 @@ type runCmd struct {
 	NodeID          string        `name:"node-id" placeholder:"ID" help:"Name of this node (default host:pid:random)."`
 	Migrate         bool          `help:"Apply pending migrations before starting (default: refuse to start on an old schema)."`
 	StopTimeout     time.Duration `name:"stop-timeout" default:"30s" help:"On SIGTERM/SIGINT, how long drainers may take to finish their current row before being cancelled."`
-	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /cluster/status, /cluster/nodes, /certificates); empty disables them. Give each node on one host its own."`
+	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /metrics, /cluster/status, /cluster/nodes, /certificates); empty disables them. Give each node on one host its own."`
 	ReclaimInterval time.Duration `name:"reclaim-interval" placeholder:"DURATION" help:"How often River's leader re-activates lanes left with backlog and no drainer; overrides maintenance.reclaim.schedule (default 5s)."`
 }
 
@@ -51,6 +51,10 @@ A node reads the certificate files its TLS listeners and destinations name
 when it starts, and refuses to start if one is unreadable, does not match its
 key or has expired, naming it; 'mefor reload' re-reads them (renewed files
 apply to new connections). GET /certificates on --admin-listen lists them.
+
+GET /metrics on --admin-listen serves the node's Prometheus metrics (see the
+README's Metrics section; examples/monitoring has a scrape config, alert
+rules and a Grafana dashboard).
 
 Examples:
   mefor run --config examples/quickstart/mefor.yaml --migrate
@@ -96,7 +100,8 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	var adm *admin.Server
 	if c.AdminListen != "" {
-		adm = &admin.Server{Pool: pool, NodeID: nodeID, Serving: node.Lease().Serving, Certificates: node.Certificates, Logger: logger}
+		adm = &admin.Server{Pool: pool, NodeID: nodeID, Serving: node.Lease().Serving, Certificates: node.Certificates,
+			Metrics: node.MetricsHandler(), Logger: logger}
 		if err := adm.Start(c.AdminListen); err != nil {
 			return fmt.Errorf("admin HTTP listener on %s: %w (pick another with --admin-listen, or disable it with --admin-listen='')", c.AdminListen, err)
 		}

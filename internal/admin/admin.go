@@ -1,5 +1,6 @@
 // Package admin serves a node's read-only admin HTTP endpoints: its health
-// and the cluster's lease, leader and membership, as JSON. Writes (replay,
+// and the cluster's lease, leader and membership, as JSON, and its
+// Prometheus metrics. Writes (replay,
 // stepdown, ...) stay in the CLI, which needs only the database.
 package admin
 
@@ -26,7 +27,9 @@ type Server struct {
 	Serving func() bool
 	// Certificates, when set, lists the certificates this node uses.
 	Certificates func() []tlsconf.Certificate
-	Logger       *slog.Logger
+	// Metrics, when set, serves GET /metrics (Prometheus text format).
+	Metrics http.Handler
+	Logger  *slog.Logger
 
 	srv *http.Server
 	ln  net.Listener
@@ -38,8 +41,12 @@ type Server struct {
 //	GET /cluster/status   lease holder and expiry, River leader, node counts
 //	GET /cluster/nodes    the node listing of `mefor nodes --json`
 //	GET /certificates     the certificates this node loaded: file, subject, issuer, expiry, uses
+//	GET /metrics          the node's Prometheus metrics, when Metrics is set
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if s.Metrics != nil {
+		mux.Handle("GET /metrics", s.Metrics)
+	}
 	mux.HandleFunc("GET /certificates", func(w http.ResponseWriter, r *http.Request) {
 		certs := []tlsconf.Certificate{}
 		if s.Certificates != nil {

@@ -26,6 +26,9 @@ type Config struct {
 	ReferenceSets []ReferenceSet
 	// Maintenance schedules the periodic jobs: reclaim, retention.
 	Maintenance Maintenance
+	// Alerts holds mefor's own alert rules and sinks; nil when the file
+	// has no alerts: section.
+	Alerts *Alerts
 	// TLSExpiryWarning is how long before a certificate in use expires a
 	// node starts logging a warning about it, once a day. Defaults to 30
 	// days.

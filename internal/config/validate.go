@@ -22,6 +22,7 @@ func (l *loader) validate(c *Config) {
 	l.checkReferenceSets(c)
 	l.checkMaintenance(c.Maintenance)
 	l.checkTLSExpiryWarning(c)
+	l.checkAlerts(c)
 }
 
 func (l *loader) checkCluster(c Cluster) {

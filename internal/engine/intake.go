@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -30,6 +33,8 @@ type Intake struct {
 	// unless this node holds it, checked here and again in the storing
 	// transaction against the lease row.
 	Gate LeaseGate
+	// Metrics counts received and rejected messages; nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // LeaseGate is the part of the listener lease intake needs.
@@ -70,6 +75,7 @@ func (in *Intake) receive(ctx context.Context, channel, source, remote string, r
 		inbound.TriggerEvent = h.TriggerEvent
 		inbound.SendingApp = h.SendingApplication
 		inbound.SendingFacility = h.SendingFacility
+		inbound.PatientID = msg.Get("PID-3.1")
 	}
 	var id int64
 	err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
@@ -80,6 +86,7 @@ func (in *Intake) receive(ctx context.Context, channel, source, remote string, r
 	if err != nil {
 		return Received{}, err
 	}
+	in.Metrics.Received(channel)
 	if perr == nil {
 		in.Wake.Notify(jobs.IngressLane(channel))
 	}
@@ -101,6 +108,7 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 			if !in.Gate.Serving() {
 				in.Logger.WarnContext(ctx, "not the listener lease holder: closing connection without ACK",
 					"channel", ch.Name, "remote", remote, "size", len(raw))
+				in.Metrics.Rejected(ch.Name, metrics.RejectNotLeaseHolder)
 				return nil
 			}
 			owner = in.Gate.Owner()
@@ -112,12 +120,18 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 		if err != nil {
 			in.Logger.ErrorContext(ctx, "message not stored, closing connection without ACK",
 				"channel", ch.Name, "remote", remote, "size", len(raw), "error", err)
+			reason := metrics.RejectNotStored
+			if errors.Is(err, leader.ErrNotLeaseHolder) {
+				reason = metrics.RejectNotLeaseHolder
+			}
+			in.Metrics.Rejected(ch.Name, reason)
 			return nil
 		}
 		now := in.now()
 		if rec.ParseErr != nil {
 			in.Logger.WarnContext(ctx, "rejected malformed message (stored for inspection)",
 				"channel", ch.Name, "message_id", rec.MessageID, "remote", remote, "size", len(raw), "error", rec.ParseErr)
+			in.Metrics.Rejected(ch.Name, metrics.RejectUnparseable)
 			return hl7.NewACKForUnparsed(raw, hl7.AckReject,
 				fmt.Sprintf("message %d rejected: %v", rec.MessageID, rec.ParseErr), hl7.NewControlID(), now)
 		}
@@ -127,10 +141,11 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 	})
 }
 
-// OversizeACK answers a frame larger than the channel allows.
-func (in *Intake) OversizeACK(limit int) func(prefix []byte) []byte {
+// OversizeACK answers a frame larger than channel allows.
+func (in *Intake) OversizeACK(channel string, limit int) func(prefix []byte) []byte {
 	return func(prefix []byte) []byte {
-		in.Logger.Warn("rejected oversize frame", "limit_bytes", limit)
+		in.Logger.Warn("rejected oversize frame", "channel", channel, "limit_bytes", limit)
+		in.Metrics.Rejected(channel, metrics.RejectOversize)
 		return hl7.NewACKForUnparsed(prefix, hl7.AckReject,
 			fmt.Sprintf("message larger than the %d-byte limit of this listener", limit), hl7.NewControlID(), in.now())
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/jobs"
@@ -46,6 +47,12 @@ type Options struct {
 	StopTimeout time.Duration
 	// MaxWorkers per stage queue; zero means a default.
 	IngressWorkers, RoutedWorkers, OutboundWorkers int
+	// MetricsCacheTTL is how long one database read serves the cluster
+	// gauges of /metrics; zero means 5s.
+	MetricsCacheTTL time.Duration
+	// AlertRetryBase is the wait before an alert notification's first
+	// retry (it doubles each time, up to 5m); zero means 1s.
+	AlertRetryBase time.Duration
 }
 
 // Node is one running mefor node.
@@ -92,6 +99,8 @@ type Node struct {
 	// node's config ("" when it does), as last logged.
 	agreeMu      sync.Mutex
 	disagreement string
+
+	metrics *metrics.Metrics // the node's Prometheus registry (metrics.go)
 }
 
 type boundListener struct {
@@ -136,7 +145,9 @@ func New(opts Options) (*Node, error) {
 	n.graph.Store(g)
 
 	wake := workers.NewWake()
+	n.metrics = newMetrics(n)
 	deps := &workers.Deps{
+		Metrics:      n.metrics,
 		Wake:         wake,
 		Pool:         opts.Pool,
 		Graph:        func() workers.Graph { return n.graph.Load() },
@@ -196,9 +207,14 @@ func New(opts Options) (*Node, error) {
 	river.AddWorker(w, &workers.RoutedWorker{Deps: deps})
 	river.AddWorker(w, &workers.OutboundWorker{Deps: deps, SendTimeout: sendTimeout})
 	river.AddWorker(w, &workers.ReclaimWorker{Deps: deps})
-	river.AddWorker(w, n.refs.worker(n.Config))
+	refWorker := n.refs.worker(n.Config)
+	refWorker.Metrics = n.metrics
+	river.AddWorker(w, refWorker)
 	river.AddWorker(w, &workers.RetentionWorker{Deps: deps, NodeID: opts.NodeID,
 		Policy: func() *config.Retention { return n.Config().Maintenance.Retention }})
+	river.AddWorker(w, &workers.AlertEvalWorker{Deps: deps, Config: n.Config})
+	river.AddWorker(w, &workers.AlertNotifyWorker{Pool: opts.Pool, Config: n.Config, Logger: opts.Logger,
+		RetryBase: opts.AlertRetryBase})
 	maintenance := workers.MaintenanceJobs(opts.Config)
 	if opts.ReclaimInterval > 0 {
 		maintenance[0].Schedule = config.Every(opts.ReclaimInterval) // reclaim is always first
@@ -216,6 +232,7 @@ func New(opts Options) (*Node, error) {
 			jobs.QueueRouted:      {MaxWorkers: or(opts.RoutedWorkers, 50)},
 			jobs.QueueOutbound:    {MaxWorkers: or(opts.OutboundWorkers, 500)},
 			jobs.QueueMaintenance: {MaxWorkers: len(maintenance) + 1}, // a slot per job: retention never holds up reclaim
+			jobs.QueueAlerts:      {MaxWorkers: 5},
 		},
 		Workers:              w,
 		JobTimeout:           jobTimeout,
@@ -230,7 +247,7 @@ func New(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
-	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease}
+	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease, Metrics: n.metrics}
 	return n, nil
 }
 

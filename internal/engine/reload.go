@@ -579,7 +579,8 @@ func (n *Node) newServer(ch *config.Channel) *mllp.Server {
 		MaxFrameSize: int(in.MaxFrameSize),
 		ReadTimeout:  in.ReadTimeout,
 		IdleTimeout:  in.IdleTimeout,
-		OnOversize:   n.intake.OversizeACK(int(in.MaxFrameSize)),
+		OnOversize:   n.intake.OversizeACK(ch.Name, int(in.MaxFrameSize)),
+		AckWritten:   func(d time.Duration) { n.metrics.AckWritten(ch.Name, d) },
 		TLSConfig:    n.serverTLS(ch.Name),
 		Logger:       n.logger.With("channel", ch.Name),
 	}

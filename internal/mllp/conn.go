@@ -138,6 +138,9 @@ func (c *conn) serve(ctx context.Context) {
 			return
 		}
 		frames++
+		if c.srv.AckWritten != nil {
+			c.srv.AckWritten(time.Since(handlerStart))
+		}
 		c.log.Debug("mllp frame handled", "bytes", len(msg), "ack_bytes", len(ack),
 			"handler_duration", handled, "duration", time.Since(started))
 	}

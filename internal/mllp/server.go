@@ -112,6 +112,11 @@ type Server struct {
 	// DefaultHandshakeTimeout; negative means no limit.
 	HandshakeTimeout time.Duration
 
+	// AckWritten, when set, is called after each ACK is written with the
+	// time from the end of the frame's read to the end of the ACK's write:
+	// what the sender waited for once its message was in.
+	AckWritten func(elapsed time.Duration)
+
 	// Logger receives connection-level events. Nil means no logging.
 	Logger *slog.Logger
 

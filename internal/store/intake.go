@@ -26,6 +26,9 @@ type Inbound struct {
 	TriggerEvent    string
 	SendingApp      string
 	SendingFacility string
+	// PatientID is PID-3.1, the patient identifier; stored as
+	// PatientKey(PatientID) for `messages list --patient`.
+	PatientID string
 
 	// ParseError, when set, is why the message could not be parsed (never
 	// containing message content). The message is stored with status error
@@ -61,9 +64,9 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 	b.Queue(`
 		WITH m AS (
 			INSERT INTO mefor_message (channel, source, remote_addr, control_id, message_type, trigger_event,
-				sending_app, sending_facility, size, raw, status, source_identity)
+				sending_app, sending_facility, size, raw, status, source_identity, patient_key)
 			VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), NULLIF($5, ''), NULLIF($6, ''),
-				NULLIF($7, ''), NULLIF($8, ''), $9, $10, 'received', NULLIF($12, ''))
+				NULLIF($7, ''), NULLIF($8, ''), $9, $10, 'received', NULLIF($12, ''), NULLIF($13, ''))
 			RETURNING id
 		), e AS (
 			INSERT INTO mefor_event (message_id, event, detail) SELECT id, 'received', $2 FROM m
@@ -72,7 +75,7 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 		SELECT id, 'ingress', $11, $1 FROM m
 		RETURNING message_id`,
 		in.Channel, in.Source, in.RemoteAddr, in.ControlID, in.MessageType, in.TriggerEvent,
-		in.SendingApp, in.SendingFacility, len(in.Raw), in.Raw, lane, in.SourceIdentity).QueryRow(func(r pgx.Row) error {
+		in.SendingApp, in.SendingFacility, len(in.Raw), in.Raw, lane, in.SourceIdentity, patientKey(in.PatientID)).QueryRow(func(r pgx.Row) error {
 		return r.Scan(&id)
 	})
 	act := jobs.QueueActivation(b, []string{lane})
@@ -83,6 +86,14 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 		return 0, err
 	}
 	return id, nil
+}
+
+// patientKey is the stored form of a patient id; "" stays "" (NULL).
+func patientKey(id string) string {
+	if id == "" {
+		return ""
+	}
+	return PatientKey(id)
 }
 
 // receiveMalformed stores a message that did not parse, with status error

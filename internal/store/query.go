@@ -17,13 +17,6 @@ import (
 // DefaultListLimit is how many rows a listing returns when no limit is given.
 const DefaultListLimit = 50
 
-// MessageFilter narrows ListMessages. Empty fields do not filter.
-type MessageFilter struct {
-	Channel string
-	Status  string
-	Limit   int // <= 0: DefaultListLimit
-}
-
 // MessageSummary is one line of `mefor messages list`.
 type MessageSummary struct {
 	ID           int64     `json:"id"`
@@ -43,30 +36,6 @@ func (m MessageSummary) Type() string {
 		return m.MessageType
 	}
 	return m.MessageType + "^" + m.TriggerEvent
-}
-
-// ListMessages returns messages newest first.
-func ListMessages(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummary, error) {
-	rows, err := q.Query(ctx, `
-		SELECT id, received_at, channel, coalesce(message_type, ''), coalesce(trigger_event, ''),
-			coalesce(control_id, ''), status, size
-		FROM mefor_message
-		WHERE ($1 = '' OR channel = $1) AND ($2 = '' OR status = $2)
-		ORDER BY id DESC
-		LIMIT $3`, f.Channel, f.Status, limitOf(f.Limit))
-	if err != nil {
-		return nil, fmt.Errorf("list messages: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageSummary, error) {
-		var m MessageSummary
-		err := r.Scan(&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
-			&m.ControlID, &m.Status, &m.Size)
-		return m, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list messages: %w", err)
-	}
-	return out, nil
 }
 
 // MessageDetail is the header of `mefor messages show`.

@@ -1,0 +1,356 @@
+package config
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Alerts configures mefor's own alerting, for teams without Prometheus: rules
+// over the queues that River's elected leader evaluates every Interval, and
+// the sinks a rule notifies when it starts and stops breaching.
+type Alerts struct {
+	// Interval is how often the rules are evaluated. Defaults to 30s.
+	Interval time.Duration
+	// Sinks are where notifications go, in file order.
+	Sinks []AlertSink
+	// Rules are evaluated in file order.
+	Rules []AlertRule
+}
+
+// AlertSink is one place notifications go. Exactly one of Webhook and Log
+// is set.
+type AlertSink struct {
+	Name    string
+	Webhook *WebhookSink
+	Log     *LogSink
+}
+
+// Kind names the kind of the sink: webhook or log.
+func (s *AlertSink) Kind() string {
+	switch {
+	case s.Webhook != nil:
+		return "webhook"
+	case s.Log != nil:
+		return "log"
+	}
+	return ""
+}
+
+// WebhookSink POSTs each notification as JSON.
+type WebhookSink struct {
+	URL string
+	// Headers are sent with every POST, in file order. Values usually hold
+	// credentials (write them as ${VAR}); they are never logged or shown.
+	Headers []Header
+	// Timeout bounds one POST. Defaults to 10s.
+	Timeout time.Duration
+}
+
+// Header is one HTTP header of a webhook.
+type Header struct {
+	Name, Value string
+}
+
+// LogSink writes each notification as a structured line of the node's log.
+type LogSink struct {
+	// Level is the level of the lines: warn (the default), error or info.
+	Level string
+}
+
+// AlertRule watches one destination's or one channel's queue. It breaches
+// when any of its conditions holds, and clears when none does.
+type AlertRule struct {
+	Name string
+	// Destination or Channel names what the rule watches; exactly one is
+	// set. A destination's queue is its pending deliveries; a channel's is
+	// its work not yet handed to a destination (ingress and routed rows).
+	Destination string
+	Channel     string
+	// OldestQueued breaches when the oldest queued row is at least this old.
+	OldestQueued time.Duration
+	// QueueDepth breaches when at least this many rows are queued.
+	QueueDepth int64
+	// DeadLetters breaches when at least this many rows are dead-lettered
+	// (and not yet replayed or cancelled).
+	DeadLetters int64
+	// NoTraffic breaches when nothing arrived for this long: no message
+	// received on the channel, or none queued for the destination.
+	NoTraffic time.Duration
+	// Sinks are the names of the sinks notified.
+	Sinks []string
+}
+
+// Alert condition names, as the config and the notifications spell them.
+const (
+	ConditionOldestQueued = "oldest_queued"
+	ConditionQueueDepth   = "queue_depth"
+	ConditionDeadLetters  = "dead_letters"
+	ConditionNoTraffic    = "no_traffic"
+)
+
+// Sink returns the sink with the given name, or nil.
+func (a *Alerts) Sink(name string) *AlertSink {
+	if a == nil {
+		return nil
+	}
+	return find(a.Sinks, func(s *AlertSink) bool { return s.Name == name })
+}
+
+const (
+	defaultAlertInterval  = 30 * time.Second
+	defaultWebhookTimeout = 10 * time.Second
+)
+
+var logLevels = []string{"info", "warn", "error"}
+
+func (l *loader) decodeAlerts(n *yaml.Node, p path) *Alerts {
+	a := &Alerts{Interval: defaultAlertInterval}
+	m := l.mapping(n, p, "interval", "sinks", "rules")
+	decodeScalar(l, m, p, "interval", &a.Interval, parseDuration)
+
+	sp := p.key("sinks")
+	if sn := m["sinks"]; !isNull(sn) {
+		if sn.Kind != yaml.MappingNode {
+			l.errorAt(sn, sp, "must map sink names to their settings, e.g. sinks: {ops: {webhook: {url: https://hooks.example.org/mefor}}}")
+			l.bad[sp] = true
+		} else {
+			seen := map[string]int{}
+			for _, e := range l.entries(sn, sp) {
+				name := e.key.Value
+				np := sp.key(name)
+				if first, dup := seen[name]; dup {
+					if !e.merged {
+						l.errorAt(e.key, np, "is defined twice (first on line %d); sink names must be unique", first)
+					}
+					continue
+				}
+				seen[name] = e.key.Line
+				l.record(np, e.key)
+				if !namePattern.MatchString(name) {
+					l.errorAt(e.key, np, "%s", badName(name))
+				}
+				a.Sinks = append(a.Sinks, l.decodeAlertSink(name, resolve(e.value), np))
+			}
+		}
+	}
+	for i, rn := range l.sequence(m["rules"], p.key("rules")) {
+		a.Rules = append(a.Rules, l.decodeAlertRule(rn, p.key("rules").index(i)))
+	}
+	return a
+}
+
+func (l *loader) decodeAlertSink(name string, n *yaml.Node, p path) AlertSink {
+	s := AlertSink{Name: name}
+	m := l.mapping(n, p, "webhook", "log")
+	if wn, ok := m["webhook"]; ok {
+		wp := p.key("webhook")
+		s.Webhook = &WebhookSink{Timeout: defaultWebhookTimeout}
+		wm := l.mapping(wn, wp, "url", "headers", "timeout")
+		decodeScalar(l, wm, wp, "url", &s.Webhook.URL, asString)
+		decodeScalar(l, wm, wp, "timeout", &s.Webhook.Timeout, parseDuration)
+		hp := wp.key("headers")
+		if hn := wm["headers"]; !isNull(hn) {
+			if hn.Kind != yaml.MappingNode {
+				l.errorAt(hn, hp, "must map header names to values, e.g. headers: {Authorization: \"${HOOK_TOKEN}\"}")
+				l.bad[hp] = true
+			} else {
+				for _, e := range l.entries(hn, hp) {
+					kp := hp.key(e.key.Value)
+					l.record(kp, e.key)
+					// text expands ${VAR}; its errors name the variable,
+					// never the value.
+					if v, ok := l.text(resolve(e.value), kp); ok {
+						s.Webhook.Headers = append(s.Webhook.Headers, Header{Name: e.key.Value, Value: v})
+					}
+				}
+			}
+		}
+	}
+	if ln, ok := m["log"]; ok {
+		lp := p.key("log")
+		s.Log = &LogSink{Level: "warn"}
+		lm := l.mapping(ln, lp, "level")
+		decodeScalar(l, lm, lp, "level", &s.Log.Level, asString)
+	}
+	return s
+}
+
+func (l *loader) decodeAlertRule(n *yaml.Node, p path) AlertRule {
+	var r AlertRule
+	m := l.mapping(n, p, "name", "destination", "channel",
+		ConditionOldestQueued, ConditionQueueDepth, ConditionDeadLetters, ConditionNoTraffic, "sinks")
+	decodeScalar(l, m, p, "name", &r.Name, asString)
+	decodeScalar(l, m, p, "destination", &r.Destination, asString)
+	decodeScalar(l, m, p, "channel", &r.Channel, asString)
+	decodeScalar(l, m, p, ConditionOldestQueued, &r.OldestQueued, parseDuration)
+	decodeScalar(l, m, p, ConditionQueueDepth, &r.QueueDepth, parseInt64)
+	decodeScalar(l, m, p, ConditionDeadLetters, &r.DeadLetters, parseInt64)
+	decodeScalar(l, m, p, ConditionNoTraffic, &r.NoTraffic, parseDuration)
+	l.strings(m, p, "sinks", &r.Sinks)
+	return r
+}
+
+func parseInt64(s string) (int64, error) {
+	n, err := parseInt(s)
+	return int64(n), err
+}
+
+func (l *loader) checkAlerts(c *Config) {
+	a := c.Alerts
+	if a == nil {
+		return
+	}
+	p := path{section: "alerts"}
+	if ip := p.key("interval"); !l.failed(ip) && a.Interval < time.Second {
+		l.errorf(ip, "must be at least 1s (e.g. interval: %s): each evaluation reads the queues", fmtDuration(defaultAlertInterval))
+	}
+	var sinkNames []string
+	used := map[string]bool{}
+	for i := range a.Sinks {
+		s := &a.Sinks[i]
+		sinkNames = append(sinkNames, s.Name)
+		l.checkAlertSink(s, p.key("sinks").key(s.Name))
+	}
+	var dests, chans []string
+	for _, d := range c.Destinations {
+		dests = append(dests, d.Name)
+	}
+	for _, ch := range c.Channels {
+		chans = append(chans, ch.Name)
+	}
+	names := map[string]int{}
+	for i := range a.Rules {
+		r := &a.Rules[i]
+		rp := p.key("rules").index(i)
+		np := rp.key("name")
+		switch {
+		case l.failed(np):
+		case !l.given(np):
+			l.errorf(np, "is required: what notifications and 'mefor alerts list' call the rule (e.g. name: lab-backlog)")
+		case !namePattern.MatchString(r.Name):
+			l.errorf(np, "%s", badName(r.Name))
+		default:
+			if j, dup := names[r.Name]; dup {
+				l.errorf(np, "%q is already the name of rules[%d]; rule names must be unique", r.Name, j)
+			}
+			names[r.Name] = i
+		}
+
+		dp, cp := rp.key("destination"), rp.key("channel")
+		switch {
+		case l.given(dp) && l.given(cp):
+			l.errorf(cp, "and destination are both set; a rule watches one queue: keep one of them")
+		case l.given(dp):
+			if c.Destination(r.Destination) == nil && !l.failed(dp) {
+				l.errorf(dp, "%q is not a destination of this config%s", r.Destination, didYouMean(r.Destination, dests, "%q"))
+			}
+		case l.given(cp):
+			if c.Channel(r.Channel) == nil && !l.failed(cp) {
+				l.errorf(cp, "%q is not a channel of this config%s", r.Channel, didYouMean(r.Channel, chans, "%q"))
+			}
+		default:
+			l.errorf(dp, "is required (or channel:): the queue the rule watches, e.g. destination: %s", firstOr(dests, "lab"))
+		}
+
+		conds := 0
+		for _, k := range []string{ConditionOldestQueued, ConditionQueueDepth, ConditionDeadLetters, ConditionNoTraffic} {
+			kp := rp.key(k)
+			if !l.given(kp) {
+				continue
+			}
+			conds++
+			if l.failed(kp) {
+				continue
+			}
+			switch k {
+			case ConditionOldestQueued:
+				l.positive(rp, k, r.OldestQueued, 10*time.Minute)
+			case ConditionNoTraffic:
+				l.positive(rp, k, r.NoTraffic, 30*time.Minute)
+			case ConditionQueueDepth:
+				if r.QueueDepth < 1 {
+					l.errorf(kp, "must be at least 1 (e.g. queue_depth: 500): the rule fires when this many rows are queued")
+				}
+			case ConditionDeadLetters:
+				if r.DeadLetters < 1 {
+					l.errorf(kp, "must be at least 1 (e.g. dead_letters: 1): the rule fires when this many rows are dead-lettered")
+				}
+			}
+		}
+		if conds == 0 {
+			l.errorf(rp, "has no condition; give at least one of oldest_queued: 10m, queue_depth: 500, dead_letters: 1, no_traffic: 30m")
+		}
+
+		sp := rp.key("sinks")
+		switch {
+		case l.failed(sp):
+		case len(r.Sinks) == 0:
+			l.errorf(sp, "is required: the sinks to notify, e.g. sinks: [%s]", firstOr(sinkNames, "ops"))
+		}
+		for j, s := range r.Sinks {
+			used[s] = true
+			if a.Sink(s) == nil {
+				if len(sinkNames) == 0 {
+					l.errorf(sp.index(j), "%q is not defined; declare it under alerts.sinks, e.g. %s: {log: {}}", s, s)
+				} else {
+					l.errorf(sp.index(j), "%q is not a sink (declare it under alerts.sinks)%s", s, didYouMean(s, sinkNames, "%q"))
+				}
+			} else if slices.Index(r.Sinks, s) < j {
+				l.errorf(sp.index(j), "%q is listed twice", s)
+			}
+		}
+	}
+	for _, s := range a.Sinks {
+		if !used[s.Name] {
+			l.warnf(p.key("sinks").key(s.Name), "is not used by any rule")
+		}
+	}
+}
+
+func (l *loader) checkAlertSink(s *AlertSink, p path) {
+	switch {
+	case s.Webhook != nil && s.Log != nil:
+		l.errorf(p, "has both webhook and log; a sink is one of them, declare two sinks to use both")
+		return
+	case s.Webhook == nil && s.Log == nil:
+		if !l.failed(p) {
+			l.errorf(p, "needs webhook: {url: https://...} or log: {}")
+		}
+		return
+	}
+	if w := s.Webhook; w != nil {
+		wp := p.key("webhook")
+		up := wp.key("url")
+		if !l.given(up) {
+			l.errorf(up, "is required: where to POST notifications, e.g. url: https://hooks.example.org/mefor")
+		} else if u, err := url.Parse(w.URL); !l.failed(up) && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			// The value is not quoted: a query string may hold a token.
+			l.errorf(up, "must be an http:// or https:// URL with a host (e.g. url: https://hooks.example.org/mefor)")
+		}
+		l.positive(wp, "timeout", w.Timeout, defaultWebhookTimeout)
+		for _, h := range w.Headers {
+			if strings.TrimSpace(h.Name) == "" || strings.ContainsAny(h.Name, " :\r\n") {
+				l.errorf(wp.key("headers").key(h.Name), "is not a valid HTTP header name")
+			}
+			if strings.ContainsAny(h.Value, "\r\n") {
+				l.errorf(wp.key("headers").key(h.Name), "has a line break in its value; a header value is one line")
+			}
+		}
+	}
+	if lg := s.Log; lg != nil {
+		if lp := p.key("log").key("level"); !l.failed(lp) && !slices.Contains(logLevels, lg.Level) {
+			l.errorf(lp, "%q is not a level; use one of %s", lg.Level, strings.Join(logLevels, ", "))
+		}
+	}
+}
+
+func firstOr(names []string, def string) string {
+	if len(names) > 0 {
+		return names[0]
+	}
+	return def
+}

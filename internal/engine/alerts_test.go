@@ -1,0 +1,303 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/workers"
+)
+
+// hookReceiver is a real HTTP server standing in for a chat or paging
+// webhook; it answers 500 to the first failFirst POSTs.
+type hookReceiver struct {
+	srv       *httptest.Server
+	mu        sync.Mutex
+	failFirst int
+	posts     []hookPost
+}
+
+type hookPost struct {
+	status int
+	auth   string
+	n      workers.Notification
+}
+
+func newHookReceiver(t *testing.T, failFirst int) *hookReceiver {
+	h := &hookReceiver{failFirst: failFirst}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var n workers.Notification
+		if err := json.Unmarshal(body, &n); err != nil || r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("webhook got %s %s %q: %v", r.Method, r.Header.Get("Content-Type"), body, err)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		status := http.StatusOK
+		if len(h.posts) < h.failFirst {
+			status = http.StatusInternalServerError
+		}
+		h.posts = append(h.posts, hookPost{status: status, auth: r.Header.Get("Authorization"), n: n})
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hookReceiver) list() []hookPost {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]hookPost(nil), h.posts...)
+}
+
+// count is how many POSTs were answered status for state.
+func (h *hookReceiver) count(state string, status int) int {
+	n := 0
+	for _, p := range h.list() {
+		if p.n.State == state && p.status == status {
+			n++
+		}
+	}
+	return n
+}
+
+// syncBuffer is a log destination shared by nodes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An alert rule on a stuck destination fires once for the whole cluster
+// (two nodes, extra evaluations by hand), its webhook is retried after the
+// receiver answered 500, the log sink writes it, and it resolves once the
+// destination drains.
+func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	hook := newHookReceiver(t, 1)
+	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	listen := freeAddr(t)
+	y := fmt.Sprintf(`
+cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - destinations: [lab]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: "%s"}
+    on_reject: retry   # the partner rejects everything: keep the queue stuck
+    retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
+alerts:
+  interval: 1s
+  sinks:
+    hook:
+      webhook: {url: "%s/mefor?token=URLSECRET", headers: {Authorization: "${HOOK_TOKEN}"}}
+    journal:
+      log: {level: warn}
+  rules:
+    - name: lab-backlog
+      destination: lab
+      queue_depth: 3
+      oldest_queued: 1h
+      sinks: [hook, journal]
+`, listen, lab.addr, hook.srv.URL)
+	cfg, err := config.Parse("alerts.yaml", []byte(y), func(k string) (string, bool) {
+		return "Bearer HEADERSECRET", k == "HOOK_TOKEN"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	opts := func(id string) func(*engine.Options) {
+		return func(o *engine.Options) {
+			o.NodeID, o.Logger, o.AlertRetryBase = id, logger, 100*time.Millisecond
+		}
+	}
+	startNode(t, db, cfg, opts("node-a"))
+	startNode(t, db, cfg, opts("node-b"))
+
+	send(t, listen, adt("A000", "P1"), adt("A001", "P2"))
+	// Two queued: below the threshold of three.
+	time.Sleep(2500 * time.Millisecond)
+	if posts := hook.list(); len(posts) != 0 {
+		t.Fatalf("notified below the threshold: %+v", posts)
+	}
+	send(t, listen, adt("A002", "P3"))
+
+	eventually(t, 30*time.Second, "firing delivered after a 500", func() bool {
+		return hook.count("firing", http.StatusOK) == 1
+	})
+	// Evaluate again and again, as a second leader or an operator would:
+	// the recorded state keeps them from firing twice.
+	ins, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := &workers.Deps{Pool: db.Pool, Logger: logger}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if changes, err := workers.EvaluateAlerts(context.Background(), deps, cfg.Alerts, ins); err != nil || len(changes) != 0 {
+				t.Errorf("extra evaluation: %d changes, %v; want none", len(changes), err)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(2 * time.Second)
+
+	posts := hook.list()
+	if len(posts) != 2 || posts[0].status != http.StatusInternalServerError || posts[1].status != http.StatusOK {
+		t.Fatalf("webhook POSTs = %+v, want one firing answered 500, then its retry answered 200", posts)
+	}
+	first, retry := posts[0].n, posts[1].n
+	if first.Since != retry.Since || first.State != "firing" || retry.State != "firing" {
+		t.Fatalf("the retry is not the same notification: %+v vs %+v", first, retry)
+	}
+	if n := retry; n.Rule != "lab-backlog" || n.Destination != "lab" || n.Condition != "queue_depth" || n.Value != 3 ||
+		n.Threshold != 3 || n.Unit != "rows" || len(n.Breaches) != 1 || !strings.Contains(n.Summary, "3 rows queued") {
+		t.Fatalf("firing notification = %+v", n)
+	}
+	if posts[1].auth != "Bearer HEADERSECRET" {
+		t.Fatalf("webhook Authorization = %q, want the configured header", posts[1].auth)
+	}
+	a := alertRow(t, db, "lab-backlog")
+	if a.State != store.AlertFiring || a.Transitions != 1 || a.LastNotifyError != "" || a.LastNotifiedAt == nil {
+		t.Fatalf("alert row while firing = %+v", a)
+	}
+
+	lab.setAnswer(nil) // the partner recovers
+	eventually(t, 30*time.Second, "resolved delivered", func() bool {
+		return hook.count("resolved", http.StatusOK) == 1
+	})
+	time.Sleep(2500 * time.Millisecond) // more evaluations: nothing more to say
+	posts = hook.list()
+	if len(posts) != 3 {
+		t.Fatalf("webhook POSTs = %+v, want firing (500), firing, resolved", posts)
+	}
+	if n := posts[2].n; n.Condition != "queue_depth" || n.Value != 0 || len(n.Breaches) != 0 || !n.Since.After(first.Since) {
+		t.Fatalf("resolved notification = %+v", n)
+	}
+	a = alertRow(t, db, "lab-backlog")
+	if a.State != store.AlertOK || a.Transitions != 2 || a.LastNotification == "" {
+		t.Fatalf("alert row after drain = %+v", a)
+	}
+
+	out := logs.String()
+	for _, want := range []string{`msg="alert firing" rule=lab-backlog sink=journal state=firing condition=queue_depth value=3 threshold=3`,
+		`msg="alert resolved" rule=lab-backlog sink=journal`, "answered 500 Internal Server Error"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("node logs lack %q", want)
+		}
+	}
+	if strings.Count(out, `msg="alert firing" rule=lab-backlog sink=journal`) != 1 {
+		t.Errorf("the log sink wrote the firing alert %d times, want once", strings.Count(out, `msg="alert firing" rule=lab-backlog sink=journal`))
+	}
+	for _, secret := range []string{"HEADERSECRET", "URLSECRET"} {
+		if strings.Contains(out, secret) || strings.Contains(a.LastNotifyError, secret) {
+			t.Errorf("a log line or the alert row shows %s", secret)
+		}
+	}
+}
+
+func alertRow(t *testing.T, db *testcontainers.DB, rule string) store.Alert {
+	t.Helper()
+	list, err := store.ListAlerts(context.Background(), db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list {
+		if a.Rule == rule {
+			return a
+		}
+	}
+	t.Fatalf("no alert row for %s in %+v", rule, list)
+	return store.Alert{}
+}
+
+// A rule that resolves while its firing notification is still being
+// retried sends resolved only after firing got through: the receiver sees
+// the changes in order.
+func TestAlertResolvedWaitsForFiring(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	hook := newHookReceiver(t, 3)
+	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	listen := freeAddr(t)
+	y := fmt.Sprintf(`
+cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - destinations: [lab]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: "%s"}
+    on_reject: retry   # the partner rejects everything: keep the queue stuck
+    retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
+alerts:
+  interval: 1s
+  sinks:
+    hook:
+      webhook: {url: "%s"}
+  rules:
+    - name: lab-stuck
+      destination: lab
+      queue_depth: 1
+      sinks: [hook]
+`, listen, lab.addr, hook.srv.URL)
+	cfg, err := config.Parse("alerts.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
+	send(t, listen, adt("R000", "P1"))
+	eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })
+	lab.setAnswer(nil) // drains at once: the rule resolves while firing is retried
+	eventually(t, 60*time.Second, "resolved delivered", func() bool { return hook.count("resolved", http.StatusOK) == 1 })
+
+	var got []string
+	for _, p := range hook.list() {
+		got = append(got, fmt.Sprintf("%s:%d", p.n.State, p.status))
+	}
+	want := "firing:500 firing:500 firing:500 firing:200 resolved:200"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("webhook saw %v, want %s", got, want)
+	}
+}

@@ -1,0 +1,218 @@
+// Package metrics holds a node's Prometheus metrics: the counters and
+// histograms incremented where messages are received and delivered, the
+// cluster gauges read from the database at scrape time, and the node's own
+// gauges. Every node has its own registry (never the client library's
+// global one), served on the admin listener's GET /metrics.
+//
+// Counters and histograms are per node, as Prometheus expects: sum them
+// across nodes in a query. The cluster gauges (queue depth, oldest queued
+// age, stage backlog) describe the shared database, so every node reports
+// the same values; aggregate them with max, not sum.
+//
+// A nil *Metrics is valid and records nothing, so code and tests that build
+// an intake or drainer without metrics need no stand-in.
+package metrics
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Delivery outcome labels of mefor_deliveries_total. A delivery attempt has
+// exactly one.
+const (
+	OutcomeOK       = "ok"
+	OutcomeAE       = "AE"
+	OutcomeAR       = "AR"
+	OutcomeTimeout  = "timeout"
+	OutcomeRefused  = "refused"
+	OutcomeClosed   = "closed"
+	OutcomeTLS      = "tls"
+	OutcomeIOError  = "io-error"
+	namespace       = "mefor"
+	defaultCacheTTL = 5 * time.Second
+)
+
+// Outcomes lists every outcome label, in documentation order.
+func Outcomes() []string {
+	return []string{OutcomeOK, OutcomeAE, OutcomeAR, OutcomeTimeout, OutcomeRefused, OutcomeClosed, OutcomeTLS, OutcomeIOError}
+}
+
+// Rejection reasons of mefor_messages_rejected_total.
+const (
+	// RejectUnparseable: the message did not parse; it was stored with
+	// status error and answered AR.
+	RejectUnparseable = "unparseable"
+	// RejectOversize: the frame was larger than the listener's
+	// max_frame_size; answered AR and the connection closed.
+	RejectOversize = "oversize"
+	// RejectNotStored: the database could not store the message; no ACK,
+	// the connection closed so the sender sends it again.
+	RejectNotStored = "not-stored"
+	// RejectNotLeaseHolder: the node no longer held the listener lease;
+	// no ACK, the connection closed.
+	RejectNotLeaseHolder = "not-lease-holder"
+)
+
+// Options configure New.
+type Options struct {
+	// Cluster, when set, reads the cluster gauges at scrape time.
+	Cluster *ClusterCollector
+	// Node, when set, reports this node's gauges.
+	Node *NodeGauges
+	// Logger receives collection failures. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Metrics is one node's metrics. Its methods are safe for concurrent use
+// and do nothing on a nil receiver.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	received         *prometheus.CounterVec
+	rejected         *prometheus.CounterVec
+	deliveries       *prometheus.CounterVec
+	deadLetters      *prometheus.CounterVec
+	deliveryDuration *prometheus.HistogramVec
+	ackDuration      *prometheus.HistogramVec
+	refSyncFailures  *prometheus.CounterVec
+	maintenanceRuns  *prometheus.CounterVec
+}
+
+// New builds a node's metrics on a registry of its own, with the Go runtime
+// and process collectors.
+func New(opts Options) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "messages_received_total",
+			Help: "Messages stored by this node's intake, by channel (unparseable ones included).",
+		}, []string{"channel"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "messages_rejected_total",
+			Help: "Messages answered AR or left without an ACK, by channel and reason (unparseable, oversize, not-stored, not-lease-holder).",
+		}, []string{"channel", "reason"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "deliveries_total",
+			Help: "Delivery attempts made by this node, by destination and outcome (ok, AE, AR, timeout, refused, closed, tls, io-error).",
+		}, []string{"destination", "outcome"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "dead_letters_total",
+			Help: "Deliveries this node dead-lettered (attempts used up, or the destination left the config), by destination.",
+		}, []string{"destination"}),
+		deliveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "delivery_duration_seconds",
+			Help:    "Time from sending a message to reading the partner's answer, for attempts the partner answered, by destination.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"destination"}),
+		ackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "ack_duration_seconds",
+			Help:    "Time from a frame fully received to its ACK written (the message stored in between), by channel.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"channel"}),
+		refSyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "reference_sync_failures_total",
+			Help: "Reference set syncs that failed on this node (the last snapshot stayed live), by set.",
+		}, []string{"set"}),
+		maintenanceRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "maintenance_runs_total",
+			Help: "Maintenance job runs worked by this node, by job and outcome (ok, failed).",
+		}, []string{"job", "outcome"}),
+	}
+	m.registry.MustRegister(
+		m.received, m.rejected, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
+		m.refSyncFailures, m.maintenanceRuns,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	if opts.Cluster != nil {
+		if opts.Cluster.Logger == nil {
+			opts.Cluster.Logger = opts.Logger
+		}
+		m.registry.MustRegister(opts.Cluster)
+	}
+	if opts.Node != nil {
+		m.registry.MustRegister(opts.Node)
+	}
+	return m
+}
+
+// Registry is the node's registry, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+		// A failing cluster query must not hide the counters.
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// Received counts a message stored for channel.
+func (m *Metrics) Received(channel string) {
+	if m == nil {
+		return
+	}
+	m.received.WithLabelValues(channel).Inc()
+}
+
+// Rejected counts a message of channel answered AR or left unacknowledged,
+// with one of the Reject reasons.
+func (m *Metrics) Rejected(channel, reason string) {
+	if m == nil {
+		return
+	}
+	m.rejected.WithLabelValues(channel, reason).Inc()
+}
+
+// AckWritten observes the time from a frame of channel fully received to
+// its ACK written.
+func (m *Metrics) AckWritten(channel string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ackDuration.WithLabelValues(channel).Observe(d.Seconds())
+}
+
+// Delivered counts one delivery attempt to destination with its outcome
+// label (see OutcomeOf) and, when the partner answered, the time from send
+// to answer.
+func (m *Metrics) Delivered(destination, outcome string, answered bool, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.deliveries.WithLabelValues(destination, outcome).Inc()
+	if answered {
+		m.deliveryDuration.WithLabelValues(destination).Observe(d.Seconds())
+	}
+}
+
+// DeadLettered counts a delivery to destination given up on.
+func (m *Metrics) DeadLettered(destination string) {
+	if m == nil {
+		return
+	}
+	m.deadLetters.WithLabelValues(destination).Inc()
+}
+
+// ReferenceSyncFailed counts a failed sync of reference set set.
+func (m *Metrics) ReferenceSyncFailed(set string) {
+	if m == nil {
+		return
+	}
+	m.refSyncFailures.WithLabelValues(set).Inc()
+}
+
+// MaintenanceRun counts one run of a maintenance job with its outcome (ok
+// or failed).
+func (m *Metrics) MaintenanceRun(job, outcome string) {
+	if m == nil {
+		return
+	}
+	m.maintenanceRuns.WithLabelValues(job, outcome).Inc()
+}

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/jobs"
+)
+
+// Backlog is the cluster's pending work as the metrics and alerts read it.
+type Backlog struct {
+	// Groups holds one entry per stage, channel and destination with
+	// pending rows (Destination is empty for ingress and routed rows).
+	Groups []BacklogGroup
+	// Destinations and Channels are every destination and channel that
+	// ever had a lane, so a drained queue reads 0 instead of vanishing.
+	Destinations []string
+	Channels     []string
+	// RiverLeader is the id of River's live leader, "" when none.
+	RiverLeader string
+}
+
+// BacklogGroup is the pending rows of one stage, channel and destination.
+type BacklogGroup struct {
+	Stage       string
+	Channel     string
+	Destination string
+	Pending     int64
+	// OldestSeconds is the age of the oldest pending row, by the database
+	// clock.
+	OldestSeconds float64
+}
+
+// ReadBacklog reads the pending rows grouped by stage, channel and
+// destination. It reads pending rows only, through the partial index on
+// them (mefor_work_lane_pending), so its cost follows the backlog, not the
+// history kept; the lane registry supplies the names with nothing pending.
+func ReadBacklog(ctx context.Context, q DBTX) (*Backlog, error) {
+	b := &Backlog{}
+	rows, err := q.Query(ctx, backlogSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read backlog: %w", err)
+	}
+	b.Groups, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BacklogGroup, error) {
+		var g BacklogGroup
+		err := r.Scan(&g.Stage, &g.Channel, &g.Destination, &g.Pending, &g.OldestSeconds)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read backlog: %w", err)
+	}
+	rows, err = q.Query(ctx, `SELECT name FROM mefor_lane ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("read lanes: %w", err)
+	}
+	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read lanes: %w", err)
+	}
+	seenD, seenC := map[string]bool{}, map[string]bool{}
+	for _, lane := range lanes {
+		stage, name, _ := strings.Cut(lane, ":")
+		switch stage {
+		case jobs.StageOutbound:
+			name, _, _ = strings.Cut(name, "#")
+			if !seenD[name] {
+				seenD[name] = true
+				b.Destinations = append(b.Destinations, name)
+			}
+		case jobs.StageIngress, jobs.StageRouted:
+			if !seenC[name] {
+				seenC[name] = true
+				b.Channels = append(b.Channels, name)
+			}
+		}
+	}
+	err = q.QueryRow(ctx, `SELECT coalesce((SELECT leader_id FROM river_leader WHERE expires_at > now() LIMIT 1), '')`).Scan(&b.RiverLeader)
+	if err != nil {
+		return nil, fmt.Errorf("read River leader: %w", err)
+	}
+	return b, nil
+}
+
+// backlogSQL groups the pending rows. The WHERE clause is the predicate of
+// the partial index mefor_work_lane_pending, which holds only pending rows.
+const backlogSQL = `
+	SELECT stage, channel, coalesce(destination, ''), count(*),
+		extract(epoch FROM clock_timestamp() - min(created_at))::float8
+	FROM mefor_work
+	WHERE status = 'pending'
+	GROUP BY stage, channel, destination
+	ORDER BY stage, channel, destination`
+
+// BacklogSQL is the statement ReadBacklog groups pending rows with, for
+// EXPLAIN in benchmarks.
+func BacklogSQL() string { return backlogSQL }
