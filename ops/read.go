@@ -26,10 +26,14 @@ type MessageView struct {
 	// Outbound is each delivery's payload as sent (after transforms),
 	// read only with the bodies.
 	Outbound []store.Outbound `json:"-"`
+	// Origin is the file the message was read from, the message it is the
+	// reply to, and the replies routed back in from its deliveries.
+	Origin store.Origin `json:"origin"`
 }
 
-// ShowMessage reads one message with its stage rows, partner replies and
-// timeline, all from one snapshot. Bodies (the message's and the replies')
+// ShowMessage reads one message with its stage rows, partner replies,
+// timeline and origin (file, parent, replies routed in), all from one
+// snapshot. Bodies (the message's and the replies')
 // are read only when withBody is set. An unknown id wraps store.ErrNotFound.
 func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody bool) (*MessageView, error) {
 	var v MessageView
@@ -48,8 +52,11 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody boo
 			return err
 		}
 		if withBody {
-			v.Outbound, err = store.MessageOutbound(ctx, tx, id)
+			if v.Outbound, err = store.MessageOutbound(ctx, tx, id); err != nil {
+				return err
+			}
 		}
+		v.Origin, err = store.MessageOrigin(ctx, tx, id)
 		return err
 	})
 	if err != nil {
