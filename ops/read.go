@@ -29,10 +29,14 @@ type MessageView struct {
 	// Outbound is each delivery's payload as sent (after transforms),
 	// read only with the bodies.
 	Outbound []store.Outbound `json:"-"`
+	// Origin is the file the message was read from, the message it is the
+	// reply to, and the replies routed back in from its deliveries.
+	Origin store.Origin `json:"origin"`
 }
 
-// ShowMessage reads one message with its stage rows, partner replies and
-// timeline, all from one snapshot. Bodies (the message's and the replies')
+// ShowMessage reads one message with its stage rows, partner replies,
+// timeline and origin (file, parent, replies routed in), all from one
+// snapshot. Bodies (the message's and the replies')
 // are read only when withBody is set. An unknown id wraps store.ErrNotFound.
 //
 // Reading bodies is audited: the reads and the audit row share one
@@ -58,8 +62,11 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 			return err
 		}
 		if withBody {
-			v.Outbound, err = store.MessageOutbound(ctx, tx, id)
+			if v.Outbound, err = store.MessageOutbound(ctx, tx, id); err != nil {
+				return err
+			}
 		}
+		v.Origin, err = store.MessageOrigin(ctx, tx, id)
 		return err
 	}
 	var err error

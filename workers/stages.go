@@ -251,16 +251,11 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 			Received: row.ReceivedAt, Payload: row.Body,
 		})
 		took := time.Since(sent)
-		attempt := drainer.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error}
 		attempts := row.Attempts + 1
-		dead := !res.OK && dest.Retry.Exhausted(attempts)
-		if res.Outcome == connector.OutcomeAR && dest.OnReject == config.RejectDeadLetter {
-			// The partner will never accept it: retrying would only hold
-			// the lane behind it.
-			dead = true
-			attempt.DeadReason = fmt.Sprintf("partner rejected it (%s); on_reject: %s", res.AckCode, config.RejectDeadLetter)
-		}
-		backoff := dest.Retry.Backoff(attempts)
+		v := judge(dest, res, attempts)
+		dead, backoff := v.dead, v.backoff
+		attempt := drainer.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error,
+			DeadReason: v.reason, ReplyTo: replyRoute(dest, res, r.ins)}
 		var rec drainer.Recorded
 		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 			var err error

@@ -132,6 +132,10 @@ func (c *messagesShowCmd) Help() string {
 	return `Shows one message: its header fields, status and error, every stage row
 (ingress, routed, outbound) with its lane, seq, attempts and last error, what
 each partner answered to each delivery attempt, and the event timeline.
+A message read from a file names the file (size, SHA-256, its place in it);
+a reply routed back in (a destination's reply_to) names its parent, the
+message whose delivery it answered; and a message whose partners' replies
+were routed back in lists them under "Replies routed in".
 
 The message is named by its id, or by its control id (MSH-10). A number is
 taken as an id when a message has that id; when a control id matches several
@@ -259,6 +263,7 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 	}
 	field("Source", source)
 	field("Source identity", oneLine(m.SourceIdentity))
+	originFields(field, v.Origin)
 	field("Type", m.Type())
 	field("Control ID", oneLine(m.ControlID))
 	field("Sending app", oneLine(m.SendingApp))
@@ -303,6 +308,10 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+
+	if err := printReplyMessages(w, v.Origin.Replies); err != nil {
+		return err
 	}
 
 	fmt.Fprintln(w, "\nTimeline:")

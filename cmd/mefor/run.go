@@ -29,10 +29,12 @@ type runCmd struct {
 
 func (c *runCmd) Help() string {
 	return `Starts a node: the River client working the route, transform and deliver
-queues, the inbound MLLP listeners of every channel, and the reclaim job.
+queues, the inbound MLLP listeners and directory pollers of every channel,
+and the reclaim job.
 
 Several nodes may run the same config against one database. All of them
-process; only the holder of the listener lease binds the inbound listeners,
+process; only the holder of the listener lease binds the inbound listeners
+and polls the channels' directories,
 and the others stay warm and take over within lease_ttl plus a heartbeat when
 it dies, or within about a heartbeat after 'mefor stepdown'. A holder that
 cannot renew the lease for fence_timeout stops listening on its own, before

@@ -116,10 +116,12 @@ func (ch *Channel) Route(name string) *Route {
 	return find(ch.Routes, func(r *Route) bool { return r.Name == name })
 }
 
-// Inbound says where a channel's messages come from. Exactly one field is
-// set after loading; MLLP is the only kind today.
+// Inbound says where a channel's messages come from. At most one field is
+// set after loading; none only for a channel that takes the replies of a
+// destination (Destination.ReplyTo) and nothing else.
 type Inbound struct {
 	MLLP *MLLPInbound
+	File *FileInbound
 }
 
 // MLLPInbound is an MLLP listener.
@@ -276,6 +278,15 @@ type Destination struct {
 	// OnReject says what a partner's reject (AR: it will never accept the
 	// message) does to a delivery. Defaults to RejectDeadLetter.
 	OnReject RejectPolicy
+	// HTTP, OnClientError, ReplyTo and ReplyDepthLimit: see http.go and
+	// reply.go.
+	HTTP          *HTTPDestination
+	OnClientError ClientErrorPolicy
+	ReplyTo       string
+	// ReplyDepthLimit bounds a chain of replies: a reply that would be the
+	// chain's (limit+1)th is recorded as a message with status error and
+	// the reason, and not routed. Defaults to 8.
+	ReplyDepthLimit int
 }
 
 // RejectPolicy is what a partner's reject does to a delivery.

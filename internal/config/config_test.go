@@ -406,7 +406,7 @@ channels:
 destinations:
   out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
 `,
-			want: []wantErr{{3, "channels.adt.inbound", "needs an mllp: block"}},
+			want: []wantErr{{3, "channels.adt.inbound", "needs an mllp: or a file: block"}},
 		},
 		{
 			name: "listen",
@@ -646,8 +646,8 @@ destinations:
   e: {type: mllp, mllp: {}}
 `,
 			want: []wantErr{
-				{6, "destinations.a.type", "is required: say what kind of destination this is, one of mllp, file (e.g. type: mllp)"},
-				{7, "destinations.b.type", `"smtp" is not a destination type (one of mllp, file)`},
+				{6, "destinations.a.type", "is required: say what kind of destination this is, one of mllp, file, http (e.g. type: mllp)"},
+				{7, "destinations.b.type", `"smtp" is not a destination type (one of mllp, file, http)`},
 				{8, "destinations.c.type", "mllp needs a mllp: block with its settings, e.g. mllp: {address: 127.0.0.1:2576}"},
 				{9, "destinations.d.mllp", "only applies to type: mllp, but this is type: file"},
 				{10, "destinations.e.mllp.address", "is required: the receiver's host:port"},

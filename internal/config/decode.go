@@ -64,9 +64,12 @@ func (l *loader) decodeChannel(name string, n *yaml.Node, p path) Channel {
 
 	if in, ok := m["inbound"]; ok {
 		ip := p.key("inbound")
-		im := l.mapping(in, ip, "mllp")
+		im := l.mapping(in, ip, "mllp", "file")
 		if mn, ok := im["mllp"]; ok {
 			ch.Inbound.MLLP = l.decodeMLLPInbound(mn, ip.key("mllp"))
+		}
+		if fn, ok := im["file"]; ok {
+			ch.Inbound.File = l.decodeFileInbound(fn, ip.key("file"))
 		}
 	}
 	decodeScalar(l, m, p, "ack_after", &ch.AckAfter, asString)
@@ -158,10 +161,12 @@ func (l *loader) decodeDestination(name string, n *yaml.Node, p path) Destinatio
 			Multiplier:     defaultMultiplier,
 			MaxBackoff:     defaultMaxBackoff,
 		},
-		OnReject: RejectDeadLetter,
+		OnReject:        RejectDeadLetter,
+		OnClientError:   ClientErrorDeadLetter,
+		ReplyDepthLimit: defaultReplyDepthLimit,
 	}
 	kinds := destinationKinds()
-	keys := []string{"type", "ordering", "retry", "on_reject"}
+	keys := []string{"type", "ordering", "retry", "on_reject", "on_client_error", "reply_to", "reply_depth_limit"}
 	types := make([]string, len(kinds))
 	for i, k := range kinds {
 		types[i] = string(k.typ)
@@ -183,6 +188,9 @@ func (l *loader) decodeDestination(name string, n *yaml.Node, p path) Destinatio
 	decodeScalar(l, rm, rp, "multiplier", &d.Retry.Multiplier, parseFloat)
 	decodeScalar(l, rm, rp, "max_backoff", &d.Retry.MaxBackoff, parseDuration)
 	decodeScalar(l, m, p, "on_reject", &d.OnReject, asString)
+	decodeScalar(l, m, p, "on_client_error", &d.OnClientError, asString)
+	decodeScalar(l, m, p, "reply_to", &d.ReplyTo, asString)
+	decodeScalar(l, m, p, "reply_depth_limit", &d.ReplyDepthLimit, parseInt)
 
 	if !l.checkType(m, p, string(d.Type), types, "destination", "mllp") {
 		return d

@@ -73,6 +73,12 @@ func destinationKinds() []destinationKind {
 			check:   checkFileDestination,
 			example: "file: {directory: ./out/archive}",
 		},
+		{
+			typ:     DestinationHTTP,
+			decode:  decodeHTTPDestination,
+			check:   checkHTTPDestination,
+			example: "http: {url: https://hie.example.org/hl7}",
+		},
 	}
 }
 

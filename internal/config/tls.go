@@ -129,21 +129,29 @@ func (l *loader) checkInboundTLS(in *MLLPInbound, p path) {
 // checkOutboundTLS checks a destination's tls: block and fills in the
 // server name from the address.
 func (l *loader) checkOutboundTLS(d *MLLPDestination, p path) {
-	if !d.TLS.Enabled {
+	host := ""
+	if h, _, err := net.SplitHostPort(d.Address); err == nil {
+		host = h
+	}
+	l.checkClientTLS(&d.TLS, host, p)
+}
+
+// checkClientTLS checks a destination's tls: block (under p) and fills in
+// the server name from host, the host the destination connects to.
+func (l *loader) checkClientTLS(t *ClientTLS, host string, p path) {
+	if !t.Enabled {
 		return
 	}
 	tp := p.key("tls")
 	cert, key := tp.key("cert_file"), tp.key("key_file")
 	switch {
-	case d.TLS.CertFile != "" && d.TLS.KeyFile == "":
+	case t.CertFile != "" && t.KeyFile == "":
 		l.errorf(key, "is required with cert_file: the client certificate's private key, PEM")
-	case d.TLS.KeyFile != "" && d.TLS.CertFile == "":
+	case t.KeyFile != "" && t.CertFile == "":
 		l.errorf(cert, "is required with key_file: the client certificate, PEM")
 	}
-	if d.TLS.ServerName == "" {
-		if host, _, err := net.SplitHostPort(d.Address); err == nil {
-			d.TLS.ServerName = host
-		}
+	if t.ServerName == "" {
+		t.ServerName = host
 	}
 }
 

@@ -78,17 +78,23 @@ func (l *loader) checkChannels(c *Config) {
 		l.checkChannel(c, &c.Channels[i], p.entity(c.Channels[i].Name))
 	}
 	l.checkListenersUnique(c.Channels)
+	l.checkDirectoriesUnique(c.Channels)
 }
 
 func (l *loader) checkChannel(c *Config, ch *Channel, p path) {
 	ip := p.key("inbound")
 	switch {
+	case ch.Inbound.MLLP != nil && ch.Inbound.File != nil:
+		l.errorf(ip.key("file"), "is set next to mllp:; a channel has one inbound, so give the files a channel of their own")
 	case ch.Inbound.MLLP != nil:
 		l.checkMLLPInbound(ch.Inbound.MLLP, ip.key("mllp"))
+	case ch.Inbound.File != nil:
+		l.checkFileInbound(ch.Inbound.File, ip.key("file"))
 	case l.given(ip):
-		l.errorf(ip, "needs an mllp: block, e.g. inbound: {mllp: {listen: 127.0.0.1:2575}}")
-	default:
-		l.errorf(ip, "is required: where the channel receives messages, e.g. inbound: {mllp: {listen: 127.0.0.1:2575}}")
+		l.errorf(ip, "needs an mllp: or a file: block, e.g. inbound: {mllp: {listen: 127.0.0.1:2575}}")
+	case !repliesTo(c, ch.Name):
+		l.errorf(ip, "is required: where the channel receives messages, e.g. inbound: {mllp: {listen: 127.0.0.1:2575}} "+
+			"(a channel that only takes a destination's replies, named in its reply_to, needs none)")
 	}
 
 	if ack := []AckAfter{AckAfterReceived}; !slices.Contains(ack, ch.AckAfter) {
@@ -290,6 +296,8 @@ func (l *loader) checkDestinations(c *Config) {
 		l.checkOrdering(d.Ordering, p.key("ordering"))
 		l.checkRetry(d.Retry, p.key("retry"))
 		l.checkOnReject(d.OnReject, p.key("on_reject"))
+		l.checkClientErrorPolicy(d, p)
+		l.checkReplyTo(c, d, p)
 		if !used[d.Name] {
 			l.warnf(p, "is not used by any route")
 		}

@@ -1,5 +1,5 @@
-// Package connector delivers messages to destinations (an MLLP partner, a
-// directory) and classifies each attempt's outcome. Failure descriptions
+// Package connector delivers messages to destinations (an MLLP partner, an
+// HTTP endpoint, a directory) and classifies each attempt's outcome. Failure descriptions
 // name the failure class and the partner address, never message content.
 package connector
 
@@ -62,6 +62,9 @@ type Result struct {
 	Reply   []byte
 	// Error describes a failure for last_error; empty on success.
 	Error string
+	// RetryAfter is how long the partner asked to be left alone (an HTTP
+	// Retry-After), zero when it did not say.
+	RetryAfter time.Duration
 }
 
 // Sender delivers to one destination.
@@ -83,7 +86,7 @@ type Pool struct {
 // NewPool returns an empty pool.
 func NewPool() *Pool { return &Pool{senders: map[string]Sender{}, built: map[string]senderKey{}} }
 
-// UseTLS makes the pool's MLLP senders take their TLS configuration from
+// UseTLS makes the pool's MLLP and HTTP senders take their TLS configuration from
 // set. The set is read at each new connection, so certificates it renews
 // apply to the lane's next connection, not to the one in use. Call it
 // before the first Get.
@@ -128,6 +131,7 @@ type senderKey struct {
 	typ           config.DestinationType
 	mllp          config.MLLPDestination
 	dir, filename string
+	http          string
 }
 
 func keyOf(dest *config.Destination) senderKey {
@@ -138,6 +142,7 @@ func keyOf(dest *config.Destination) senderKey {
 	if dest.File != nil {
 		k.dir, k.filename = dest.File.Directory, dest.File.Filename
 	}
+	k.http = httpKey(dest.HTTP)
 	return k
 }
 
@@ -173,6 +178,8 @@ func New(dest *config.Destination, tc *tlsconf.Client) (Sender, error) {
 		return &MLLPSender{client: client, aeIsFailure: dest.MLLP.AEIsFailure}, nil
 	case config.DestinationFile:
 		return &FileSender{dest: dest.File}, nil
+	case config.DestinationHTTP:
+		return newHTTPSender(dest, tc)
 	}
 	return nil, fmt.Errorf("destination %q: unsupported type %q", dest.Name, dest.Type)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
 )
 
 // Attempt is the outcome of one delivery attempt.
@@ -19,6 +20,9 @@ type Attempt struct {
 	// DeadReason, for a failed attempt that ends the row, says why (never
 	// message content); empty means it ran out of attempts.
 	DeadReason string
+	// ReplyTo, on a delivered attempt, routes Reply into a channel in the
+	// same transaction (reply.go).
+	ReplyTo *ReplyRoute
 }
 
 // Delivered records a successful delivery without a fence, for operator
@@ -49,6 +53,8 @@ type Recorded struct {
 // RecordAttempt records one delivery attempt of row in one round trip: the
 // fence, the row (done; or its attempt, error and next attempt; or dead),
 // the partner's reply, the events and, when the row ended, the finalizer.
+// A delivered attempt with a.ReplyTo also stores the reply as a message of
+// that channel, in the same transaction (reply.go).
 // The same round trip asks whether rows of the lane are marked for
 // cancelling, an index probe that costs nothing while none are.
 func RecordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Attempt, delivered bool, backoff time.Duration, dead bool) (Recorded, error) {
@@ -77,6 +83,11 @@ func recordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Atte
 	var res Recorded
 	var n int
 	count := func(r pgx.Row) error { return r.Scan(&n) }
+	reply := delivered && a.ReplyTo != nil
+	if reply {
+		queueReplyLock(h, a.ReplyTo)
+	}
+	var act *jobs.Activation
 	if delivered {
 		h.b.Queue(`
 			WITH w AS (
@@ -92,6 +103,9 @@ func recordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Atte
 				SELECT message_id, 'delivered', id, $2, NULLIF($4, '') FROM w
 			)
 			SELECT count(*) FROM w`, row.ID, row.Destination, a.Outcome, a.AckCode, a.Reply).QueryRow(count)
+		if reply {
+			act = queueReply(h, row, a)
+		}
 		h.finalize = append(h.finalize, row.MessageID)
 	} else {
 		h.b.Queue(`
@@ -124,7 +138,11 @@ func recordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Atte
 	}
 	h.b.Queue(`SELECT EXISTS (SELECT 1 FROM mefor_work WHERE lane = $1 AND status = 'pending' AND cancel_requested_at IS NOT NULL)`,
 		row.Lane).QueryRow(func(r pgx.Row) error { return r.Scan(&res.CancelsPending) })
-	if err := h.run(ctx, tx, nil, nil); err != nil {
+	var ins jobs.Inserter
+	if reply {
+		ins = a.ReplyTo.Ins
+	}
+	if err := h.run(ctx, tx, ins, act); err != nil {
 		return Recorded{}, err
 	}
 	res.Recorded = n == 1

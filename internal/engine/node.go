@@ -90,6 +90,10 @@ type Node struct {
 
 	mu        sync.Mutex
 	listeners []*boundListener
+	pollers   []*filePoller // file channels' pollers (filesource.go)
+	// bound is set while the listeners are bound and the directories
+	// polled, which is while the node holds the listener lease.
+	bound bool
 
 	reload reloadState  // config reload and the cluster config version watcher (reload.go)
 	refs   *references  // reference-set cache, its watcher and the sync worker (reference.go)
@@ -266,6 +270,9 @@ func maxSendTimeout(cfg *config.Config) time.Duration {
 		if d.MLLP != nil && d.MLLP.ConnectTimeout+d.MLLP.AckTimeout > longest {
 			longest = d.MLLP.ConnectTimeout + d.MLLP.AckTimeout
 		}
+		if d.HTTP != nil && d.HTTP.Timeout > longest {
+			longest = d.HTTP.Timeout
+		}
 	}
 	return longest
 }
@@ -400,9 +407,9 @@ func (n *Node) syncListeners(ctx context.Context) error {
 	// n.mu, so a bind decided on a stale gate finishes before that drain.
 	serving := n.lease.Serving()
 	switch {
-	case serving && len(n.listeners) == 0:
+	case serving && !n.bound:
 		return n.bindLocked(ctx)
-	case !serving && len(n.listeners) > 0:
+	case !serving && n.bound:
 		hard, cancel := context.WithCancel(ctx)
 		cancel()
 		n.unbindLocked(hard)
@@ -410,7 +417,8 @@ func (n *Node) syncListeners(ctx context.Context) error {
 	return nil
 }
 
-// bindLocked binds every channel's inbound listener; all or none.
+// bindLocked binds every channel's inbound listener and starts polling
+// every file channel's directory; all or none.
 func (n *Node) bindLocked(ctx context.Context) error {
 	cfg := n.Config() // the reloaded one, if the node was reloaded
 	for i := range cfg.Channels {
@@ -430,11 +438,16 @@ func (n *Node) bindLocked(ctx context.Context) error {
 		n.listeners = append(n.listeners, bl)
 		n.logger.InfoContext(ctx, "listening", "channel", ch.Name, "addr", ln.Addr().String())
 	}
+	if err := n.startPollersLocked(ctx, cfg); err != nil {
+		n.unbindLocked(ctx)
+		return err
+	}
+	n.bound = true
 	return nil
 }
 
 // UnbindListeners stops accepting, lets in-flight messages finish (stored and
-// acknowledged) until ctx ends, and closes every listener. The listeners
+// acknowledged) until ctx ends, closes every listener and stops polling. The listeners
 // come back on the next lease edge or heartbeat if the node still holds the
 // lease.
 func (n *Node) UnbindListeners(ctx context.Context) {
@@ -454,6 +467,8 @@ func (n *Node) unbindLocked(ctx context.Context) {
 		n.logger.InfoContext(ctx, "stopped listening", "channel", bl.channel)
 	}
 	n.listeners = nil
+	n.stopPollersLocked(ctx)
+	n.bound = false
 }
 
 // ListenerAddrs returns the bound address of each channel's listener.

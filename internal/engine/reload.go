@@ -355,6 +355,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	res.Changed = true
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
 	res.Listeners = n.swapListeners(sctx, plan)
+	res.Listeners = append(res.Listeners, n.swapPollersLocked(sctx, next)...)
 	cancel()
 	n.mu.Unlock()
 	n.recordTransport(ctx)
@@ -485,7 +486,7 @@ type pendingListener struct {
 // binds from the current config when it takes the lease. Callers hold n.mu.
 func (n *Node) planListeners(cur, next *config.Config) (*listenerPlan, error) {
 	plan := &listenerPlan{}
-	if len(n.listeners) == 0 {
+	if !n.bound {
 		return plan, nil
 	}
 	bound := map[string]bool{}

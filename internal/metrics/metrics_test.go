@@ -24,6 +24,11 @@ func TestOutcomeOf(t *testing.T) {
 		{connector.OutcomeIOError, "", "io-error"},
 		{connector.OutcomeBadAck, "", "io-error"},
 		{connector.OutcomeInternal, "", "io-error"},
+		{connector.OutcomeDelivered, "200", "ok"},
+		{connector.OutcomeHTTPServerError, "503", "AE"},
+		{connector.OutcomeHTTPThrottled, "429", "AE"},
+		{connector.OutcomeHTTPClientError, "400", "AR"},
+		{connector.OutcomeHTTPRedirect, "302", "io-error"},
 	}
 	allowed := map[string]bool{}
 	for _, o := range metrics.Outcomes() {

@@ -15,6 +15,8 @@ import "github.com/mefor/mefor/internal/connector"
 //	refused                   refused
 //	closed                    closed
 //	tls                       tls
+//	http-5xx, http-429        AE   (the partner answered with an error; retried)
+//	http-4xx                  AR   (the partner refuses the request)
 //	io-error                  io-error (file destinations)
 //	bad-ack                   io-error (the reply was not a readable ACK)
 //	anything else             io-error
@@ -37,6 +39,10 @@ func OutcomeOf(outcome, ackCode string) string {
 		return OutcomeClosed
 	case connector.OutcomeTLS:
 		return OutcomeTLS
+	case connector.OutcomeHTTPServerError, connector.OutcomeHTTPThrottled:
+		return OutcomeAE
+	case connector.OutcomeHTTPClientError:
+		return OutcomeAR
 	}
 	return OutcomeIOError
 }
@@ -45,7 +51,8 @@ func OutcomeOf(outcome, ackCode string) string {
 // answer from the partner, so its send-to-answer time is meaningful.
 func Answered(outcome string) bool {
 	switch outcome {
-	case connector.OutcomeDelivered, connector.OutcomeAE, connector.OutcomeAR, connector.OutcomeBadAck:
+	case connector.OutcomeDelivered, connector.OutcomeAE, connector.OutcomeAR, connector.OutcomeBadAck,
+		connector.OutcomeHTTPServerError, connector.OutcomeHTTPThrottled, connector.OutcomeHTTPClientError, connector.OutcomeHTTPRedirect:
 		return true
 	}
 	return false

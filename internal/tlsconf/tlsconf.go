@@ -1,5 +1,5 @@
 // Package tlsconf turns a config's TLS settings into the crypto/tls
-// configurations a node's MLLP listeners and senders use, and keeps them
+// configurations a node's MLLP listeners and MLLP and HTTP senders use, and keeps them
 // current.
 //
 // The certificate, key and CA files are read when a node starts (New) and
@@ -148,10 +148,11 @@ func (s *Set) Prepare(cfg *config.Config, now time.Time) (*Staged, error) {
 		}
 	}
 	for _, d := range cfg.Destinations {
-		if d.MLLP == nil || !d.MLLP.TLS.Enabled {
+		t, base := d.ClientTLS()
+		if !t.Enabled {
 			continue
 		}
-		if tc := l.client(d.Name, d.MLLP.TLS); tc != nil {
+		if tc := l.client(d.Name, t, base); tc != nil {
 			st.clients[d.Name] = tc
 		}
 	}
@@ -251,8 +252,9 @@ func (l *loader) server(channel string, t config.ServerTLS) *tls.Config {
 	return tc
 }
 
-func (l *loader) client(dest string, t config.ClientTLS) *tls.Config {
-	base := "mllp.tls."
+// client builds a destination's configuration; base is the key of its tls:
+// block, e.g. "mllp.tls.".
+func (l *loader) client(dest string, t config.ClientTLS, base string) *tls.Config {
 	use := fmt.Sprintf("destination %q", dest)
 	tc := &tls.Config{MinVersion: t.MinVersion, ServerName: t.ServerName}
 	ok := true

@@ -1,0 +1,254 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/config"
+)
+
+func TestFileInboundLoadsWithDefaults(t *testing.T) {
+	c, err := parse(t, `
+channels:
+  lab-files:
+    inbound:
+      file:
+        directory: /data/inbox/lab
+        pattern: "*.hl7"
+        poll: 2s
+        move_to: /data/inbox/lab/done
+        error_dir: /data/inbox/lab/error
+    routes: [{destinations: [out]}]
+  drop:
+    inbound: {file: {directory: ./drop, delete: true, error_dir: ./drop-errors}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: file, file: {directory: ./out}}
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := c.Channel("lab-files").Inbound.File
+	want := config.FileInbound{Directory: "/data/inbox/lab", Pattern: "*.hl7", Poll: 2 * time.Second, Settle: time.Second,
+		MoveTo: "/data/inbox/lab/done", ErrorDir: "/data/inbox/lab/error", MaxFileSize: 64 << 20}
+	if in == nil || *in != want {
+		t.Fatalf("file inbound %+v, want %+v", in, want)
+	}
+	if d := c.Channel("drop").Inbound.File; !d.Delete || d.Pattern != "*" || d.Poll != time.Second {
+		t.Fatalf("defaults: %+v", d)
+	}
+}
+
+func TestFileInboundErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want []wantErr
+	}{
+		{
+			name: "nothing but a directory",
+			doc: `
+channels:
+  lab:
+    inbound: {file: {directory: /in}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: file, file: {directory: ./out}}
+`,
+			want: []wantErr{
+				{3, "channels.lab.inbound.file.move_to", "is required (or delete: true)"},
+				{3, "channels.lab.inbound.file.error_dir", "is required: where files that are not HL7 go"},
+			},
+		},
+		{
+			name: "conflicting and bad settings",
+			doc: `
+channels:
+  lab:
+    inbound:
+      file: {pattern: "sub/*.hl7", poll: 0s, settle: -1s, move_to: /in/done, delete: true, error_dir: /in/done, max_file_size: 0}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: file, file: {directory: ./out}}
+`,
+			want: []wantErr{
+				{4, "channels.lab.inbound.file.directory", "is required: the directory to take files from"},
+				{4, "channels.lab.inbound.file.pattern", "names a path"},
+				{4, "channels.lab.inbound.file.poll", "must be > 0"},
+				{4, "channels.lab.inbound.file.settle", "must be 0 or more"},
+				{4, "channels.lab.inbound.file.delete", "is true but move_to is set too"},
+				{4, "channels.lab.inbound.file.error_dir", "is also move_to"},
+				{4, "channels.lab.inbound.file.max_file_size", "must be from 1 byte to 1GiB"},
+			},
+		},
+		{
+			name: "two channels, one directory, and a bad glob",
+			doc: `
+channels:
+  a:
+    inbound: {file: {directory: /in, move_to: /in, error_dir: /err}}
+    routes: [{destinations: [out]}]
+  b:
+    inbound: {file: {directory: /in/, pattern: "[", delete: true, error_dir: /err}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: file, file: {directory: ./out}}
+`,
+			want: []wantErr{
+				{3, "channels.a.inbound.file.move_to", "is the directory files are taken from"},
+				{6, "channels.b.inbound.file.directory", `is already channel "a"'s directory`},
+				{6, "channels.b.inbound.file.pattern", `"[" is not a file name pattern`},
+			},
+		},
+		{
+			name: "mllp and file on one channel",
+			doc: `
+channels:
+  lab:
+    inbound: {mllp: {listen: 127.0.0.1:2575}, file: {directory: /in, delete: true, error_dir: /err}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: file, file: {directory: ./out}}
+`,
+			want: []wantErr{{3, "channels.lab.inbound.file", "a channel has one inbound"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(t, tt.doc, nil)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			checkErrs(t, err, tt.want)
+		})
+	}
+}
+
+func TestHTTPDestinationLoads(t *testing.T) {
+	c, err := parse(t, `
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [hie]}]
+destinations:
+  hie:
+    type: http
+    http:
+      url: https://hie.example.org/hl7
+      headers: {Authorization: "Bearer ${HIE_TOKEN}", content-type: "x-application/hl7-v2+er7"}
+      timeout: 10s
+      tls: {ca_file: /etc/mefor/hie-ca.crt}
+    retry: {max_attempts: 0, backoff: 1s, max_backoff: 5m}
+    on_client_error: retry
+    reply_to: adt
+`, map[string]string{"HIE_TOKEN": "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Destination("hie")
+	h := d.HTTP
+	if h == nil || h.URL != "https://hie.example.org/hl7" || h.Method != "POST" || h.Timeout != 10*time.Second {
+		t.Fatalf("http %+v", h)
+	}
+	wantHeaders := []config.HTTPHeader{{Name: "Authorization", Value: "Bearer s3cret"}, {Name: "Content-Type", Value: "x-application/hl7-v2+er7"}}
+	if len(h.Headers) != 2 || h.Headers[0] != wantHeaders[0] || h.Headers[1] != wantHeaders[1] {
+		t.Fatalf("headers %+v, want %+v", h.Headers, wantHeaders)
+	}
+	if !h.TLS.Enabled || h.TLS.ServerName != "hie.example.org" || h.TLS.CAFile != "/etc/mefor/hie-ca.crt" {
+		t.Fatalf("tls %+v", h.TLS)
+	}
+	if d.OnClientError != config.ClientErrorRetry || d.ReplyTo != "adt" || d.ReplyDepthLimit != 8 {
+		t.Fatalf("destination %+v", d)
+	}
+}
+
+func TestHTTPDestinationErrors(t *testing.T) {
+	secret := "Bearer top\nsecret"
+	_, err := parse(t, `
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [a, b, c, d]}]
+destinations:
+  a:
+    type: http
+    http: {url: "http://user:pw@hie.example.org/hl7", method: GET}
+  b:
+    type: http
+    http: {url: "http://hie.example.org/hl7", tls: {ca_file: ca.crt}, headers: {Authorization: "${TOKEN}", Host: x, "bad name": y}}
+  c:
+    type: http
+    http: {timeout: 0s}
+    on_client_error: maybe
+  d:
+    type: mllp
+    mllp: {address: 127.0.0.1:2576}
+    on_client_error: retry
+`, map[string]string{"TOKEN": secret})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("an error shows a header value: %v", err)
+	}
+	checkErrs(t, err, []wantErr{
+		{8, "destinations.a.http.url", "carries a user name or password"},
+		{8, "destinations.a.http.method", `"GET" is not supported`},
+		{11, "destinations.b.http.tls", "applies to https:// URLs only"},
+		{11, "destinations.b.http.headers.Authorization", "has a line break or NUL"},
+		{11, "destinations.b.http.headers.Host", "is set by mefor"},
+		{11, "destinations.b.http.headers.bad name", "is not a header name"},
+		{14, "destinations.c.http.url", "is required"},
+		{14, "destinations.c.http.timeout", "must be > 0"},
+		{15, "destinations.c.on_client_error", `"maybe" is not an on_client_error policy`},
+		{19, "destinations.d.on_client_error", "only applies to type: http"},
+	})
+}
+
+func TestReplyTo(t *testing.T) {
+	// A channel that only takes replies needs no inbound.
+	c, err := parse(t, `
+channels:
+  orders:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [lab]}]
+  replies:
+    routes: [{destinations: [archive]}]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: 127.0.0.1:2576}
+    reply_to: replies
+    reply_depth_limit: 3
+  archive: {type: file, file: {directory: ./out}}
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Destination("lab"); d.ReplyTo != "replies" || d.ReplyDepthLimit != 3 {
+		t.Fatalf("lab %+v", d)
+	}
+
+	_, err = parse(t, `
+channels:
+  orders:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [lab, archive]}]
+  lonely:
+    routes: [{destinations: [archive]}]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: 127.0.0.1:2576}
+    reply_to: replys
+    reply_depth_limit: 0
+  archive: {type: file, file: {directory: ./out}, reply_to: orders}
+`, nil)
+	checkErrs(t, err, []wantErr{
+		{5, "channels.lonely.inbound", "is required: where the channel receives messages"},
+		{11, "destinations.lab.reply_to", `"replys" is not a channel`},
+		{12, "destinations.lab.reply_depth_limit", "must be from 1 to 100"},
+		{13, "destinations.archive.reply_to", "does not apply to type: file"},
+	})
+}
