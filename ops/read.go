@@ -102,6 +102,12 @@ func openView(kr *crypt.Keyring, v *MessageView) error {
 	for i := range v.Events {
 		v.Events[i].Detail = store.OpenText(kr, v.Events[i].Detail)
 	}
+	if p := v.Origin.Parent; p != nil {
+		p.Error = store.OpenText(kr, p.Error)
+	}
+	for i := range v.Origin.Replies {
+		v.Origin.Replies[i].Error = store.OpenText(kr, v.Origin.Replies[i].Error)
+	}
 	if v.Message.Raw, err = kr.Open(store.ColRaw, v.Message.Raw); err != nil {
 		return fmt.Errorf("message %d: %w", v.Message.ID, err)
 	}

@@ -61,7 +61,7 @@ var SealedColumns = []SealedColumn{
 	{Name: "mefor_message.error", table: "mefor_message", column: "error", seal: ColError, kind: kindText, pk: idKey, pkTypes: idTypes},
 	{Name: "mefor_work.last_error", table: "mefor_work", column: "last_error", seal: ColError, kind: kindText, pk: idKey, pkTypes: idTypes},
 	{Name: "mefor_event.detail", table: "mefor_event", column: "detail", seal: ColError, kind: kindText, pk: idKey, pkTypes: idTypes,
-		only: "event IN ('failed', 'dead')"},
+		only: "event IN ('failed', 'dead', 'replied')"},
 }
 
 // keyIDSQL is the SQL expression of the key id a value of c is sealed
