@@ -177,6 +177,10 @@ type replyJSON struct {
 }
 
 func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
@@ -198,10 +202,6 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 	case len(also) > 0:
 		fmt.Fprintf(g.stderr, "note: %q is message %d's id; %d other message(s) have it as control id (mefor messages list --control-id %s)\n",
 			c.ID, id, len(also), c.ID)
-	}
-	kr, err := g.keyring()
-	if err != nil {
-		return err
 	}
 	v, err := ops.ShowMessage(ctx, pool, kr, id, c.Body)
 	if errors.Is(err, store.ErrNotFound) {

@@ -64,11 +64,11 @@ Examples:
 }
 
 func (c *runCmd) Run(ctx context.Context, g *Globals) error {
-	cfg, err := config.Load(c.Config)
+	kr, err := g.keyring()
 	if err != nil {
 		return err
 	}
-	kr, err := g.keyring()
+	cfg, err := config.Load(c.Config)
 	if err != nil {
 		return err
 	}
@@ -98,6 +98,11 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 
 	logger := g.logger.With("node", nodeID)
+	if kr.Enabled() {
+		logger.Info("encryption at rest on", "active_key", kr.ActiveID(), "keys", kr)
+	} else {
+		logger.Warn("encryption at rest off: message content is stored in plaintext (set MEFOR_ENCRYPTION_KEYS)")
+	}
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
 		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr,
