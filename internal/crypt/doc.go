@@ -25,7 +25,10 @@
 // hold mefor's own strings, so plaintext is told apart by its first bytes;
 // the one ambiguity is a legacy bytea value that begins with the five bytes
 // 0x00 "mfe1" (a malformed message could), which reads as a sealed value
-// that does not open: an error naming the column, never garbage.
+// that does not open: an error naming the column, never garbage. A text
+// envelope may follow clear text that SQL put in front of a sealed value
+// (the finalizer's "dead-lettered: " before a sealed error); it runs to
+// the end of the value, and opening keeps the clear text.
 //
 // # Authenticated data
 //
