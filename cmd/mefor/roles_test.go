@@ -126,6 +126,13 @@ func TestRolesAllowAndRefuseCommands(t *testing.T) {
 	refused(operator, "operator", migrations.RoleAdmin, "reload", "--config", file, "--timeout", "1s")
 	refused(operator, "operator", migrations.RoleAdmin, "maintenance", "run", "reclaim", "--config", file)
 	refused(operator, "operator", migrations.RoleAdmin, "migrate")
+	key := newKeySpec(t, "k1")
+	if code, out, errs := cli(t, operator, key, "keys", "rotate"); code == 0 || !strings.Contains(errs, "needs the mefor_admin role") {
+		t.Errorf("operator: keys rotate: exit %d, want refused naming mefor_admin\n%s%s", code, out, errs)
+	}
+	if code, out, errs := cli(t, operator, key, "keys", "status"); code != 0 {
+		t.Errorf("operator: keys status: exit %d\n%s%s", code, out, errs)
+	}
 
 	allowed(admin, "admin", "reload", "--config", file, "--timeout", "1s")
 	allowed(admin, "admin", "maintenance", "run", "reclaim", "--config", file)
@@ -134,6 +141,9 @@ func TestRolesAllowAndRefuseCommands(t *testing.T) {
 		t.Errorf("admin: migrate: exit %d\n%s%s", code, out, errs)
 	}
 	allowed(admin, "admin", "messages", "show", id(f.done), "--body")
+	if code, out, errs := cli(t, admin, key, "keys", "rotate"); code != 0 || !strings.Contains(out, "re-encrypted") {
+		t.Errorf("admin: keys rotate: exit %d\n%s%s", code, out, errs)
+	}
 
 	// The audit log says who did what, by database role; refused attempts
 	// that reached the database are recorded as denied.
