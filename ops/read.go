@@ -15,9 +15,31 @@ import (
 	"github.com/mefor/mefor/leader"
 )
 
-// ListMessages returns messages newest first (metadata only).
+// ListMessages returns messages newest first (metadata only). A search of
+// the bodies (f.Text) reads content, so it is audited like a body view: the
+// search and its audit row share one transaction. The row records that a
+// search ran and what it found, never the text searched for, which may be
+// a patient's name.
 func ListMessages(ctx context.Context, pool *pgxpool.Pool, f store.MessageFilter) ([]store.MessageSummary, error) {
-	return store.ListMessages(ctx, pool, f)
+	if f.Text == "" {
+		return store.ListMessages(ctx, pool, f)
+	}
+	var out []store.MessageSummary
+	target := map[string]any{"channel": f.Channel, "destination": f.Destination, "text_bytes": len(f.Text)}
+	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionSearchBodies, target,
+		func(tx pgx.Tx) (string, error) {
+			var err error
+			if out, err = store.ListMessages(ctx, tx, f); err != nil {
+				return "", err
+			}
+			ids := make([]int64, len(out))
+			for i, m := range out {
+				ids[i] = m.ID
+			}
+			target["message_ids"] = ids
+			return "", nil
+		})
+	return out, err
 }
 
 // MessageView is everything `messages show` presents about one message.

@@ -19,8 +19,8 @@ type auditCmd struct {
 
 func (c *auditCmd) Help() string {
 	return `The audit log (table mefor_audit) records every operator action: replay,
-replay-dead, cancel, stepdown, reload, maintenance run, keys rotate, and every
-'messages show --body'. Each row says who (OS user, database role, host, and
+replay-dead, cancel, stepdown, reload, maintenance run, keys rotate, every
+'messages show --body' and every 'messages list --text'. Each row says who (OS user, database role, host, and
 the node for actions a node took), what, on which target (ids, destination,
 counts), and the outcome; never message content. Read commands that show no
 content are not recorded.
@@ -39,7 +39,7 @@ Examples:
 
 type auditListCmd struct {
 	Since  string `placeholder:"WHEN" help:"Only actions at or after WHEN: RFC 3339 (2025-03-01T08:00:00Z), a date (2025-03-01) or how long ago (90m, 24h, 7d)."`
-	Action string `placeholder:"ACTION" help:"Only this action: replay, replay-dead, cancel, stepdown, reload, maintenance-run, keys-rotate or view-body."`
+	Action string `placeholder:"ACTION" help:"Only this action: replay, replay-dead, cancel, stepdown, reload, maintenance-run, keys-rotate, view-body or search-bodies."`
 	Limit  int    `default:"100" help:"How many rows to show at most."`
 	JSON   bool   `name:"json" help:"Print JSON instead of a table."`
 }
@@ -55,7 +55,7 @@ Examples:
 }
 
 var auditActions = []string{audit.ActionReplay, audit.ActionReplayDead, audit.ActionCancel, audit.ActionStepdown,
-	audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody}
+	audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies}
 
 func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
 	f := audit.Filter{Action: c.Action, Limit: c.Limit}

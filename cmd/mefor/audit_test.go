@@ -49,6 +49,7 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 	}
 
 	f.ok(t, "messages", "show", id(f.done, 10), "--body")
+	f.ok(t, "messages", "list", "--text", "SECRET-PATIENT")
 	f.ok(t, "replay", id(f.dead, 10))
 	f.ok(t, "replay", id(f.done, 10))
 	f.ok(t, "cancel", "--destination", "lab")
@@ -67,7 +68,7 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 	for i := len(recs) - 1; i >= 0; i-- {
 		actions = append(actions, recs[i].Action)
 	}
-	want := []string{audit.ActionViewBody, audit.ActionReplay, audit.ActionReplay, audit.ActionCancel,
+	want := []string{audit.ActionViewBody, audit.ActionSearchBodies, audit.ActionReplay, audit.ActionReplay, audit.ActionCancel,
 		audit.ActionReload, audit.ActionMaintenanceRun}
 	if strings.Join(actions, ",") != strings.Join(want, ",") {
 		t.Fatalf("audited actions = %v, want %v", actions, want)
@@ -100,7 +101,7 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 	}
 
 	out := f.ok(t, "audit", "verify")
-	if !strings.Contains(out, "verified: 6 rows") {
+	if !strings.Contains(out, "verified: 7 rows") {
 		t.Fatalf("audit verify: %s", out)
 	}
 	table := f.ok(t, "audit", "list")

@@ -53,6 +53,9 @@ const (
 	ActionMaintenanceRun = "maintenance-run"
 	ActionKeysRotate     = "keys-rotate"
 	ActionViewBody       = "view-body"
+	// ActionSearchBodies is messages list --text: it reads bodies to
+	// match them.
+	ActionSearchBodies = "search-bodies"
 )
 
 // Outcomes. A failed action records OutcomeFailed with the error in the
