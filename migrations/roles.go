@@ -40,7 +40,7 @@ var contentColumns = map[string][]string{
 	"mefor_message":       {"raw"},
 	"mefor_work":          {"payload"},
 	"mefor_response":      {"body"},
-	"mefor_state":         {"value"},
+	"mefor_state":         {"key", "value", "key_sealed"},
 	"mefor_reference_row": {"value"},
 }
 

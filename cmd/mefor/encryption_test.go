@@ -112,7 +112,8 @@ func phiMessage(controlID, id, name string) []byte {
 		"PV1|1|I|3N^301^A\r")
 }
 
-// phiScript reshapes the message, keeps the last patient of each ward in
+// phiScript reshapes the message, keeps the last patient of each ward and
+// each patient's visit count (keyed by the patient id, as scripts do) in
 // transform state, translates the ward through a reference set, and fails
 // on one patient with an error that quotes them.
 const phiScript = `function transform(msg, ctx) {
@@ -121,8 +122,11 @@ const phiScript = `function transform(msg, ctx) {
   var ward = msg.get("PV1-3.1");
   var last = ctx.state.get("last-by-ward", ward);
   ctx.state.set("last-by-ward", ward, {patient: name, id: id});
+  var visits = (ctx.state.get("visits", id) || 0) + 1;
+  ctx.state.set("visits", id, visits);
   msg.set("PV1-3.1", ctx.lookup("wards", ward));
   msg.set("NTE-3", "previous " + (last ? last.patient : "none"));
+  msg.set("ZVC-1", String(visits));
 }`
 
 // phiNode writes the config for the traffic and runs a node with keys on

@@ -52,15 +52,40 @@ func TestKeyRotationWithNodesRunning(t *testing.T) {
 		t.Helper()
 		pollT(t, 60*time.Second, fmt.Sprintf("%d deliveries", want), func() bool { return len(partner.received()) >= want })
 	}
+	// One patient comes back in every phase: the script counts visits in
+	// state keyed by the patient id, so the count shows that state keys
+	// stay found across encryption being turned on and keys rotated.
+	visits := 0
+	visit := func() {
+		t.Helper()
+		visits++
+		before := len(partner.received())
+		sendMLLP(t, listen, phiMessage(fmt.Sprintf("V%d", visits), "PVISIT01", "RETURNING^PAT"))
+		pollT(t, 60*time.Second, "the visit's delivery", func() bool {
+			for _, m := range partner.received()[before:] {
+				if bytes.Contains(m, []byte(fmt.Sprintf("|V%d|", visits))) {
+					return true
+				}
+			}
+			return false
+		})
+		for _, m := range partner.received()[before:] {
+			if bytes.Contains(m, []byte(fmt.Sprintf("|V%d|", visits))) && !bytes.Contains(m, []byte(fmt.Sprintf("ZVC|%d", visits))) {
+				t.Fatalf("visit %d delivered with the wrong count (state key lost?):\n%q", visits, m)
+			}
+		}
+	}
 
 	// Plaintext, then k1.
 	stop := phiNode(t, db, "", listen, partner.addr)
 	sendSome(5)
 	delivered(5)
+	visit()
 	stop()
 	stop = phiNode(t, db, k1, listen, partner.addr)
 	sendSome(5)
-	delivered(10)
+	delivered(11)
+	visit()
 	stop()
 	if st := keysStatus(t, db, k1); st.ByKey[""] == 0 || st.ByKey["k1"] == 0 {
 		t.Fatalf("before rotation: %+v; want plaintext and k1 values", st.ByKey)
@@ -69,6 +94,7 @@ func TestKeyRotationWithNodesRunning(t *testing.T) {
 	// k2 active, k1 still readable: rotate while traffic flows.
 	ring := k2 + "," + k1
 	stop = phiNode(t, db, ring, listen, partner.addr)
+	visit()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	sent := make(chan int, 1)
@@ -109,13 +135,15 @@ func TestKeyRotationWithNodesRunning(t *testing.T) {
 	if st.Pending != 0 || st.ByKey["k1"] != 0 || st.ByKey[""] != 0 || len(st.Droppable) != 1 || st.Droppable[0] != "k1" {
 		t.Fatalf("after rotation: %+v; want everything under k2 and k1 droppable", st)
 	}
-	delivered(10 + during)
+	delivered(13 + during)
+	visit()
 	stop()
 
 	// k1 dropped: the node and the CLI read everything with k2 alone.
 	stop = phiNode(t, db, k2, listen, partner.addr)
 	sendSome(1)
-	delivered(10 + during + 1)
+	delivered(14 + during + 1)
+	visit()
 	for _, id := range []string{"1", "7"} { // a plaintext-era and a k1-era message
 		code, out, errs := cli(t, db.URL, k2, "messages", "show", id, "--body")
 		if code != 0 || !strings.Contains(out, "ROTA^PAT") || !strings.Contains(out, "filed for ROTA") {

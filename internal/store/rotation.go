@@ -36,7 +36,8 @@ const (
 	kindBytes sealKind = iota
 	kindText
 	kindJSON  // jsonb holding a JSON string when sealed
-	kindBlind // a blind index, made again from the message body
+	kindBlind    // a blind index, made again from the message body
+	kindStateKey // a state key's blind index, made again from its sealed copy
 )
 
 var (
@@ -55,6 +56,8 @@ var SealedColumns = []SealedColumn{
 	{Name: "mefor_work.payload", table: "mefor_work", column: "payload", seal: ColPayload, kind: kindBytes, pk: idKey, pkTypes: idTypes},
 	{Name: "mefor_response.body", table: "mefor_response", column: "body", seal: ColReply, kind: kindBytes, pk: idKey, pkTypes: idTypes},
 	{Name: "mefor_state.value", table: "mefor_state", column: "value", seal: ColState, kind: kindBytes,
+		pk: stateKey, pkTypes: []string{"text", "text"}},
+	{Name: "mefor_state.key", table: "mefor_state", column: "key", kind: kindStateKey,
 		pk: stateKey, pkTypes: []string{"text", "text"}},
 	{Name: "mefor_reference_row.value", table: "mefor_reference_row", column: "value", seal: ColReference, kind: kindJSON,
 		pk: refKey, pkTypes: []string{"text", "bigint", "text"}},
@@ -81,7 +84,7 @@ func (c SealedColumn) keyIDSQL() string {
 		p := crypt.TextPrefix()
 		return fmt.Sprintf(`CASE WHEN jsonb_typeof(%[1]s) = 'string' AND left(%[1]s #>> '{}', %[3]d) = '%[2]s'
 			THEN split_part(substr(%[1]s #>> '{}', %[3]d + 1), ':', 1) END`, v, p, len(p))
-	default:
+	default: // the blind indexes
 		p := crypt.BlindPrefix()
 		return fmt.Sprintf(`CASE WHEN left(%[1]s, %[3]d) = '%[2]s' THEN split_part(substr(%[1]s, %[3]d + 1), ':', 1) END`, v, p, len(p))
 	}
@@ -90,7 +93,7 @@ func (c SealedColumn) keyIDSQL() string {
 // present is the SQL condition of rows that hold a value in c.
 func (c SealedColumn) present() string {
 	cond := c.column + " IS NOT NULL"
-	if c.kind == kindText || c.kind == kindBlind {
+	if c.kind == kindText || c.kind == kindBlind || c.kind == kindStateKey {
 		cond += " AND " + c.column + " <> ''"
 	}
 	if c.only != "" {
@@ -157,6 +160,9 @@ func ResealBatch(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, c SealedColu
 	res := ResealResult{From: map[string]int{}}
 	if !kr.Enabled() {
 		return res, fmt.Errorf("rotate %s: no keys: set %s", c.Name, crypt.EnvKeys)
+	}
+	if c.kind == kindStateKey {
+		return ResealStateKeys(ctx, tx, kr, after, limit)
 	}
 	pk := strings.Join(c.pk, ", ")
 	where := []string{c.present(), c.pending(kr.ActiveID())}

@@ -41,6 +41,13 @@ END $$;
 CREATE TRIGGER mefor_audit_check_role BEFORE INSERT ON mefor_audit
     FOR EACH ROW EXECUTE FUNCTION mefor_audit_check_role();
 
+-- A transform state key can be a patient identifier (scripts choose them).
+-- With encryption on, mefor_state.key holds the key's keyed blind index and
+-- key_sealed the key itself, encrypted, so a key rotation can index it
+-- again under the new key. NULL: the key is stored as it is (encryption
+-- off).
+ALTER TABLE mefor_state ADD COLUMN key_sealed bytea;
+
 -- What each node seals content with, as it last recorded it at start: the
 -- active key id (NULL: encryption off) and the ids it can open. Key
 -- material never reaches the database. `mefor status` reads it to say
