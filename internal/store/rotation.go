@@ -35,7 +35,7 @@ type sealKind int
 const (
 	kindBytes sealKind = iota
 	kindText
-	kindJSON  // jsonb holding a JSON string when sealed
+	kindJSON     // jsonb holding a JSON string when sealed
 	kindBlind    // a blind index, made again from the message body
 	kindStateKey // a state key's blind index, made again from its sealed copy
 )
