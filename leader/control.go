@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/audit"
 )
 
 // ControlChannel is the NOTIFY channel operators' requests are announced on;
@@ -168,7 +170,12 @@ func (c *Control) answerStepdown(ctx context.Context, id int64, res StepdownResu
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Lease.FenceTimeout())
 	defer cancel()
-	_, err = c.Pool.Exec(ctx, `
+	tx, err := c.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("record stepdown answer: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = tx.Exec(ctx, `
 		WITH a AS (
 			INSERT INTO mefor_stepdown_audit (request_id, node_id, outcome, was_holder, released_at, reason)
 			VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
@@ -177,6 +184,14 @@ func (c *Control) answerStepdown(ctx context.Context, id int64, res StepdownResu
 		WHERE id = $1`,
 		id, c.NodeID, res.Outcome, res.WasHolder, res.ReleasedAt, res.Reason, body)
 	if err != nil {
+		return fmt.Errorf("record stepdown answer: %w", err)
+	}
+	err = audit.Append(ctx, tx, audit.Entry{Action: audit.ActionStepdown, Node: c.NodeID, Outcome: res.Outcome,
+		Target: map[string]any{"request_id": id, "was_holder": res.WasHolder, "released": res.ReleasedAt != nil}})
+	if err != nil {
+		return fmt.Errorf("record stepdown answer: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("record stepdown answer: %w", err)
 	}
 	return nil
@@ -196,14 +211,22 @@ func (c *Control) answer(ctx context.Context, id int64, out map[string]any) erro
 func SendRequest(ctx context.Context, pool *pgxpool.Pool, kind, target string) (int64, error) {
 	var id int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ($1, $2) RETURNING id`,
-			kind, target).Scan(&id); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ControlChannel, target)
+		var err error
+		id, err = SendRequestTx(ctx, tx, kind, target)
 		return err
 	})
-	if err != nil {
+	return id, err
+}
+
+// SendRequestTx is SendRequest in the caller's transaction (the node is
+// notified when it commits).
+func SendRequestTx(ctx context.Context, tx pgx.Tx, kind, target string) (int64, error) {
+	var id int64
+	if err := tx.QueryRow(ctx, `INSERT INTO mefor_control_request (kind, target_node) VALUES ($1, $2) RETURNING id`,
+		kind, target).Scan(&id); err != nil {
+		return 0, fmt.Errorf("send %s request to node %s: %w", kind, target, err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ControlChannel, target); err != nil {
 		return 0, fmt.Errorf("send %s request to node %s: %w", kind, target, err)
 	}
 	return id, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/leader"
 )
 
@@ -109,7 +110,14 @@ func RequestStepdown(ctx context.Context, pool *pgxpool.Pool, req StepdownReques
 			Reason: fmt.Sprintf("node %q is not a live node (see 'mefor nodes')", target)}, nil
 	}
 
-	id, err := leader.SendRequest(ctx, pool, leader.RequestKindStepdown, target)
+	var id int64
+	auditTarget := map[string]any{"node": target, "holder": holder}
+	err = audited(ctx, pool, pgx.TxOptions{}, audit.ActionStepdown, auditTarget, func(tx pgx.Tx) (string, error) {
+		var err error
+		id, err = leader.SendRequestTx(ctx, tx, leader.RequestKindStepdown, target)
+		auditTarget["request_id"] = id
+		return audit.OutcomeRequested, err
+	})
 	if err != nil {
 		return StepdownAnswer{}, err
 	}

@@ -9,12 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -101,7 +104,7 @@ func nextRun(s config.Schedule, last *store.MaintenanceRun, now time.Time) time.
 // MaintenanceQueue is what running a job by hand needs of a River client;
 // NewQueue's insert-only client satisfies it.
 type MaintenanceQueue interface {
-	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
 }
 
@@ -147,11 +150,22 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 			return res, err
 		}
 	}
-	ins, err := q.Insert(ctx, job.Args, nil)
+	target := map[string]any{"job": name}
+	err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionMaintenanceRun, target, func(tx pgx.Tx) (string, error) {
+		if err := migrations.RequireRole(ctx, tx, migrations.RoleAdmin, "running a maintenance job"); err != nil {
+			return "", err
+		}
+		ins, err := q.InsertTx(ctx, tx, job.Args, nil)
+		if err != nil {
+			return "", fmt.Errorf("enqueue %s: %w", name, err)
+		}
+		res.JobID, res.Joined, res.State = ins.Job.ID, ins.UniqueSkippedAsDuplicate, string(ins.Job.State)
+		target["job_id"], target["joined_running"] = res.JobID, res.Joined
+		return audit.OutcomeRequested, nil
+	})
 	if err != nil {
-		return res, fmt.Errorf("enqueue %s: %w", name, err)
+		return res, err
 	}
-	res.JobID, res.Joined, res.State = ins.Job.ID, ins.UniqueSkippedAsDuplicate, string(ins.Job.State)
 	if wait <= 0 {
 		return res, nil
 	}

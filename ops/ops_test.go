@@ -461,7 +461,7 @@ func TestShowMessage(t *testing.T) {
 	m := e.toOutbound("adt", lab)
 	e.deliver(lab, m)
 
-	v, err := ops.ShowMessage(e.ctx, e.db.Pool, m, false)
+	v, err := ops.ShowMessage(e.ctx, e.db.Pool, nil, m, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,14 +489,14 @@ func TestShowMessage(t *testing.T) {
 		t.Fatalf("events = %v, want %v", evs, want)
 	}
 
-	v, err = ops.ShowMessage(e.ctx, e.db.Pool, m, true)
+	v, err = ops.ShowMessage(e.ctx, e.db.Pool, nil, m, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(v.Message.Raw) == 0 || string(v.Replies[0].Body) != "MSH|ack" {
 		t.Fatalf("show --body: message %d bytes, reply %q", len(v.Message.Raw), v.Replies[0].Body)
 	}
-	if _, err := ops.ShowMessage(e.ctx, e.db.Pool, 424242, false); !errors.Is(err, store.ErrNotFound) {
+	if _, err := ops.ShowMessage(e.ctx, e.db.Pool, nil, 424242, false); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("show unknown: %v, want ErrNotFound", err)
 	}
 }

@@ -3,18 +3,43 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/audit"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/leader"
 )
 
-// ListMessages returns messages newest first (metadata only).
+// ListMessages returns messages newest first (metadata only). A search of
+// the bodies (f.Text) reads content, so it is audited like a body view: the
+// search and its audit row share one transaction. The row records that a
+// search ran and what it found, never the text searched for, which may be
+// a patient's name.
 func ListMessages(ctx context.Context, pool *pgxpool.Pool, f store.MessageFilter) ([]store.MessageSummary, error) {
-	return store.ListMessages(ctx, pool, f)
+	if f.Text == "" {
+		return store.ListMessages(ctx, pool, f)
+	}
+	var out []store.MessageSummary
+	target := map[string]any{"channel": f.Channel, "destination": f.Destination, "text_bytes": len(f.Text)}
+	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionSearchBodies, target,
+		func(tx pgx.Tx) (string, error) {
+			var err error
+			if out, err = store.ListMessages(ctx, tx, f); err != nil {
+				return "", err
+			}
+			ids := make([]int64, len(out))
+			for i, m := range out {
+				ids[i] = m.ID
+			}
+			target["message_ids"] = ids
+			return "", nil
+		})
+	return out, err
 }
 
 // MessageView is everything `messages show` presents about one message.
@@ -35,9 +60,16 @@ type MessageView struct {
 // timeline and origin (file, parent, replies routed in), all from one
 // snapshot. Bodies (the message's and the replies')
 // are read only when withBody is set. An unknown id wraps store.ErrNotFound.
-func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody bool) (*MessageView, error) {
+//
+// Reading bodies is audited: the reads and the audit row share one
+// transaction, so no body is returned unless its viewing was recorded.
+//
+// kr opens what was sealed: the bodies (an error naming the key when one
+// does not open, never its ciphertext) and the error and event texts (a
+// note in their place when they do not open).
+func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id int64, withBody bool) (*MessageView, error) {
 	var v MessageView
-	err := readTx(ctx, pool, func(tx pgx.Tx) error {
+	read := func(tx pgx.Tx) error {
 		var err error
 		if v.Message, err = store.GetMessage(ctx, tx, id, withBody); err != nil {
 			return err
@@ -58,11 +90,60 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, id int64, withBody boo
 		}
 		v.Origin, err = store.MessageOrigin(ctx, tx, id)
 		return err
-	})
+	}
+	var err error
+	if withBody {
+		target := map[string]any{"message_id": id}
+		err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewBody, target,
+			func(tx pgx.Tx) (string, error) {
+				if err := read(tx); err != nil {
+					return "", err
+				}
+				target["replies"] = len(v.Replies)
+				return "", nil
+			})
+	} else {
+		err = readTx(ctx, pool, read)
+	}
 	if err != nil {
 		return nil, err
 	}
+	if err := openView(kr, &v); err != nil {
+		return nil, err
+	}
 	return &v, nil
+}
+
+// openView opens the sealed parts of a message view in place.
+func openView(kr *crypt.Keyring, v *MessageView) error {
+	var err error
+	v.Message.Error = store.OpenText(kr, v.Message.Error)
+	for i := range v.Work {
+		v.Work[i].LastError = store.OpenText(kr, v.Work[i].LastError)
+	}
+	for i := range v.Events {
+		v.Events[i].Detail = store.OpenText(kr, v.Events[i].Detail)
+	}
+	if p := v.Origin.Parent; p != nil {
+		p.Error = store.OpenText(kr, p.Error)
+	}
+	for i := range v.Origin.Replies {
+		v.Origin.Replies[i].Error = store.OpenText(kr, v.Origin.Replies[i].Error)
+	}
+	if v.Message.Raw, err = kr.Open(store.ColRaw, v.Message.Raw); err != nil {
+		return fmt.Errorf("message %d: %w", v.Message.ID, err)
+	}
+	for i := range v.Replies {
+		if v.Replies[i].Body, err = kr.Open(store.ColReply, v.Replies[i].Body); err != nil {
+			return fmt.Errorf("message %d, reply %d: %w", v.Message.ID, v.Replies[i].ID, err)
+		}
+	}
+	for i := range v.Outbound {
+		if v.Outbound[i].Payload, err = kr.Open(store.ColPayload, v.Outbound[i].Payload); err != nil {
+			return fmt.Errorf("message %d, row %d: %w", v.Message.ID, v.Outbound[i].WorkID, err)
+		}
+	}
+	return nil
 }
 
 // FindMessage resolves what an operator typed to name a message: a
@@ -103,8 +184,14 @@ func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]store.Alert, error) 
 }
 
 // ListDead returns dead rows of every stage, most recently dead first.
-func ListDead(ctx context.Context, pool *pgxpool.Pool, f store.DeadFilter) ([]store.DeadRow, error) {
-	return store.ListDead(ctx, pool, f)
+//
+// Their errors are opened with kr.
+func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f store.DeadFilter) ([]store.DeadRow, error) {
+	rows, err := store.ListDead(ctx, pool, f)
+	for i := range rows {
+		rows[i].LastError = store.OpenText(kr, rows[i].LastError)
+	}
+	return rows, err
 }
 
 // Status returns the per-channel and per-destination counts from one
@@ -131,7 +218,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		if err != nil {
 			return err
 		}
-		st.Transport, err = store.ReadTransportStatus(ctx, tx)
+		if st.Transport, err = store.ReadTransportStatus(ctx, tx); err != nil {
+			return err
+		}
+		st.Encryption, err = store.ReadEncryptionStatus(ctx, tx)
 		return err
 	})
 	return st, err

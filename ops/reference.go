@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/reference"
 	"github.com/mefor/mefor/internal/store"
 )
@@ -58,7 +59,7 @@ type ReferenceSetDetail struct {
 
 // ShowReferenceSet returns set name of cfg and up to limit rows of its live
 // snapshot in key order, or only the row of key when key is not empty.
-func ShowReferenceSet(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, name, key string, limit int) (*ReferenceSetDetail, error) {
+func ShowReferenceSet(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, cfg *config.Config, name, key string, limit int) (*ReferenceSetDetail, error) {
 	if err := knownSet(cfg, name); err != nil {
 		return nil, err
 	}
@@ -73,7 +74,7 @@ func ShowReferenceSet(ctx context.Context, pool *pgxpool.Pool, cfg *config.Confi
 	if d.Version == 0 {
 		return d, nil
 	}
-	version, snap, err := store.LoadReferenceSnapshot(ctx, pool, name)
+	version, snap, err := store.LoadReferenceSnapshot(ctx, pool, kr, name)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/leader"
 )
@@ -17,7 +18,15 @@ import (
 // nodes. by says who asked, for `mefor status`. cfg must come from
 // config.Load: an invalid file is never announced.
 func BumpConfig(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, by string) (int64, error) {
-	return leader.BumpClusterConfig(ctx, pool, cfg.Hash(), by)
+	var v int64
+	target := map[string]any{"config_hash": cfg.Hash(), "file": cfg.File}
+	err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionReload, target, func(tx pgx.Tx) (string, error) {
+		var err error
+		v, err = leader.BumpClusterConfig(ctx, tx, cfg.Hash(), by)
+		target["version"] = v
+		return audit.OutcomeRequested, err
+	})
+	return v, err
 }
 
 // ConfigStatus returns the cluster config version and each node's applied

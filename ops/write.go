@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/store"
 )
 
@@ -25,12 +26,14 @@ const DefaultBatchSize = 500
 // lane's snoozed drainer is woken in the same transaction.
 func Replay(ctx context.Context, pool *pgxpool.Pool, q Queue, messageID int64) (store.ReplayResult, error) {
 	var res store.ReplayResult
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	target := map[string]any{"message_id": messageID}
+	err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionReplay, target, func(tx pgx.Tx) (string, error) {
 		var err error
 		if res, err = store.ReplayMessage(ctx, tx, q, messageID); err != nil {
-			return err
+			return "", err
 		}
-		return wake(ctx, tx, q, res.Expedited)
+		target["mode"], target["rows"], target["status"] = res.Mode, res.Rows, res.Status
+		return "", wake(ctx, tx, q, res.Expedited)
 	})
 	return res, err
 }
@@ -107,10 +110,14 @@ func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.DeadFi
 	}
 	return runBulk(ctx, &res, opt, func(after int64) (store.BatchResult, error) {
 		var b store.BatchResult
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		target := map[string]any{"channel": f.Channel, "destination": f.Destination, "after_work_id": after,
+			"up_to_work_id": upTo, "matched": res.Matched}
+		err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionReplayDead, target, func(tx pgx.Tx) (string, error) {
 			var err error
-			b, err = store.ReplayDeadBatch(ctx, tx, q, f, after, upTo, opt.batch())
-			return err
+			if b, err = store.ReplayDeadBatch(ctx, tx, q, f, after, upTo, opt.batch()); err != nil {
+				return "", err
+			}
+			return addBatch(target, b), nil
 		})
 		return b, err
 	})
@@ -154,12 +161,15 @@ func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilt
 			return b, nil
 		}
 		batches++
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		target := map[string]any{"channel": f.Channel, "destination": f.Destination, "top": f.Top,
+			"after_work_id": after, "up_to_work_id": upTo, "matched": res.Matched}
+		err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionCancel, target, func(tx pgx.Tx) (string, error) {
 			var err error
 			if b, err = store.CancelBatch(ctx, tx, f, after, upTo, limit); err != nil {
-				return err
+				return "", err
 			}
-			return wake(ctx, tx, q, b.Lanes)
+			target["marked"] = len(b.Marked)
+			return addBatch(target, b), wake(ctx, tx, q, b.Lanes)
 		})
 		marked = append(marked, b.Marked...)
 		return b, err
@@ -184,12 +194,16 @@ func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int6
 		}
 		if len(lanes) > 0 {
 			var b store.BatchResult
-			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			target := map[string]any{"lanes": lanes, "marked_rows": "idle"}
+			err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionCancel, target, func(tx pgx.Tx) (string, error) {
 				var err error
 				if b, err = store.CancelMarkedIdle(ctx, tx, lanes); err != nil {
-					return err
+					return "", err
 				}
-				return wake(ctx, tx, q, b.Lanes)
+				if b.Rows == 0 {
+					return noAudit, wake(ctx, tx, q, b.Lanes)
+				}
+				return addBatch(target, b), wake(ctx, tx, q, b.Lanes)
 			})
 			if err != nil {
 				return err
@@ -220,6 +234,20 @@ func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int6
 	res.DeadMessages, res.Dead = ended[store.WorkDead], len(ended[store.WorkDead])
 	res.InFlightMessages, res.InFlight = ended[store.WorkPending], len(ended[store.WorkPending])
 	return nil
+}
+
+// addBatch adds what a bulk batch changed to its audit target, and returns
+// the outcome to record: noAudit for the empty batch that ends a run.
+func addBatch(target map[string]any, b store.BatchResult) string {
+	if b.Seen == 0 {
+		return noAudit
+	}
+	target["rows"], target["messages"] = b.Rows, b.Messages
+	if b.Skipped > 0 {
+		target["skipped"] = b.Skipped
+	}
+	target["last_work_id"] = b.LastID
+	return ""
 }
 
 func countDistinct(ids []int64) int {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/metrics"
@@ -100,11 +101,18 @@ type Deps struct {
 	// Metrics counts delivery attempts, dead letters and maintenance runs;
 	// nil counts nothing.
 	Metrics *metrics.Metrics
+	// Keys opens the content drainers read and seals what they write; nil
+	// means encryption is off.
+	Keys *crypt.Keyring
 }
 
 // unknownRetry is how long a lane whose head this node does not know is
 // left to the other nodes before this node looks at it again.
 const unknownRetry = time.Second
+
+// unopenedRetry is how often a lane whose head does not open (its key is
+// not in this node's keyring) looks again.
+const unopenedRetry = 5 * time.Second
 
 // heldRetry is how often a lane held behind the lanes of its destination's
 // previous ordering looks again.

@@ -43,7 +43,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
 	}
 	r := &run{
-		ex:   drainer.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt},
+		ex:   drainer.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt, Keys: d.Keys},
 		ins:  river.ClientFromContext[pgx.Tx](ctx),
 		lane: lane,
 	}
@@ -71,6 +71,13 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		rows, err := drainer.PendingRows(ctx, d.Pool, lane, lim.Batch)
 		if err != nil {
 			return err
+		}
+		if err := drainer.OpenBodies(d.Keys, rows); err != nil {
+			// Nothing is handed on or sent from a value that did not open:
+			// the lane waits, looking again every few seconds, until the
+			// node has the key (or the value is dealt with).
+			d.Logger.ErrorContext(ctx, "lane held: a stored value does not open", "lane", lane, "error", err)
+			return r.snooze(ctx, unopenedRetry)
 		}
 		if len(rows) == 0 {
 			if d.linger(ctx, lane, deadline, woken) {

@@ -97,7 +97,7 @@ func (d *Deps) holdHead(ctx context.Context, ex drainer.Execution, row drainer.R
 		for i, r := range read.Reads {
 			keys[i] = r.Key
 		}
-		current, err := store.LoadState(ctx, d.Pool, keys)
+		current, err := store.LoadState(ctx, d.Pool, d.Keys, keys)
 		if err != nil {
 			return 0, err
 		}

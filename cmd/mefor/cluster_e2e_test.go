@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 )
@@ -485,6 +487,22 @@ func TestStepdownMovesListeners(t *testing.T) {
 	c.waitAcked(tr, 30, 30*time.Second)
 	c.checkDelivered(tr, 60*time.Second)
 	c.assertNoOverlap()
+
+	// Each request is audited by the CLI, each answer by the node that gave it.
+	recs, err := audit.List(context.Background(), c.db.Pool, audit.Filter{Action: audit.ActionStepdown})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := len(recs) - 1; i >= 0; i-- {
+		got = append(got, recs[i].Node+":"+recs[i].Outcome)
+	}
+	slices.Sort(got)
+	want := []string{":requested", ":requested", ":requested", a.id + ":released", b.id + ":not-holder", b.id + ":released"}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("stepdown audit rows (node:outcome) = %v, want %v", got, want)
+	}
 }
 
 // cutOffSessionsBlockLanes was the switch for a gap now closed: a node cut

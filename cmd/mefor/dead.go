@@ -46,12 +46,16 @@ func (c *deadListCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Limit <= 0 {
 		return errors.New("--limit must be at least 1")
 	}
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	rows, err := ops.ListDead(ctx, pool, store.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
+	rows, err := ops.ListDead(ctx, pool, kr, store.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
 	if err != nil {
 		return err
 	}

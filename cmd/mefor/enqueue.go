@@ -58,6 +58,10 @@ func (c *enqueueCmd) Run(ctx context.Context, g *Globals) error {
 	if len(msgs) == 0 {
 		return errors.New("no HL7 messages found in the input (a message starts with a segment beginning MSH)")
 	}
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
@@ -68,7 +72,7 @@ func (c *enqueueCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("create River client: %w", err)
 	}
-	intake := &engine.Intake{Pool: pool, Inserter: client, Logger: g.logger}
+	intake := &engine.Intake{Pool: pool, Inserter: client, Logger: g.logger, Keys: kr}
 
 	var out []enqueued
 	bad := 0

@@ -42,6 +42,8 @@ type CLI struct {
 
 	Maintenance maintenanceCmd `cmd:"" help:"List the scheduled maintenance jobs (reclaim, retention, reference syncs) or run one now."`
 	Reference   referenceCmd   `cmd:"" help:"List reference sets (code-mapping tables), show one's rows, or sync one from its source now."`
+	Audit       auditCmd       `cmd:"" help:"List audited operator actions, verify the audit log's hash chain, or print its anchor."`
+	Keys        keysCmd        `cmd:"" help:"Encryption at rest: values under each key (keys status), re-encrypt under the active key (keys rotate)."`
 	Alerts      alertsCmd      `cmd:"" help:"List mefor's own alert rules: state, since when, last notification."`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
@@ -58,6 +60,8 @@ type Globals struct {
 	logger *slog.Logger
 	stdout io.Writer
 	stderr io.Writer
+	// lookupEnv reads the environment (os.LookupEnv unless a test sets it).
+	lookupEnv func(string) (string, bool)
 }
 
 // exitError carries a specific exit code up to main.
@@ -74,6 +78,13 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	return runEnv(args, stdout, stderr, os.LookupEnv)
+}
+
+// runEnv is run reading the variables only mefor itself reads (such as
+// MEFOR_ENCRYPTION_KEYS) through lookupEnv, so tests can give each
+// in-process run its own.
+func runEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	var cli CLI
 	parser, err := kong.New(&cli,
 		kong.Name("mefor"),
@@ -95,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 
-	cli.Globals.stdout, cli.Globals.stderr = stdout, stderr
+	cli.Globals.stdout, cli.Globals.stderr, cli.Globals.lookupEnv = stdout, stderr, lookupEnv
 	cli.Globals.logger = newLogger(stderr, cli.LogLevel, cli.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -106,6 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	err = explainDenied(kctx, &cli.Globals, err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {

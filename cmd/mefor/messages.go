@@ -82,6 +82,10 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
 		return fmt.Errorf("--since (%s) must be before --until (%s)", since.Format(time.RFC3339), until.Format(time.RFC3339))
 	}
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
@@ -89,7 +93,7 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	defer pool.Close()
 	msgs, err := ops.ListMessages(ctx, pool, store.MessageFilter{
 		Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
-		Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit,
+		Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit, Keys: kr,
 	})
 	if err != nil {
 		return err
@@ -173,6 +177,10 @@ type replyJSON struct {
 }
 
 func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
@@ -195,7 +203,7 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(g.stderr, "note: %q is message %d's id; %d other message(s) have it as control id (mefor messages list --control-id %s)\n",
 			c.ID, id, len(also), c.ID)
 	}
-	v, err := ops.ShowMessage(ctx, pool, id, c.Body)
+	v, err := ops.ShowMessage(ctx, pool, kr, id, c.Body)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("message %d not found", id)
 	}

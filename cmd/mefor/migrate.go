@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/mefor/mefor/migrations"
@@ -16,6 +17,14 @@ type migrateCmd struct {
 func (c *migrateCmd) Help() string {
 	return `Applies River's migrations and mefor's own, in one transaction under an advisory
 lock: safe to run on every node at start-up, and a no-op when up to date.
+
+It also sets up the database roles that control who may do what (see the
+README, "Database roles"): it creates the NOLOGIN roles mefor_reader,
+mefor_operator and mefor_admin if they do not exist (this needs CREATEROLE or
+a superuser the first time), grants them their privileges in this database,
+and makes mefor_admin the owner of mefor's tables so that any admin can run
+later migrations. Grant a role to a login role with, e.g.:
+  GRANT mefor_operator TO alice;
 
 Examples:
   mefor migrate --database-url 'postgres://mefor:secret@db.example.org:5432/mefor?sslmode=verify-full&sslrootcert=/etc/mefor/tls/db-ca.crt'
@@ -53,13 +62,30 @@ func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	roles, err := migrations.ApplyRoles(ctx, pool, g.logger)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
-		return writeJSON(g.stdout, res)
+		return writeJSON(g.stdout, struct {
+			*migrations.Result
+			*migrations.RolesResult
+		}{res, roles})
 	}
 	if len(res.River)+len(res.Mefor) == 0 {
 		fmt.Fprintln(g.stdout, "database is up to date")
-		return nil
+	} else {
+		fmt.Fprintf(g.stdout, "applied %d River and %d mefor migrations\n", len(res.River), len(res.Mefor))
 	}
-	fmt.Fprintf(g.stdout, "applied %d River and %d mefor migrations\n", len(res.River), len(res.Mefor))
+	if len(roles.Created) > 0 {
+		fmt.Fprintf(g.stdout, "created roles %s\n", strings.Join(roles.Created, ", "))
+	}
+	if roles.Owned > 0 {
+		fmt.Fprintf(g.stdout, "%s now owns %d tables, sequences, types and functions\n", migrations.RoleAdmin, roles.Owned)
+	}
+	if roles.OwnerSkipped != "" {
+		fmt.Fprintf(g.stderr, "mefor: warning: %s does not own mefor's tables, so admins cannot migrate: %s\n",
+			migrations.RoleAdmin, roles.OwnerSkipped)
+	}
 	return nil
 }

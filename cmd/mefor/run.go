@@ -64,6 +64,10 @@ Examples:
 }
 
 func (c *runCmd) Run(ctx context.Context, g *Globals) error {
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
 	cfg, err := config.Load(c.Config)
 	if err != nil {
 		return err
@@ -84,6 +88,9 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		if _, err := migrations.Migrate(ctx, pool, g.logger); err != nil {
 			return err
 		}
+		if _, err := migrations.ApplyRoles(ctx, pool, g.logger); err != nil {
+			return err
+		}
 	} else if pending, err := migrations.Pending(ctx, pool); err != nil {
 		return err
 	} else if pending {
@@ -91,9 +98,14 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 
 	logger := g.logger.With("node", nodeID)
+	if kr.Enabled() {
+		logger.Info("encryption at rest on", "active_key", kr.ActiveID(), "keys", kr)
+	} else {
+		logger.Warn("encryption at rest off: message content is stored in plaintext (set MEFOR_ENCRYPTION_KEYS)")
+	}
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
-		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval,
+		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr,
 	})
 	if err != nil {
 		return err

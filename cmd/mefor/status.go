@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
@@ -14,6 +15,8 @@ import (
 
 type statusCmd struct {
 	JSON bool `name:"json" help:"Print JSON instead of tables."`
+
+	keys *crypt.Keyring // this command's MEFOR_ENCRYPTION_KEYS
 }
 
 func (c *statusCmd) Help() string {
@@ -45,6 +48,11 @@ Examples:
 }
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
+	kr, err := g.keyring()
+	if err != nil {
+		return err
+	}
+	c.keys = kr
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
@@ -102,7 +110,11 @@ func (c *statusCmd) printTail(w io.Writer, st *store.Status) error {
 	if err := printConfigStatus(w, st.Config); err != nil {
 		return err
 	}
-	return printTransport(w, st.Transport, st.At)
+	if err := printTransport(w, st.Transport, st.At); err != nil {
+		return err
+	}
+	printEncryption(w, st.Encryption, c.keys)
+	return nil
 }
 
 // fmtAge prints an age in seconds the way an operator reads it: "-" for

@@ -75,6 +75,13 @@ func RecordCrash(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Attemp
 
 func recordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Attempt, delivered bool, backoff time.Duration, dead bool, dueBy *time.Time) (Recorded, error) {
 	h := newHandoff(ex)
+	// The partner's reply can quote the message, and so can an error; the
+	// ack code and outcome are metadata. A reply routed back in is sealed
+	// again for the message column it is stored in.
+	plainReply := a.Reply
+	a.Reply = ex.Keys.Seal(store.ColReply, a.Reply)
+	a.Error = ex.Keys.SealString(store.ColError, a.Error)
+	a.DeadReason = ex.Keys.SealString(store.ColError, a.DeadReason)
 	var res Recorded
 	var n int
 	count := func(r pgx.Row) error { return r.Scan(&n) }
@@ -99,7 +106,7 @@ func recordAttempt(ctx context.Context, tx pgx.Tx, ex Execution, row Row, a Atte
 			)
 			SELECT count(*) FROM w`, row.ID, row.Destination, a.Outcome, a.AckCode, a.Reply).QueryRow(count)
 		if reply {
-			act = queueReply(h, row, a)
+			act = queueReply(h, row, a, plainReply)
 		}
 		h.finalize = append(h.finalize, row.MessageID)
 	} else {

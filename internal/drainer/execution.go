@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
@@ -31,12 +32,25 @@ var ErrNodeNotAlive = errors.New("this node's heartbeat is too old to go on serv
 type Execution struct {
 	JobID       int64
 	AttemptedAt time.Time
+	// Keys seals the content the execution's hand-offs and delivery
+	// records write (payloads, replies, errors, transform state); nil
+	// writes it in clear (encryption off).
+	Keys *crypt.Keyring
 }
 
 // NoFence is the execution of callers that are not drainers (operator
 // tools, tests): their hand-offs skip the fence check. A drainer always
 // passes its own execution.
 var NoFence = Execution{}
+
+// WithKeys returns ex sealing with kr.
+func (ex Execution) WithKeys(kr *crypt.Keyring) Execution {
+	ex.Keys = kr
+	return ex
+}
+
+// unfenced reports whether ex is NoFence (with or without keys).
+func (ex Execution) unfenced() bool { return ex.JobID == 0 && ex.AttemptedAt.IsZero() }
 
 // Fence checks, inside tx, that ex is still the running execution of its
 // job, and locks that river_job row until tx ends so a rescue cannot slip in
@@ -73,11 +87,13 @@ type handoff struct {
 	// checks run after the batch, once the fence held; an error rolls the
 	// hand-off back (transform state: state.go).
 	checks []func() error
+	// keys seals what the hand-off writes.
+	keys *crypt.Keyring
 }
 
 func newHandoff(ex Execution) *handoff {
-	h := &handoff{}
-	if ex == NoFence {
+	h := &handoff{keys: ex.Keys}
+	if ex.unfenced() {
 		h.fenced = true
 		return h
 	}
@@ -100,7 +116,11 @@ func (h *handoff) deadLetter(rows []Row, reasons []string) {
 		ids[i] = r.ID
 		h.finalize = append(h.finalize, r.MessageID)
 	}
-	store.QueueDeadLetter(&h.b, ids, reasons)
+	sealed := make([]string, len(reasons))
+	for i, r := range reasons {
+		sealed[i] = h.keys.SealString(store.ColError, r)
+	}
+	store.QueueDeadLetter(&h.b, ids, sealed)
 }
 
 // run sends the batch, checks the fence, finalizes and activates lanes.

@@ -181,7 +181,8 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 		for _, o := range d.Outs {
 			oWork = append(oWork, row.ID)
 			oLane, oChan, oRoute = append(oLane, o.Lane), append(oChan, row.Channel), append(oRoute, row.Route)
-			oHandler, oDest, oPayload = append(oHandler, row.Handler), append(oDest, o.Destination), append(oPayload, o.Payload)
+			oHandler, oDest = append(oHandler, row.Handler), append(oDest, o.Destination)
+			oPayload = append(oPayload, h.keys.Seal(store.ColPayload, o.Payload))
 			lanes = append(lanes, o.Lane)
 		}
 		ev := store.EventTransformed

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/store"
 )
 
 // RecordHold records that a routed row at the head of its lane could not be
@@ -14,7 +16,7 @@ import (
 // when to try again. The row stays pending, holding its lane. It checks ex's
 // fence first, in tx.
 func RecordHold(ctx context.Context, tx pgx.Tx, ex Execution, row Row, reason string, retryIn time.Duration) error {
-	if ex != NoFence {
+	if !ex.unfenced() {
 		if err := Fence(ctx, tx, ex); err != nil {
 			return err
 		}
@@ -23,7 +25,7 @@ func RecordHold(ctx context.Context, tx pgx.Tx, ex Execution, row Row, reason st
 		UPDATE mefor_work SET attempts = attempts + 1, last_error = $2,
 			next_attempt_at = clock_timestamp() + make_interval(secs => $3::float8),
 			updated_at = clock_timestamp()
-		WHERE id = $1 AND status = 'pending'`, row.ID, reason, retryIn.Seconds())
+		WHERE id = $1 AND status = 'pending'`, row.ID, ex.Keys.SealString(store.ColError, reason), retryIn.Seconds())
 	if err != nil {
 		return fmt.Errorf("record hold of row %d: %w", row.ID, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
@@ -37,8 +38,12 @@ type Row struct {
 	// the database clock so that nodes with skewed clocks agree.
 	DueIn time.Duration
 	// Body is what the stage works on: the stored message for ingress and
-	// routed rows, the transformed message for outbound rows.
+	// routed rows, the transformed message for outbound rows. PendingRows
+	// returns it as stored; OpenBodies opens it.
 	Body []byte
+	// BodyColumn is where Body was read from (the message's raw body or
+	// the row's payload), which its seal is bound to.
+	BodyColumn crypt.Column
 	// ControlID and MessageType come from the message, for file names and logs.
 	ControlID   string
 	MessageType string
@@ -55,7 +60,7 @@ func PendingRows(ctx context.Context, q store.DBTX, lane string, limit int) ([]R
 			w.attempts, w.cancel_requested_at IS NOT NULL,
 			w.seq > coalesce(b.seq, w.seq),
 			greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
-			coalesce(w.payload, m.raw, ''::bytea),
+			coalesce(w.payload, m.raw, ''::bytea), w.payload IS NOT NULL,
 			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
 		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
 		LEFT JOIN (`+layoutBarrierSQL+`) b ON $3
@@ -68,16 +73,36 @@ func PendingRows(ctx context.Context, q store.DBTX, lane string, limit int) ([]R
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		var w Row
 		var dueIn float64
+		var fromPayload bool
 		err := r.Scan(&w.ID, &w.MessageID, &w.Stage, &w.Lane, &w.Seq, &w.Channel,
 			&w.Route, &w.Handler, &w.Destination, &w.Attempts, &w.CancelRequested, &w.Held, &dueIn, &w.Body,
-			&w.ControlID, &w.MessageType, &w.ReceivedAt)
+			&fromPayload, &w.ControlID, &w.MessageType, &w.ReceivedAt)
 		w.DueIn = time.Duration(dueIn * float64(time.Second))
+		w.BodyColumn = store.ColRaw
+		if fromPayload {
+			w.BodyColumn = store.ColPayload
+		}
 		return w, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}
 	return out, nil
+}
+
+// OpenBodies opens the bodies of rows read by PendingRows, in place. A body
+// that does not open (its key is missing, it was altered) fails the whole
+// batch with an error naming the row and the key: nothing is ever handed
+// on or sent from a value that did not open.
+func OpenBodies(kr *crypt.Keyring, rows []Row) error {
+	for i := range rows {
+		body, err := kr.Open(rows[i].BodyColumn, rows[i].Body)
+		if err != nil {
+			return fmt.Errorf("row %d of message %d: %w", rows[i].ID, rows[i].MessageID, err)
+		}
+		rows[i].Body = body
+	}
+	return nil
 }
 
 // layoutBarrierSQL is the lowest pending seq in the lanes of lane $1's

@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -46,7 +47,7 @@ func queueReplyLock(h *handoff, rt *ReplyRoute) {
 // its current attempt that no reply message links to yet, so a record that
 // found the row no longer pending produces nothing, and none is produced
 // twice.
-func queueReply(h *handoff, row Row, a Attempt) *jobs.Activation {
+func queueReply(h *handoff, row Row, a Attempt, reply []byte) *jobs.Activation {
 	rt := a.ReplyTo
 	const delivery = `
 		WITH w AS (
@@ -61,7 +62,7 @@ func queueReply(h *handoff, row Row, a Attempt) *jobs.Activation {
 		h.b.Queue(delivery+`
 			INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
 			SELECT message_id, $4, id, $2, format('reply of %s bytes not routed to channel %s: %s', $3::int, $5::text, $6::text) FROM w`,
-			row.ID, row.Destination, len(a.Reply), EventReplied, rt.Channel, rt.NotHL7)
+			row.ID, row.Destination, len(reply), EventReplied, rt.Channel, h.keys.SealString(store.ColError, rt.NotHL7))
 		return nil
 	}
 	lane := jobs.IngressLane(rt.Channel)
@@ -72,7 +73,7 @@ func queueReply(h *handoff, row Row, a Attempt) *jobs.Activation {
 			INSERT INTO mefor_message (channel, source, control_id, message_type, trigger_event, sending_app,
 				sending_facility, size, raw, status, error, parent_id, parent_response_id, reply_depth)
 			SELECT $3, $7, NULLIF($8, ''), NULLIF($9, ''), NULLIF($10, ''), NULLIF($11, ''), NULLIF($12, ''),
-				length($6::bytea), $6::bytea,
+				$14::int, $6::bytea,
 				CASE WHEN p.over THEN 'error' ELSE 'received' END,
 				CASE WHEN p.over THEN format('reply %s deep, past reply_depth_limit %s of destination %s: recorded, not routed (a loop of replies?)',
 					p.depth, $5::int, $2::text) END,
@@ -97,7 +98,7 @@ func queueReply(h *handoff, row Row, a Attempt) *jobs.Activation {
 		)
 		INSERT INTO mefor_work (message_id, stage, lane, channel)
 		SELECT id, 'ingress', $4, $3 FROM m WHERE status = 'received'`,
-		row.ID, row.Destination, rt.Channel, lane, rt.MaxDepth, a.Reply, SourceReply,
-		rt.ControlID, rt.MessageType, rt.TriggerEvent, rt.SendingApp, rt.SendingFacility, EventReplied)
+		row.ID, row.Destination, rt.Channel, lane, rt.MaxDepth, h.keys.Seal(store.ColRaw, reply), SourceReply,
+		rt.ControlID, rt.MessageType, rt.TriggerEvent, rt.SendingApp, rt.SendingFacility, EventReplied, len(reply))
 	return jobs.QueueActivation(&h.b, []string{lane})
 }

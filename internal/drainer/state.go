@@ -3,12 +3,12 @@ package drainer
 import (
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/state"
+	"github.com/mefor/mefor/internal/store"
 )
 
 // Transform state in the hand-off (see package state for the model).
@@ -28,9 +28,6 @@ import (
 //
 // When a check fails, TransformBatch returns a *StateConflict and the
 // caller's transaction rolls back with everything queued.
-
-// stateLockClass keys the per-key advisory locks of state writes.
-const stateLockClass int32 = 0x6d73 // "ms"
 
 // StateConflict means a transform read state that another hand-off changed
 // before this one committed, or a row of the batch was no longer pending.
@@ -102,36 +99,44 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 	// 1. Locks, on every key read or written.
 	locks := make([]int32, 0, len(readOrder)+len(s.order))
 	for _, k := range readOrder {
-		locks = append(locks, stateLockKey(k))
+		locks = append(locks, store.StateLockKey(k))
 	}
 	for _, k := range s.order {
-		locks = append(locks, stateLockKey(k))
+		locks = append(locks, store.StateLockKey(k))
 	}
 	slices.Sort(locks)
 	locks = slices.Compact(locks)
 	h.b.Queue(`SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) WITH ORDINALITY AS u(k, n) ORDER BY n`,
-		stateLockClass, locks)
+		store.StateLockClass, locks)
 
-	// 2. Every version read is still the committed one.
+	// 2. Every version read is still the committed one, each key looked
+	// up under every form it may be stored in (store.StateKeyForms).
 	if len(readOrder) > 0 {
-		ns, keys, vers := make([]string, len(readOrder)), make([]string, len(readOrder)), make([]int64, len(readOrder))
+		vers := make([]int64, len(readOrder))
 		for i, k := range readOrder {
-			ns[i], keys[i], vers[i] = k.Namespace, k.Key, reads[k]
+			vers[i] = reads[k]
 		}
+		l := store.LookupKeys(h.keys, readOrder)
 		h.b.Queue(`
-			SELECT u.ns, u.k, s.value, coalesce(s.version, 0)
-			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(ns, k, v)
-			LEFT JOIN mefor_state s ON s.namespace = u.ns AND s.key = u.k
-			WHERE coalesce(s.version, 0) <> u.v`, ns, keys, vers).Query(func(rows pgx.Rows) error {
+			WITH `+store.StateLookupSQL(1)+`
+			SELECT r.ord, f.value, coalesce(f.version, 0)
+			FROM unnest($4::bigint[]) WITH ORDINALITY AS r(v, ord)
+			LEFT JOIN found f ON f.ord = r.ord
+			WHERE coalesce(f.version, 0) <> r.v`, l.NS, l.Forms, l.Ord, vers).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				var k state.Key
+				var ord int64
 				var e state.Entry
 				var value []byte
-				if err := rows.Scan(&k.Namespace, &k.Key, &value, &e.Version); err != nil {
+				if err := rows.Scan(&ord, &value, &e.Version); err != nil {
 					return err
 				}
+				k := readOrder[ord-1]
 				if e.Version != 0 {
-					e.Value = json.RawMessage(value)
+					plain, err := h.keys.Open(store.ColState, value)
+					if err != nil {
+						return fmt.Errorf("transform state %s: %w", k, err)
+					}
+					e.Value = json.RawMessage(plain)
 				}
 				if s.conflict == nil {
 					s.conflict = &StateConflict{Current: map[state.Key]state.Entry{}}
@@ -152,8 +157,9 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 
 	// 4. The writes.
 	var setNS, setKey, delNS, delKey []string
-	var setValue [][]byte
+	var setValue, setSealed [][]byte
 	var setMsg []int64
+	var setKeys []state.Key
 	msgOf := map[state.Key]int64{}
 	for i, d := range decisions {
 		if d.DeadReason != "" || d.State.Empty() {
@@ -163,14 +169,26 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 			msgOf[w.Key] = rows[i].MessageID
 		}
 	}
+	// A write stores the key's active form and deletes its other forms; a
+	// delete deletes them all.
+	stored := map[state.Key]string{}
 	for _, k := range s.order {
 		w := s.writes[k]
+		forms := store.StateKeyForms(h.keys, k)
 		if w.Value == nil {
-			delNS, delKey = append(delNS, k.Namespace), append(delKey, k.Key)
+			for _, f := range forms {
+				delNS, delKey = append(delNS, k.Namespace), append(delKey, f)
+			}
 			continue
 		}
-		setNS, setKey = append(setNS, k.Namespace), append(setKey, k.Key)
-		setValue, setMsg = append(setValue, []byte(w.Value)), append(setMsg, msgOf[k])
+		for _, f := range forms[1:] {
+			delNS, delKey = append(delNS, k.Namespace), append(delKey, f)
+		}
+		stored[k] = forms[0]
+		setKeys = append(setKeys, k)
+		setNS, setKey = append(setNS, k.Namespace), append(setKey, forms[0])
+		setSealed = append(setSealed, store.SealStateKey(h.keys, k))
+		setValue, setMsg = append(setValue, h.keys.Seal(store.ColState, []byte(w.Value))), append(setMsg, msgOf[k])
 	}
 	if len(delNS) > 0 {
 		h.b.Queue(`
@@ -179,20 +197,24 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 	}
 	if len(setNS) > 0 {
 		h.b.Queue(`
-			INSERT INTO mefor_state (namespace, key, value, version, updated_at, message_id)
-			SELECT ns, k, v, nextval('mefor_state_version'), clock_timestamp(), m
-			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) WITH ORDINALITY AS u(ns, k, v, m, n)
+			INSERT INTO mefor_state (namespace, key, value, version, updated_at, message_id, key_sealed)
+			SELECT ns, k, v, nextval('mefor_state_version'), clock_timestamp(), m, ks
+			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bytea[]) WITH ORDINALITY AS u(ns, k, v, m, ks, n)
 			ORDER BY n
 			ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version,
-				updated_at = EXCLUDED.updated_at, message_id = EXCLUDED.message_id
-			RETURNING namespace, key, version`, setNS, setKey, setValue, setMsg).Query(func(rows pgx.Rows) error {
+				updated_at = EXCLUDED.updated_at, message_id = EXCLUDED.message_id, key_sealed = EXCLUDED.key_sealed
+			RETURNING namespace, key, version`, setNS, setKey, setValue, setMsg, setSealed).Query(func(rows pgx.Rows) error {
+			byStored := make(map[state.Key]state.Key, len(setKeys))
+			for _, k := range setKeys {
+				byStored[state.Key{Namespace: k.Namespace, Key: stored[k]}] = k
+			}
 			for rows.Next() {
 				var k state.Key
 				var v int64
 				if err := rows.Scan(&k.Namespace, &k.Key, &v); err != nil {
 					return err
 				}
-				s.committed[k] = v
+				s.committed[byStored[k]] = v
 			}
 			return rows.Err()
 		})
@@ -222,14 +244,4 @@ func (s *stateHandoff) check() error {
 		w.Version = v
 	}
 	return nil
-}
-
-// stateLockKey hashes a key into the second lock key; a collision only
-// makes two keys share a lock.
-func stateLockKey(k state.Key) int32 {
-	h := fnv.New32a()
-	h.Write([]byte(k.Namespace))
-	h.Write([]byte{0})
-	h.Write([]byte(k.Key))
-	return int32(h.Sum32())
 }

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -17,6 +19,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
@@ -34,8 +38,12 @@ func BenchmarkPipeline(b *testing.B) {
 		messages int     // total messages
 		rate     float64 // offered msgs/s in total; 0 = as fast as ACKs allow
 		handler  benchHandler
+		// encrypted runs the node with a keyring: every body, payload and
+		// reply sealed at rest (compare with fifo-1lane of the same run).
+		encrypted bool
 	}{
 		{name: "fifo-1lane", lanes: 1, conns: 4, messages: 4000},
+		{name: "fifo-1lane-encrypted", lanes: 1, conns: 4, messages: 4000, encrypted: true},
 		{name: "fifo-8lanes", lanes: 8, conns: 1, messages: 8000},
 		{name: "ack-at-500rps", lanes: 1, conns: 4, messages: 2500, rate: 500},
 		{name: "js-1lane", lanes: 1, conns: 4, messages: 4000, handler: jsBenchHandler},
@@ -43,7 +51,7 @@ func BenchmarkPipeline(b *testing.B) {
 	for _, sc := range scenarios {
 		b.Run(sc.name, func(b *testing.B) {
 			for range b.N {
-				r := runPipelineScenario(b, sc.lanes, sc.conns, sc.messages, sc.rate, sc.handler)
+				r := runPipelineScenario(b, sc.lanes, sc.conns, sc.messages, sc.rate, sc.handler, sc.encrypted)
 				b.ReportMetric(r.msgsPerSec, "msgs/s")
 				b.ReportMetric(r.ackP50, "ack_p50_ms")
 				b.ReportMetric(r.ackP99, "ack_p99_ms")
@@ -59,7 +67,7 @@ type scenarioResult struct {
 	msgsPerSec, ackP50, ackP99, riverNoop float64
 }
 
-func runPipelineScenario(b *testing.B, lanes, conns, messages int, rate float64, handler benchHandler) scenarioResult {
+func runPipelineScenario(b *testing.B, lanes, conns, messages int, rate float64, handler benchHandler, encrypted bool) scenarioResult {
 	db := testcontainers.NewDB(b)
 	p := newPartner(b, "")
 	defer p.stop()
@@ -84,7 +92,15 @@ func runPipelineScenario(b *testing.B, lanes, conns, messages int, rate float64,
 	if err != nil {
 		b.Fatalf("bench config: %v", err)
 	}
-	startNode(b, db, cfg, nil)
+	var kr *crypt.Keyring
+	if encrypted {
+		key := make([]byte, crypt.KeySize)
+		rand.Read(key)
+		if kr, err = crypt.Parse("bench=" + base64.StdEncoding.EncodeToString(key)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	startNode(b, db, cfg, func(o *engine.Options) { o.Keys = kr })
 
 	perConn := messages / (lanes * conns)
 	var interval time.Duration

@@ -146,10 +146,10 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "B2 processed", func() bool {
-		v, err := ops.ShowMessage(context.Background(), db.Pool, id, false)
+		v, err := ops.ShowMessage(context.Background(), db.Pool, nil, id, false)
 		return err == nil && v.Message.Status == "processed"
 	})
-	v, err := ops.ShowMessage(context.Background(), db.Pool, id, false)
+	v, err := ops.ShowMessage(context.Background(), db.Pool, nil, id, false)
 	if err != nil {
 		t.Fatal(err)
 	}

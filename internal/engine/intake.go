@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
@@ -35,6 +36,8 @@ type Intake struct {
 	Gate LeaseGate
 	// Metrics counts received and rejected messages; nil counts nothing.
 	Metrics *metrics.Metrics
+	// Keys seals what is stored; nil stores it in clear.
+	Keys *crypt.Keyring
 }
 
 // LeaseGate is the part of the listener lease intake needs.
@@ -65,7 +68,7 @@ func (in *Intake) Receive(ctx context.Context, channel, source, remote string, r
 func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner, identity string) (Received, error) {
 	msg, perr := hl7.Parse(raw)
 	inbound := store.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner,
-		SourceIdentity: identity}
+		SourceIdentity: identity, Keys: in.Keys}
 	if perr != nil {
 		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()
 	} else {

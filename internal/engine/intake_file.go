@@ -19,7 +19,7 @@ var errNotServing = errors.New("not the listener lease holder")
 // with the listener lease checked in it as for MLLP intake: a node that
 // lost the lease stores nothing.
 func (in *Intake) StoreFile(ctx context.Context, f *filesource.File) (filesource.Stored, error) {
-	file := store.IntakeFile{Channel: f.Channel, Name: f.Name, Size: f.Size, SHA256: f.SHA256}
+	file := store.IntakeFile{Channel: f.Channel, Name: f.Name, Size: f.Size, SHA256: f.SHA256, Keys: in.Keys}
 	if in.Gate != nil {
 		if !in.Gate.Serving() {
 			return filesource.Stored{}, errNotServing
@@ -30,7 +30,7 @@ func (in *Intake) StoreFile(ctx context.Context, f *filesource.File) (filesource
 		h := m.Msg.Header()
 		file.Messages = append(file.Messages, store.Inbound{Channel: f.Channel, Source: store.SourceFile, Raw: m.Raw,
 			ControlID: h.ControlID, MessageType: h.MessageType, TriggerEvent: h.TriggerEvent,
-			SendingApp: h.SendingApplication, SendingFacility: h.SendingFacility})
+			SendingApp: h.SendingApplication, SendingFacility: h.SendingFacility, PatientID: m.Msg.Get("PID-3.1")})
 	}
 	var r store.FileReceipt
 	err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {

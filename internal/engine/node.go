@@ -18,6 +18,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/state"
@@ -50,6 +51,9 @@ type Options struct {
 	// MetricsCacheTTL is how long one database read serves the cluster
 	// gauges of /metrics; zero means 5s.
 	MetricsCacheTTL time.Duration
+	// Keys seals message content at rest and opens it; nil (the default)
+	// stores it in clear.
+	Keys *crypt.Keyring
 	// AlertRetryBase is the wait before an alert notification's first
 	// retry (it doubles each time, up to 5m); zero means 1s.
 	AlertRetryBase time.Duration
@@ -148,6 +152,7 @@ func New(opts Options) (*Node, error) {
 	n.metrics = newMetrics(n)
 	deps := &workers.Deps{
 		Metrics:      n.metrics,
+		Keys:         opts.Keys,
 		Wake:         wake,
 		Pool:         opts.Pool,
 		Graph:        func() workers.Graph { return n.graph.Load() },
@@ -247,7 +252,8 @@ func New(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
-	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease, Metrics: n.metrics}
+	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease, Metrics: n.metrics,
+		Keys: opts.Keys}
 	return n, nil
 }
 

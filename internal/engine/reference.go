@@ -38,8 +38,8 @@ type references struct {
 
 func newReferences(opts Options) *references {
 	return &references{
-		cache:  reference.NewCache(opts.Pool, opts.Logger),
-		syncer: &reference.Syncer{Pool: opts.Pool, NodeID: opts.NodeID},
+		cache:  reference.NewCache(opts.Pool, opts.Keys, opts.Logger),
+		syncer: &reference.Syncer{Pool: opts.Pool, NodeID: opts.NodeID, Keys: opts.Keys},
 		every:  opts.Config.Cluster.Heartbeat,
 		logger: opts.Logger,
 	}

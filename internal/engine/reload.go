@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/store"
@@ -129,7 +130,15 @@ func (n *Node) Reload(ctx context.Context) (*ReloadResult, error) {
 		}
 		return nil, err
 	}
-	v, err := leader.BumpClusterConfig(ctx, n.opts.Pool, res.Hash, "node "+n.opts.NodeID)
+	var v int64
+	err = pgx.BeginFunc(ctx, n.opts.Pool, func(tx pgx.Tx) error {
+		var err error
+		if v, err = leader.BumpClusterConfig(ctx, tx, res.Hash, "node "+n.opts.NodeID); err != nil {
+			return err
+		}
+		return audit.Append(ctx, tx, audit.Entry{Action: audit.ActionReload, Node: n.opts.NodeID,
+			Outcome: audit.OutcomeRequested, Target: map[string]any{"version": v, "config_hash": res.Hash, "by": "signal"}})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("applied on this node, but the other nodes were not told (reload again): %w", err)
 	}

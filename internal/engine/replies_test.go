@@ -105,7 +105,7 @@ destinations:
 	}
 
 	ctx := context.Background()
-	parent, err := ops.ShowMessage(ctx, db.Pool, rs[0].parent, false)
+	parent, err := ops.ShowMessage(ctx, db.Pool, nil, rs[0].parent, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ destinations:
 	if want := fmt.Sprintf("reply stored as message %d of channel replies", rs[0].id); replied != want {
 		t.Fatalf("parent's replied event %q, want %q", replied, want)
 	}
-	child, err := ops.ShowMessage(ctx, db.Pool, rs[0].id, false)
+	child, err := ops.ShowMessage(ctx, db.Pool, nil, rs[0].id, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ destinations:
 	if got := len(p.receivedIDs()); got != 9 {
 		t.Fatalf("partner received %d messages, want 9 (the original and 8 replies)", got)
 	}
-	v, err := ops.ShowMessage(context.Background(), db.Pool, rs[8].id, false)
+	v, err := ops.ShowMessage(context.Background(), db.Pool, nil, rs[8].id, false)
 	if err != nil {
 		t.Fatal(err)
 	}

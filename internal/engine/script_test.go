@@ -303,7 +303,7 @@ destinations:
 		}
 		seen[c] = true
 	}
-	row, ok, err := store.ReadState(context.Background(), db.Pool, "test", "counter")
+	row, ok, err := store.ReadState(context.Background(), db.Pool, nil, "test", "counter")
 	if err != nil || !ok {
 		t.Fatalf("counter: %v, %v", ok, err)
 	}
@@ -399,7 +399,7 @@ function transform(msg, ctx) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // the superseded execution hands off, and is refused
-	if _, ok, err := store.ReadState(context.Background(), db.Pool, "test", "counter"); err != nil || ok {
+	if _, ok, err := store.ReadState(context.Background(), db.Pool, nil, "test", "counter"); err != nil || ok {
 		t.Fatalf("the superseded execution left state behind (present %v, %v)", ok, err)
 	}
 	if got := lab.acceptedIDs(); len(got) != 0 {
@@ -414,7 +414,7 @@ function transform(msg, ctx) {
 	if got := fields(lab.messages(t), "ZVC-1"); !slices.Equal(got, []string{"1", "2"}) {
 		t.Errorf("counts %v, want 1, 2: K1's writes applied once", got)
 	}
-	row, _, err := store.ReadState(context.Background(), db.Pool, "test", "counter")
+	row, _, err := store.ReadState(context.Background(), db.Pool, nil, "test", "counter")
 	if err != nil || string(row.Value) != "2" {
 		t.Errorf("counter %s (%v), want 2", row.Value, err)
 	}

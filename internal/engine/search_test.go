@@ -34,7 +34,7 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 		`SELECT patient_key FROM mefor_message WHERE control_id = 'S001'`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
-	if stored != store.PatientKey("P888") {
-		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, store.PatientKey("P888"))
+	if stored != store.PatientKey(nil, "P888") {
+		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, store.PatientKey(nil, "P888"))
 	}
 }

@@ -118,6 +118,9 @@ func (n *Node) recordTransport(ctx context.Context) {
 	if err := store.RecordTransport(ctx, n.opts.Pool, n.opts.NodeID, t); err != nil {
 		n.logger.WarnContext(ctx, "could not record the certificates in use for mefor status", "error", err)
 	}
+	if err := store.RecordEncryption(ctx, n.opts.Pool, n.opts.NodeID, n.opts.Keys); err != nil {
+		n.logger.WarnContext(ctx, "could not record the encryption keys in use for mefor status", "error", err)
+	}
 }
 
 // sameListener reports whether a reload may keep a listener bound with a

@@ -128,7 +128,7 @@ func TestTLSIntake(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT id FROM mefor_message WHERE control_id = 'T1'`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	v, err := ops.ShowMessage(ctx, db.Pool, id, false)
+	v, err := ops.ShowMessage(ctx, db.Pool, nil, id, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/store"
 )
 
@@ -38,6 +39,7 @@ func (s *Snapshot) Len() int { return len(s.rows) }
 // refresh nor touch the database. It is safe for concurrent use.
 type Cache struct {
 	pool   *pgxpool.Pool
+	keys   *crypt.Keyring
 	logger *slog.Logger
 
 	snaps atomic.Pointer[map[string]*Snapshot]
@@ -46,13 +48,13 @@ type Cache struct {
 	refreshMu sync.Mutex
 }
 
-// NewCache returns an empty cache reading snapshots from pool; call Refresh
-// to load it.
-func NewCache(pool *pgxpool.Pool, logger *slog.Logger) *Cache {
+// NewCache returns an empty cache reading snapshots from pool and opening
+// their values with kr (nil: encryption off); call Refresh to load it.
+func NewCache(pool *pgxpool.Pool, kr *crypt.Keyring, logger *slog.Logger) *Cache {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{pool: pool, logger: logger}
+	c := &Cache{pool: pool, keys: kr, logger: logger}
 	c.snaps.Store(&map[string]*Snapshot{})
 	return c
 }
@@ -113,7 +115,7 @@ func (c *Cache) Refresh(ctx context.Context) ([]string, error) {
 		if s := cur[name]; s != nil && s.Version == live[name] {
 			continue
 		}
-		version, snap, err := store.LoadReferenceSnapshot(ctx, c.pool, name)
+		version, snap, err := store.LoadReferenceSnapshot(ctx, c.pool, c.keys, name)
 		if err != nil {
 			errs = append(errs, err)
 			continue

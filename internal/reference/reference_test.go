@@ -72,7 +72,7 @@ func TestSyncCSVAndLookup(t *testing.T) {
 	if res.Rows != 2 || res.Version == 0 {
 		t.Fatalf("sync result %+v, want 2 rows and a version", res)
 	}
-	c := reference.NewCache(db.Pool, nil)
+	c := reference.NewCache(db.Pool, nil, nil)
 	if _, err := c.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestFailedSyncKeepsLastSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := reference.NewCache(db.Pool, nil)
+	c := reference.NewCache(db.Pool, nil, nil)
 	if _, err := c.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestSyncSQL(t *testing.T) {
 	if _, err := syncer.Sync(ctx, set); err != nil {
 		t.Fatal(err)
 	}
-	c := reference.NewCache(db.Pool, nil)
+	c := reference.NewCache(db.Pool, nil, nil)
 	if _, err := c.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestSyncHTTP(t *testing.T) {
 		URL: srv.URL + "/codes?token=secret", Timeout: 5 * time.Second,
 	}}}
 	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
-	c := reference.NewCache(db.Pool, nil)
+	c := reference.NewCache(db.Pool, nil, nil)
 	check := func(key, column, want string) {
 		t.Helper()
 		if _, err := c.Refresh(ctx); err != nil {
@@ -308,8 +308,8 @@ func TestSecondCacheReadsThrough(t *testing.T) {
 	if _, err := syncer.Sync(ctx, set); err != nil {
 		t.Fatal(err)
 	}
-	nodeA := reference.NewCache(db.Pool, nil)
-	nodeB := reference.NewCache(db.Pool, nil)
+	nodeA := reference.NewCache(db.Pool, nil, nil)
+	nodeB := reference.NewCache(db.Pool, nil, nil)
 	for _, c := range []*reference.Cache{nodeA, nodeB} {
 		if _, err := c.Refresh(ctx); err != nil {
 			t.Fatal(err)
@@ -351,7 +351,7 @@ func TestSecondCacheReadsThrough(t *testing.T) {
 
 func TestLookupWithoutSnapshot(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	c := reference.NewCache(db.Pool, nil)
+	c := reference.NewCache(db.Pool, nil, nil)
 	if _, err := c.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

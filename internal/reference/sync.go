@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/store"
 )
 
@@ -32,6 +33,8 @@ type Syncer struct {
 	HTTP *http.Client
 	// Now is the clock of the audit; nil means time.Now.
 	Now func() time.Time
+	// Keys seals the rows' values; nil stores them in clear.
+	Keys *crypt.Keyring
 }
 
 func (s *Syncer) now() time.Time {
@@ -54,7 +57,7 @@ func (s *Syncer) Sync(ctx context.Context, set *config.ReferenceSet) (SyncResult
 	}
 	var res SyncResult
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		version, err := store.WriteReferenceSnapshot(ctx, tx, set.Name, snap)
+		version, err := store.WriteReferenceSnapshot(ctx, tx, s.Keys, set.Name, snap)
 		if err != nil {
 			return err
 		}

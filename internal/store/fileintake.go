@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -30,6 +31,8 @@ type IntakeFile struct {
 	// node holds a live listener lease, as Inbound.LeaseOwner does; it is
 	// recorded as the node that took the file.
 	LeaseOwner string
+	// Keys seals the bodies and blinds the patient ids, as Inbound.Keys.
+	Keys *crypt.Keyring
 }
 
 // FileReceipt is what ReceiveFile did.
@@ -60,9 +63,12 @@ func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile
 	lane := jobs.IngressLane(f.Channel)
 	n := len(f.Messages)
 	raw := make([][]byte, n)
+	size := make([]int32, n)
 	ctrl, typ, trig, app, fac := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	patient := make([]string, n)
 	for i, m := range f.Messages {
-		raw[i], ctrl[i], typ[i], trig[i], app[i], fac[i] = m.Raw, m.ControlID, m.MessageType, m.TriggerEvent, m.SendingApp, m.SendingFacility
+		raw[i], ctrl[i], typ[i], trig[i], app[i], fac[i] = f.Keys.Seal(ColRaw, m.Raw), m.ControlID, m.MessageType, m.TriggerEvent, m.SendingApp, m.SendingFacility
+		size[i], patient[i] = int32(len(m.Raw)), patientKey(f.Keys, m.PatientID)
 	}
 	b := &pgx.Batch{}
 	if f.LeaseOwner != "" {
@@ -78,11 +84,11 @@ func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile
 			RETURNING id
 		), m AS (
 			INSERT INTO mefor_message (channel, source, control_id, message_type, trigger_event, sending_app,
-				sending_facility, size, raw, status, source_file_id, source_file_index)
+				sending_facility, size, raw, status, source_file_id, source_file_index, patient_key)
 			SELECT $1, $12, NULLIF(u.ctrl, ''), NULLIF(u.typ, ''), NULLIF(u.trig, ''), NULLIF(u.app, ''), NULLIF(u.fac, ''),
-				length(u.raw), u.raw, 'received', f.id, u.n
-			FROM f CROSS JOIN unnest($6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
-				WITH ORDINALITY AS u(raw, ctrl, typ, trig, app, fac, n)
+				u.size, u.raw, 'received', f.id, u.n, NULLIF(u.patient, '')
+			FROM f CROSS JOIN unnest($6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $15::int4[], $16::text[])
+				WITH ORDINALITY AS u(raw, ctrl, typ, trig, app, fac, size, patient, n)
 			ORDER BY u.n
 			RETURNING id, source_file_index
 		), e AS (
@@ -94,7 +100,8 @@ func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile
 		SELECT id, 'ingress', $13, $1 FROM m
 		ORDER BY id
 		RETURNING message_id`,
-		f.Channel, f.Name, f.Size, f.SHA256[:], n, raw, ctrl, typ, trig, app, fac, SourceFile, lane, f.LeaseOwner).Query(func(rows pgx.Rows) error {
+		f.Channel, f.Name, f.Size, f.SHA256[:], n, raw, ctrl, typ, trig, app, fac, SourceFile, lane, f.LeaseOwner,
+		size, patient).Query(func(rows pgx.Rows) error {
 		var err error
 		r.MessageIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err

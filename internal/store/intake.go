@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -27,8 +28,12 @@ type Inbound struct {
 	SendingApp      string
 	SendingFacility string
 	// PatientID is PID-3.1, the patient identifier; stored as
-	// PatientKey(PatientID) for `messages list --patient`.
+	// PatientKey(Keys, PatientID) for `messages list --patient`.
 	PatientID string
+
+	// Keys seals the body (and a parse error, which may quote it) and
+	// blinds the patient id; nil stores them in clear (encryption off).
+	Keys *crypt.Keyring
 
 	// ParseError, when set, is why the message could not be parsed (never
 	// containing message content). The message is stored with status error
@@ -75,7 +80,8 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 		SELECT id, 'ingress', $11, $1 FROM m
 		RETURNING message_id`,
 		in.Channel, in.Source, in.RemoteAddr, in.ControlID, in.MessageType, in.TriggerEvent,
-		in.SendingApp, in.SendingFacility, len(in.Raw), in.Raw, lane, in.SourceIdentity, patientKey(in.PatientID)).QueryRow(func(r pgx.Row) error {
+		in.SendingApp, in.SendingFacility, len(in.Raw), in.Keys.Seal(ColRaw, in.Raw), lane, in.SourceIdentity,
+		patientKey(in.Keys, in.PatientID)).QueryRow(func(r pgx.Row) error {
 		return r.Scan(&id)
 	})
 	act := jobs.QueueActivation(b, []string{lane})
@@ -89,11 +95,11 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 }
 
 // patientKey is the stored form of a patient id; "" stays "" (NULL).
-func patientKey(id string) string {
+func patientKey(kr *crypt.Keyring, id string) string {
 	if id == "" {
 		return ""
 	}
-	return PatientKey(id)
+	return PatientKey(kr, id)
 }
 
 // receiveMalformed stores a message that did not parse, with status error
@@ -111,12 +117,13 @@ func receiveMalformed(ctx context.Context, tx pgx.Tx, in Inbound) (int64, error)
 		INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error, source_identity)
 		VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''))
 		RETURNING id`,
-		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Raw, in.ParseError, in.SourceIdentity).Scan(&id)
+		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Keys.Seal(ColRaw, in.Raw), in.Keys.SealString(ColError, in.ParseError),
+		in.SourceIdentity).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("store message for channel %s: %w", in.Channel, err)
 	}
 	if err := AddEvent(ctx, tx, id, EventReceived, 0, "", in.Source); err != nil {
 		return 0, err
 	}
-	return id, AddEvent(ctx, tx, id, EventFailed, 0, "", in.ParseError)
+	return id, AddEvent(ctx, tx, id, EventFailed, 0, "", in.Keys.SealString(ColError, in.ParseError))
 }

@@ -65,8 +65,8 @@ func GetMessage(ctx context.Context, q DBTX, id int64, withBody bool) (MessageDe
 			coalesce(control_id, ''), status, size,
 			updated_at, source, coalesce(remote_addr, ''), coalesce(sending_app, ''),
 			coalesce(sending_facility, ''), body_purged_at, coalesce(error, ''),
-			CASE WHEN $2 THEN raw END, coalesce(source_identity, '')
-		FROM mefor_message WHERE id = $1`, id, withBody).Scan(
+			`+contentColumn(withBody, "raw")+`, coalesce(source_identity, '')
+		FROM mefor_message WHERE id = $1`, id).Scan(
 		&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
 		&m.ControlID, &m.Status, &m.Size,
 		&m.UpdatedAt, &m.Source, &m.RemoteAddr, &m.SendingApp,
@@ -78,6 +78,16 @@ func GetMessage(ctx context.Context, q DBTX, id int64, withBody bool) (MessageDe
 		return MessageDetail{}, fmt.Errorf("read message %d: %w", id, err)
 	}
 	return m, nil
+}
+
+// contentColumn is col when the caller asked for content, else a NULL in
+// its place: a query that names a content column at all needs the
+// privilege to read it, which mefor_reader does not have.
+func contentColumn(withBody bool, col string) string {
+	if withBody {
+		return col
+	}
+	return "NULL::bytea"
 }
 
 // WorkInfo is one stage row of a message, as an operator sees it.
@@ -140,9 +150,9 @@ type Reply struct {
 func MessageReplies(ctx context.Context, q DBTX, messageID int64, withBody bool) ([]Reply, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, work_id, destination, attempt, outcome, coalesce(ack_code, ''), received_at,
-			CASE WHEN $2 THEN body END
+			`+contentColumn(withBody, "body")+`
 		FROM mefor_response WHERE message_id = $1
-		ORDER BY id`, messageID, withBody)
+		ORDER BY id`, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("read replies of message %d: %w", messageID, err)
 	}
@@ -288,6 +298,9 @@ type Status struct {
 	// Transport is the certificates and listeners the live nodes recorded
 	// (filled by ops.Status).
 	Transport *TransportStatus `json:"transport,omitempty"`
+	// Encryption is what the live nodes seal content with (filled by
+	// ops.Status).
+	Encryption *EncryptionStatus `json:"encryption,omitempty"`
 }
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a

@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/crypt"
 )
 
 // ReferenceRow is one row of a reference set: a key and its value columns,
@@ -46,7 +49,10 @@ type ReferenceSetInfo struct {
 // same set serialize on the pointer row, so versions only grow. The version
 // before the new one is kept, for a node that read the old pointer and is
 // still loading its rows; older ones are deleted.
-func WriteReferenceSnapshot(ctx context.Context, tx pgx.Tx, name string, snap ReferenceSnapshot) (int64, error) {
+//
+// Each row's values are sealed with kr (a code table may map patient
+// identifiers); its key stays clear, the set is always loaded whole.
+func WriteReferenceSnapshot(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, name string, snap ReferenceSnapshot) (int64, error) {
 	if _, err := tx.Exec(ctx, `INSERT INTO mefor_reference_set (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`, name); err != nil {
 		return 0, fmt.Errorf("write reference set %s: %w", name, err)
 	}
@@ -73,7 +79,7 @@ func WriteReferenceSnapshot(ctx context.Context, tx pgx.Tx, name string, snap Re
 			for j, c := range snap.Columns {
 				value[c] = r.Values[j]
 			}
-			return []any{name, version, r.Key, value}, nil
+			return []any{name, version, r.Key, sealReferenceValue(kr, value)}, nil
 		}))
 	if err != nil {
 		return 0, fmt.Errorf("write reference set %s: rows: %w", name, err)
@@ -135,7 +141,7 @@ type Beginner interface {
 // columns and rows, all as of one moment (a repeatable-read transaction), so
 // a sync committing meanwhile cannot mix two versions. Version 0 means the
 // set has no snapshot; ErrNotFound that it was never synced or attempted.
-func LoadReferenceSnapshot(ctx context.Context, db Beginner, name string) (version int64, snap ReferenceSnapshot, err error) {
+func LoadReferenceSnapshot(ctx context.Context, db Beginner, kr *crypt.Keyring, name string) (version int64, snap ReferenceSnapshot, err error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return 0, snap, fmt.Errorf("load reference set %s: %w", name, err)
@@ -157,14 +163,17 @@ func LoadReferenceSnapshot(ctx context.Context, db Beginner, name string) (versi
 		return 0, snap, fmt.Errorf("load reference set %s: %w", name, err)
 	}
 	var key string
-	var value map[string]string
-	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
+	var stored []byte
+	_, err = pgx.ForEachRow(rows, []any{&key, &stored}, func() error {
+		value, err := openReferenceValue(kr, stored)
+		if err != nil {
+			return fmt.Errorf("row %q: %w", key, err)
+		}
 		r := ReferenceRow{Key: key, Values: make([]string, len(snap.Columns))}
 		for i, c := range snap.Columns {
 			r.Values[i] = value[c]
 		}
 		snap.Rows = append(snap.Rows, r)
-		value = nil // Scan into a fresh map for the next row
 		return nil
 	})
 	if err != nil {
@@ -194,4 +203,33 @@ func ReferenceSets(ctx context.Context, db DBTX, names []string) ([]ReferenceSet
 		return nil, fmt.Errorf("read reference sets: %w", err)
 	}
 	return out, nil
+}
+
+// sealReferenceValue is what mefor_reference_row.value holds for value:
+// the JSON object itself in clear, or with kr a JSON string holding the
+// object sealed (jsonb keeps the column's type either way).
+func sealReferenceValue(kr *crypt.Keyring, value map[string]string) json.RawMessage {
+	obj, _ := json.Marshal(value) // a map of strings always encodes
+	if !kr.Enabled() {
+		return obj
+	}
+	s, _ := json.Marshal(kr.SealString(ColReference, string(obj)))
+	return s
+}
+
+// openReferenceValue reads a stored value back, sealed or clear.
+func openReferenceValue(kr *crypt.Keyring, stored []byte) (map[string]string, error) {
+	var sealed string
+	if err := json.Unmarshal(stored, &sealed); err == nil {
+		obj, err := kr.OpenString(ColReference, sealed)
+		if err != nil {
+			return nil, err
+		}
+		stored = []byte(obj)
+	}
+	var value map[string]string
+	if err := json.Unmarshal(stored, &value); err != nil {
+		return nil, fmt.Errorf("not a reference row value: %w", err)
+	}
+	return value, nil
 }

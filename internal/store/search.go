@@ -1,12 +1,15 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/crypt"
 )
 
 // MessageFilter narrows ListMessages. Empty fields do not filter; the
@@ -17,7 +20,7 @@ type MessageFilter struct {
 	// ControlID is MSH-10, exactly.
 	ControlID string
 	// Patient is a patient identifier as PID-3.1 holds it, exactly; it is
-	// looked up as PatientKey(Patient).
+	// looked up as PatientKeys(Keys, Patient).
 	Patient string
 	// Type is the HL7 type: "ADT" (any trigger) or "ADT^A08"; a third
 	// component (the structure, ADT_A01) is ignored.
@@ -33,6 +36,11 @@ type MessageFilter struct {
 	// filters leave: slow on a large store, so narrow it with them.
 	Text  string
 	Limit int // <= 0: DefaultListLimit
+
+	// Keys blinds Patient and opens the bodies Text reads; nil matches
+	// them in clear (encryption off). A sealed body without its key is an
+	// error, never a silent miss.
+	Keys *crypt.Keyring
 }
 
 // SplitType splits an HL7 type such as "ADT^A08^ADT_A01" into its message
@@ -48,6 +56,9 @@ func SplitType(t string) (messageType, triggerEvent string) {
 
 // ListMessages returns the messages matching f, newest first.
 func ListMessages(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummary, error) {
+	if f.Text != "" {
+		return searchText(ctx, q, f)
+	}
 	sql, args := listMessagesSQL(f)
 	rows, err := q.Query(ctx, sql, args)
 	if err != nil {
@@ -63,6 +74,78 @@ func ListMessages(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummar
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
 	return out, nil
+}
+
+// textPage is how many candidate bodies searchText reads per query.
+const textPage = 500
+
+// searchText answers a filter with Text. The database can match only
+// plaintext bodies, so it returns those that match and every sealed body
+// the other filters leave, page by page in the listing's order; sealed
+// ones are opened and matched here.
+func searchText(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummary, error) {
+	limit := limitOf(f.Limit)
+	var out []MessageSummary
+	var after *MessageSummary
+	for {
+		sql, args := listMessagesSQL(f)
+		args["text"], args["sealed"], args["limit"] = []byte(f.Text), crypt.BinaryPrefix(), textPage
+		if after != nil {
+			args["after_id"], args["after_at"] = after.ID, after.ReceivedAt
+		}
+		rows, err := q.Query(ctx, textPageSQL(sql, f, after != nil), args)
+		if err != nil {
+			return nil, fmt.Errorf("list messages: %w", err)
+		}
+		type cand struct {
+			MessageSummary
+			raw []byte
+		}
+		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
+			var c cand
+			err := r.Scan(&c.ID, &c.ReceivedAt, &c.Channel, &c.MessageType, &c.TriggerEvent,
+				&c.ControlID, &c.Status, &c.Size, &c.raw)
+			return c, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list messages: %w", err)
+		}
+		for _, c := range page {
+			body, err := f.Keys.Open(ColRaw, c.raw)
+			if err != nil {
+				return nil, fmt.Errorf("search the body of message %d: %w", c.ID, err)
+			}
+			if bytes.Contains(body, []byte(f.Text)) {
+				out = append(out, c.MessageSummary)
+				if len(out) == limit {
+					return out, nil
+				}
+			}
+		}
+		if len(page) < textPage {
+			return out, nil
+		}
+		after = &page[len(page)-1].MessageSummary
+	}
+}
+
+// textPageSQL turns the listing's statement into one page of searchText:
+// it also reads the body, and continues after the last row of the
+// previous page in the listing's order.
+func textPageSQL(sql string, f MessageFilter, next bool) string {
+	sql = strings.Replace(sql, "m.status, m.size\n", "m.status, m.size, m.raw\n", 1)
+	if next {
+		cond := "m.id < @after_id"
+		if !f.Until.IsZero() {
+			cond = "(m.received_at, m.id) < (@after_at, @after_id)"
+		}
+		if strings.Contains(sql, "\n\t\tWHERE ") {
+			sql = strings.Replace(sql, "\n\t\tWHERE ", "\n\t\tWHERE "+cond+"\n\t\t  AND ", 1)
+		} else {
+			sql = strings.Replace(sql, "\n\t\tORDER BY ", "\n\t\tWHERE "+cond+"\n\t\tORDER BY ", 1)
+		}
+	}
+	return sql
 }
 
 // listMessagesSQL writes the query for f with only the filters it uses, so
@@ -82,7 +165,8 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 	eq("status", "status", f.Status)
 	eq("control_id", "control_id", f.ControlID)
 	if f.Patient != "" {
-		eq("patient_key", "patient", PatientKey(f.Patient))
+		where = append(where, "m.patient_key = ANY(@patient)")
+		args["patient"] = PatientKeys(f.Keys, f.Patient)
 	}
 	if f.Type != "" {
 		typ, trigger := SplitType(f.Type)
@@ -102,8 +186,10 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 		args["destination"] = f.Destination
 	}
 	if f.Text != "" {
-		where = append(where, "position(@text::bytea IN m.raw) > 0")
-		args["text"] = []byte(f.Text)
+		// The plaintext bodies that match, and every sealed one (searchText
+		// opens and matches those).
+		where = append(where, "(position(@text::bytea IN m.raw) > 0 OR substring(m.raw FOR 5) = @sealed)")
+		args["text"], args["sealed"] = []byte(f.Text), crypt.BinaryPrefix()
 	}
 	sql := `
 		SELECT m.id, m.received_at, m.channel, coalesce(m.message_type, ''), coalesce(m.trigger_event, ''),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/state"
 )
 
@@ -21,31 +22,31 @@ type StateRow struct {
 	MessageID int64           `json:"message_id,omitempty"`
 }
 
-// LoadState returns the committed entries of keys; an absent key has
-// version 0.
-func LoadState(ctx context.Context, q DBTX, keys []state.Key) (map[state.Key]state.Entry, error) {
-	ns, ks := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		ns[i], ks[i] = k.Namespace, k.Key
+// LoadState returns the committed entries of keys, opened with kr; an
+// absent key has version 0. Each key is looked up under every form it may
+// be stored in (see statekeys.go).
+func LoadState(ctx context.Context, q DBTX, kr *crypt.Keyring, keys []state.Key) (map[state.Key]state.Entry, error) {
+	out := make(map[state.Key]state.Entry, len(keys))
+	for _, k := range keys {
+		out[k] = state.Entry{}
 	}
-	rows, err := q.Query(ctx, `
-		SELECT u.ns, u.k, s.value, coalesce(s.version, 0)
-		FROM unnest($1::text[], $2::text[]) AS u(ns, k)
-		LEFT JOIN mefor_state s ON s.namespace = u.ns AND s.key = u.k`, ns, ks)
+	l := LookupKeys(kr, keys)
+	rows, err := q.Query(ctx, `WITH `+StateLookupSQL(1)+` SELECT ord, value, version FROM found`, l.NS, l.Forms, l.Ord)
 	if err != nil {
 		return nil, fmt.Errorf("load transform state: %w", err)
 	}
-	out := make(map[state.Key]state.Entry, len(keys))
 	for rows.Next() {
-		var k state.Key
-		var e state.Entry
+		var ord int32
 		var value []byte
-		if err := rows.Scan(&k.Namespace, &k.Key, &value, &e.Version); err != nil {
+		var e state.Entry
+		if err := rows.Scan(&ord, &value, &e.Version); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load transform state: %w", err)
 		}
-		if e.Version != 0 {
-			e.Value = json.RawMessage(value)
+		k := keys[ord-1]
+		if e.Value, err = decodeStateValue(kr, value); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load transform state %s: %w", k, err)
 		}
 		out[k] = e
 	}
@@ -56,20 +57,25 @@ func LoadState(ctx context.Context, q DBTX, keys []state.Key) (map[state.Key]sta
 }
 
 // ReadState returns the committed value of a key; ok is false when absent.
-func ReadState(ctx context.Context, q DBTX, namespace, key string) (row StateRow, ok bool, err error) {
+func ReadState(ctx context.Context, q DBTX, kr *crypt.Keyring, namespace, key string) (row StateRow, ok bool, err error) {
 	var value []byte
 	var msg *int64
+	forms := StateKeyForms(kr, state.Key{Namespace: namespace, Key: key})
 	err = q.QueryRow(ctx, `
-		SELECT namespace, key, value, version, updated_at, message_id
-		FROM mefor_state WHERE namespace = $1 AND key = $2`, namespace, key).
-		Scan(&row.Namespace, &row.Key, &value, &row.Version, &row.UpdatedAt, &msg)
+		SELECT namespace, value, version, updated_at, message_id
+		FROM mefor_state WHERE namespace = $1 AND key = ANY($2)
+		ORDER BY version DESC LIMIT 1`, namespace, forms).
+		Scan(&row.Namespace, &value, &row.Version, &row.UpdatedAt, &msg)
 	if err == pgx.ErrNoRows {
 		return StateRow{}, false, nil
 	}
 	if err != nil {
 		return StateRow{}, false, fmt.Errorf("read state of namespace %q: %w", namespace, err)
 	}
-	row.Value = json.RawMessage(value)
+	row.Key = key
+	if row.Value, err = decodeStateValue(kr, value); err != nil {
+		return StateRow{}, false, fmt.Errorf("read state of namespace %q: %w", namespace, err)
+	}
 	if msg != nil {
 		row.MessageID = *msg
 	}

@@ -49,7 +49,7 @@ func change(readVersion int64, value string) *state.Change {
 
 func (f *fixture) counter() (string, int64) {
 	f.t.Helper()
-	row, ok, err := store.ReadState(f.ctx, f.db.Pool, counter.Namespace, counter.Key)
+	row, ok, err := store.ReadState(f.ctx, f.db.Pool, nil, counter.Namespace, counter.Key)
 	if err != nil {
 		f.t.Fatal(err)
 	}

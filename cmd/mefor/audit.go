@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mefor/mefor/internal/audit"
+)
+
+type auditCmd struct {
+	List   auditListCmd   `cmd:"" help:"List audited operator actions, newest first."`
+	Verify auditVerifyCmd `cmd:"" help:"Recompute the audit log's hash chain; exit 1 naming the first bad row."`
+	Anchor auditAnchorCmd `cmd:"" help:"Print the audit log's head (row count and hash) to keep somewhere else."`
+}
+
+func (c *auditCmd) Help() string {
+	return `The audit log (table mefor_audit) records every operator action: replay,
+replay-dead, cancel, stepdown, reload, maintenance run, keys rotate, every
+'messages show --body' and every 'messages list --text'. Each row says who (OS user, database role, host, and
+the node for actions a node took), what, on which target (ids, destination,
+counts), and the outcome; never message content. Read commands that show no
+content are not recorded.
+
+Rows form a SHA-256 chain, each hashing the one before, so a row altered or
+deleted is found by 'audit verify'. Rows cut off the end leave a valid shorter
+chain: keep the output of 'audit anchor' outside the database (a ticket, a
+log server) and pass it to 'audit verify --anchor' to catch that.
+
+Examples:
+  mefor audit list --since 24h
+  mefor audit list --action view-body --json
+  mefor audit anchor >> /secure/mefor-audit-anchors.txt
+  mefor audit verify --anchor "$(tail -1 /secure/mefor-audit-anchors.txt)"`
+}
+
+type auditListCmd struct {
+	Since  string `placeholder:"WHEN" help:"Only actions at or after WHEN: RFC 3339 (2025-03-01T08:00:00Z), a date (2025-03-01) or how long ago (90m, 24h, 7d)."`
+	Action string `placeholder:"ACTION" help:"Only this action: replay, replay-dead, cancel, stepdown, reload, maintenance-run, keys-rotate, view-body or search-bodies."`
+	Limit  int    `default:"100" help:"How many rows to show at most."`
+	JSON   bool   `name:"json" help:"Print JSON instead of a table."`
+}
+
+func (c *auditListCmd) Help() string {
+	return `Lists audited actions newest first: row, time, who (OS user@host, database
+role, node), action, outcome and target.
+
+Examples:
+  mefor audit list
+  mefor audit list --since 2025-03-01T00:00:00Z --action replay-dead
+  mefor audit list --since 7d --json | jq '.[] | select(.outcome != "ok")'`
+}
+
+var auditActions = []string{audit.ActionReplay, audit.ActionReplayDead, audit.ActionCancel, audit.ActionStepdown,
+	audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies}
+
+func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
+	f := audit.Filter{Action: c.Action, Limit: c.Limit}
+	if c.Limit <= 0 {
+		return errors.New("--limit must be at least 1")
+	}
+	if c.Action != "" && !slices.Contains(auditActions, c.Action) {
+		return fmt.Errorf("--action %q is not an audited action; use one of %s", c.Action, strings.Join(auditActions, ", "))
+	}
+	if c.Since != "" {
+		t, err := parseWhen("since", c.Since, time.Now())
+		if err != nil {
+			return err
+		}
+		f.Since = t
+	}
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	recs, err := audit.List(ctx, pool, f)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		if recs == nil {
+			recs = []audit.Record{}
+		}
+		return writeJSON(g.stdout, recs)
+	}
+	if len(recs) == 0 {
+		fmt.Fprintln(g.stdout, "no audited actions")
+		return nil
+	}
+	tw := newTable(g.stdout)
+	fmt.Fprintln(tw, "SEQ\tAT\tWHO\tROLE\tNODE\tACTION\tOUTCOME\tTARGET")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%d\t%s\t%s@%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, fmtTime(r.At), oneLine(r.OSUser), oneLine(r.Host),
+			r.DBRole, orDash(r.Node), r.Action, r.Outcome, oneLine(string(r.Target)))
+	}
+	return tw.Flush()
+}
+
+type auditVerifyCmd struct {
+	Anchor string `placeholder:"SEQ:HASH" help:"An anchor printed earlier by 'mefor audit anchor': also check that its row is still there, unchanged (catches rows cut off the end)."`
+	JSON   bool   `name:"json" help:"Print the result as JSON."`
+}
+
+func (c *auditVerifyCmd) Help() string {
+	return `Recomputes every row's hash from the first row to the last. Exits 0 when the
+chain holds; exits 1 naming the first row that was altered, or that follows
+deleted rows. With --anchor it also checks the anchored row: rows deleted from
+the end, or a log rebuilt from scratch, fail there.
+
+Examples:
+  mefor audit verify
+  mefor audit verify --anchor 1842:9b1f0c...e4 --json`
+}
+
+func (c *auditVerifyCmd) Run(ctx context.Context, g *Globals) error {
+	var anchor *audit.Anchor
+	if c.Anchor != "" {
+		a, err := audit.ParseAnchor(c.Anchor)
+		if err != nil {
+			return fmt.Errorf("--anchor: %w", err)
+		}
+		anchor = &a
+	}
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	v, err := audit.Verify(ctx, pool, anchor)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		if err := writeJSON(g.stdout, v); err != nil {
+			return err
+		}
+		if !v.OK() {
+			return &exitError{code: 1}
+		}
+		return nil
+	}
+	if !v.OK() {
+		return &exitError{code: 1, err: fmt.Errorf("audit log does not verify at row %d: %s", v.BadSeq, v.Problem)}
+	}
+	fmt.Fprintf(g.stdout, "audit log verified: %d rows, head %s\n", v.Rows, v.Head)
+	if anchor != nil {
+		fmt.Fprintf(g.stdout, "anchor %d:%s is in the log\n", anchor.Seq, shortHash(anchor.Hash))
+	}
+	return nil
+}
+
+type auditAnchorCmd struct {
+	JSON bool `name:"json" help:"Print the anchor as JSON."`
+}
+
+func (c *auditAnchorCmd) Help() string {
+	return `Prints the audit log's head as SEQ:HASH (the last row's number and hash). Keep
+it outside the database; 'mefor audit verify --anchor SEQ:HASH' later proves
+that no row up to it was deleted or changed.
+
+Examples:
+  mefor audit anchor
+  mefor audit anchor | logger -t mefor-audit-anchor`
+}
+
+func (c *auditAnchorCmd) Run(ctx context.Context, g *Globals) error {
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	a, err := audit.Head(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return writeJSON(g.stdout, a)
+	}
+	fmt.Fprintln(g.stdout, a)
+	return nil
+}

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go/exec"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// newKeySpec returns "id=base64(32 random bytes)".
+func newKeySpec(t *testing.T, id string) string {
+	t.Helper()
+	b := make([]byte, crypt.KeySize)
+	rand.Read(b)
+	return id + "=" + base64.StdEncoding.EncodeToString(b)
+}
+
+// envWith is a lookupEnv that has MEFOR_ENCRYPTION_KEYS=keys ("" unset).
+func envWith(keys string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		if name == crypt.EnvKeys {
+			return keys, keys != ""
+		}
+		return os.LookupEnv(name)
+	}
+}
+
+// cli runs mefor in-process with its own MEFOR_ENCRYPTION_KEYS.
+func cli(t *testing.T, dbURL, keys string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runEnv(append(args, "--database-url", dbURL), &out, &errb, envWith(keys))
+	return code, out.String(), errb.String()
+}
+
+// replyingPartner is a downstream system over real MLLP whose ACK text
+// quotes the patient (MSA-3), as some partners' do: the reply is content.
+type replyingPartner struct {
+	addr string
+	srv  *mllp.Server
+	mu   sync.Mutex
+	got  [][]byte
+}
+
+func newReplyingPartner(t *testing.T) *replyingPartner {
+	t.Helper()
+	return newReplyingPartnerAt(t, "127.0.0.1:0")
+}
+
+func newReplyingPartnerAt(t *testing.T, addr string) *replyingPartner {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyingPartner{addr: ln.Addr().String()}
+	p.srv = &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
+		msg, err := hl7.Parse(raw)
+		if err != nil {
+			return hl7.NewACKForUnparsed(raw, hl7.AckReject, "unparseable", hl7.NewControlID(), time.Now())
+		}
+		p.mu.Lock()
+		p.got = append(p.got, bytes.Clone(raw))
+		p.mu.Unlock()
+		return hl7.NewACK(msg, hl7.AckAccept, "filed for "+msg.Get("PID-5.1")+" "+msg.Get("PID-3.1"), hl7.NewControlID(), time.Now())
+	})}
+	go p.srv.Serve(ln)
+	t.Cleanup(func() { _ = p.srv.Shutdown(context.Background()) })
+	return p
+}
+
+func (p *replyingPartner) received() [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([][]byte(nil), p.got...)
+}
+
+var nodeSeq atomic.Int64
+
+// The patients of the traffic: what must never be found at rest in clear.
+var phiPatients = []struct{ id, name string }{
+	{"PX918273", "ZEBRAFISH^JANE"},
+	{"PX555001", "QUOKKA^JOHN"},
+	{"PXFAIL42", "NARWHAL^ANN"}, // the script fails on this one, quoting it
+}
+
+func phiMessage(controlID, id, name string) []byte {
+	return []byte("MSH|^~\\&|REG|HOSP|MEFOR|MEFOR|20240102081500||ADT^A01^ADT_A01|" + controlID + "|P|2.5.1\r" +
+		"PID|1||" + id + "^^^HOSP^MR||" + name + "||19800101|F\r" +
+		"PV1|1|I|3N^301^A\r")
+}
+
+// phiScript reshapes the message, keeps the last patient of each ward and
+// each patient's visit count (keyed by the patient id, as scripts do) in
+// transform state, translates the ward through a reference set, and fails
+// on one patient with an error that quotes them.
+const phiScript = `function transform(msg, ctx) {
+  var id = msg.get("PID-3.1"), name = msg.get("PID-5");
+  if (id === "PXFAIL42") { throw new Error("cannot place " + name + " (" + id + ")"); }
+  var ward = msg.get("PV1-3.1");
+  var last = ctx.state.get("last-by-ward", ward);
+  ctx.state.set("last-by-ward", ward, {patient: name, id: id});
+  var visits = (ctx.state.get("visits", id) || 0) + 1;
+  ctx.state.set("visits", id, visits);
+  msg.set("PV1-3.1", ctx.lookup("wards", ward));
+  msg.set("NTE-3", "previous " + (last ? last.patient : "none"));
+  msg.set("ZVC-1", String(visits));
+}`
+
+// phiNode writes the config for the traffic and runs a node with keys on
+// db until the test ends (or stop is called).
+func phiNode(t *testing.T, db *testcontainers.DB, keys, listen, partner string) (stop func()) {
+	t.Helper()
+	stop, err := startPHINode(t, db, phiOpts{keys: keys, listen: listen, partner: partner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stop
+}
+
+type phiOpts struct {
+	keys, listen, partner string
+	// log receives the node's log; nil discards it.
+	log io.Writer
+	// plain routes without the script and the reference set.
+	plain bool
+}
+
+func startPHINode(t *testing.T, db *testcontainers.DB, o phiOpts) (stop func(), err error) {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	script := write("ward.js", phiScript)
+	wards := write("wards.csv", "ward,lab_location\n3N,LAB-3NORTH\n")
+	route := "{name: out, handler: ward, destinations: [lab]}"
+	extra := fmt.Sprintf(`handlers:
+  ward: {type: javascript, javascript: {file: %q}}
+reference_sets:
+  wards: {refresh: 1h, source: {csv: {path: %q}}}
+`, script, wards)
+	if o.plain {
+		route, extra = "{name: out, destinations: [lab]}", ""
+	}
+	file := write("mefor.yaml", fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  adt:
+    inbound: {mllp: {listen: %q}}
+    routes: [%s]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: %q}
+    retry: {max_attempts: 0, backoff: 100ms, max_backoff: 500ms}
+%s`, o.listen, route, o.partner, extra))
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := crypt.Parse(o.keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.log == nil {
+		o.log = io.Discard
+	}
+	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: fmt.Sprintf("node-%s-%d", t.Name(), nodeSeq.Add(1)), Keys: kr,
+		Logger: slog.New(slog.NewTextHandler(o.log, nil)), ReclaimInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = n.Stop(context.Background()) }) }
+	t.Cleanup(stop)
+	return stop, nil
+}
+
+func sendMLLP(t *testing.T, addr string, msgs ...[]byte) {
+	t.Helper()
+	c := &mllp.Client{Addr: addr, AckTimeout: 10 * time.Second}
+	defer c.Close()
+	for i, m := range msgs {
+		if _, err := c.Send(context.Background(), m); err != nil {
+			t.Fatalf("send message %d: %v", i, err)
+		}
+	}
+}
+
+// pgDump returns `pg_dump --data-only` of db, run inside its container.
+func pgDump(t *testing.T, db *testcontainers.DB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	var out []byte
+	// The server listens on the URL's port inside the container when it
+	// shares the host's network, else on 5432 behind a published port.
+	for _, port := range []string{u.Port(), "5432"} {
+		code, r, err := db.Server.Container().Exec(ctx,
+			[]string{"env", "PGPASSWORD=" + pw, "pg_dump", "-h", "127.0.0.1", "-p", port, "-U", u.User.Username(),
+				"--data-only", "-d", db.Name},
+			exec.Multiplexed())
+		if err != nil {
+			t.Fatalf("pg_dump: %v", err)
+		}
+		out, _ = io.ReadAll(r)
+		if code == 0 {
+			return string(out)
+		}
+	}
+	t.Fatalf("pg_dump failed: %s", out)
+	return ""
+}
+
+// After traffic through a node with MEFOR_ENCRYPTION_KEYS set, a data-only
+// dump of the database holds no patient name or identifier, in text or in
+// hex; with the key, show --body, search, dead list and replay still work,
+// and without it bodies are refused naming the key.
+func TestNoPlaintextPatientDataAtRest(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	keys := newKeySpec(t, "k1")
+	partner := newReplyingPartner(t)
+	listen := unusedAddr(t)
+	phiNode(t, db, keys, listen, partner.addr)
+
+	var msgs [][]byte
+	for i, p := range phiPatients {
+		msgs = append(msgs, phiMessage(fmt.Sprintf("C%d", i+1), p.id, p.name))
+	}
+	// Not HL7 at all: stored as it came, with a parse error.
+	msgs = append(msgs, []byte("GARBAGE WALRUS^TOM PX777\r"))
+	sendMLLP(t, listen, msgs...)
+	pollT(t, 30*time.Second, "two deliveries", func() bool { return len(partner.received()) == 2 })
+	for _, got := range partner.received() {
+		if !bytes.Contains(got, []byte("LAB-3NORTH")) || !(bytes.Contains(got, []byte("ZEBRAFISH")) || bytes.Contains(got, []byte("QUOKKA"))) {
+			t.Fatalf("partner got a message that is not the transformed original:\n%q", got)
+		}
+	}
+	if !bytes.Contains(partner.received()[1], []byte("previous ZEBRAFISH")) {
+		t.Fatalf("the second message does not carry the state the first left:\n%q", partner.received()[1])
+	}
+	// The failed message's error and the replies are written by then.
+	pollT(t, 10*time.Second, "the dead letter", func() bool {
+		_, out, _ := cli(t, db.URL, keys, "dead", "list")
+		return strings.Contains(out, "NARWHAL")
+	})
+
+	dump := pgDump(t, db)
+	if !strings.Contains(dump, "mefor_message") || !strings.Contains(dump, "mfe1") {
+		t.Fatalf("the dump does not look like mefor's data:\n%.2000s", dump)
+	}
+	secrets := []string{"WALRUS", "PX777"}
+	for _, p := range phiPatients {
+		secrets = append(secrets, p.id, strings.Split(p.name, "^")[0])
+	}
+	for _, s := range secrets {
+		for _, form := range []string{s, strings.ToLower(s), hex.EncodeToString([]byte(s))} {
+			if i := strings.Index(dump, form); i >= 0 {
+				t.Errorf("the dump holds %q (as %q) in clear: ...%s...", s, form, dump[max(0, i-200):min(len(dump), i+100)])
+			}
+		}
+	}
+
+	// With the key: everything reads.
+	code, out, errs := cli(t, db.URL, keys, "messages", "show", "1", "--body")
+	if code != 0 || !strings.Contains(out, "ZEBRAFISH^JANE") || !strings.Contains(out, "filed for ZEBRAFISH") {
+		t.Fatalf("show --body with the key: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := cli(t, db.URL, keys, "messages", "list", "--patient", "PX555001"); code != 0 || strings.Count(out, "C2") != 1 {
+		t.Fatalf("list --patient with the key: exit %d\n%s", code, out)
+	}
+	if code, out, _ := cli(t, db.URL, keys, "messages", "list", "--text", "QUOKKA"); code != 0 || !strings.Contains(out, "C2") || strings.Contains(out, "C1") {
+		t.Fatalf("list --text with the key: exit %d\n%s", code, out)
+	}
+	if code, out, _ := cli(t, db.URL, keys, "messages", "show", "4", "--body"); code != 0 || !strings.Contains(out, "GARBAGE WALRUS") {
+		t.Fatalf("show --body of the unparsed message: exit %d\n%s", code, out)
+	}
+	if code, out, errs := cli(t, db.URL, keys, "replay", "2"); code != 0 {
+		t.Fatalf("replay: exit %d\n%s%s", code, out, errs)
+	}
+	pollT(t, 30*time.Second, "the replayed delivery", func() bool { return len(partner.received()) == 3 })
+	if got := partner.received()[2]; !bytes.Equal(got, partner.received()[1]) {
+		t.Fatalf("the replay sent something else:\n%q\nfirst time:\n%q", got, partner.received()[1])
+	}
+
+	// Without it: bodies are refused naming the key; the rest still shows.
+	code, out, errs = cli(t, db.URL, "", "messages", "show", "1", "--body")
+	if code == 0 || !strings.Contains(errs, `key "k1"`) || strings.Contains(out+errs, "mfe1") {
+		t.Fatalf("show --body without the key: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := cli(t, db.URL, "", "dead", "list"); code != 0 || !strings.Contains(out, "encrypted under key k1") {
+		t.Fatalf("dead list without the key: exit %d\n%s", code, out)
+	}
+	if code, out, _ := cli(t, db.URL, "", "status"); code != 0 || !strings.Contains(out, "encryption at rest: on, active key k1") ||
+		!strings.Contains(out, "not set for this command") {
+		t.Fatalf("status without the key: exit %d\n%s", code, out)
+	}
+}
+
+// Without keys mefor stores content in plaintext, as before, and status
+// says so.
+func TestWithoutKeysStatusSaysPlaintext(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	partner := newReplyingPartner(t)
+	listen := unusedAddr(t)
+	phiNode(t, db, "", listen, partner.addr)
+	sendMLLP(t, listen, phiMessage("C1", "PX918273", "ZEBRAFISH^JANE"))
+	pollT(t, 30*time.Second, "the delivery", func() bool { return len(partner.received()) == 1 })
+	if code, out, _ := cli(t, db.URL, "", "status"); code != 0 || !strings.Contains(out, "encryption at rest: off: message content is stored in plaintext") {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	if dump := pgDump(t, db); !strings.Contains(dump, hex.EncodeToString([]byte("ZEBRAFISH"))) {
+		t.Fatal("without keys the body should be stored as it came")
+	}
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/store"
+)
+
+// printEncryption says whether the live nodes seal message content at
+// rest, and under which key, and whether this command could open it.
+func printEncryption(w io.Writer, es *store.EncryptionStatus, mine *crypt.Keyring) {
+	fmt.Fprintln(w)
+	switch es.State() {
+	case "on":
+		fmt.Fprintf(w, "encryption at rest: on, active key %s on every live node\n", es.Nodes[0].ActiveKey)
+	case "off":
+		fmt.Fprintf(w, "encryption at rest: off: message content is stored in plaintext (set %s on every node; see 'mefor keys --help')\n",
+			crypt.EnvKeys)
+	case "mixed":
+		var parts []string
+		for _, n := range es.Nodes {
+			k := n.ActiveKey
+			if k == "" {
+				k = "off (plaintext)"
+			}
+			parts = append(parts, n.Node+": "+k)
+		}
+		fmt.Fprintf(w, "warning: encryption at rest differs between nodes (%s): give every node the same %s\n",
+			strings.Join(parts, ", "), crypt.EnvKeys)
+	case "":
+		state := "not set: content this command stores is kept in plaintext"
+		if mine.Enabled() {
+			state = "set, active key " + mine.ActiveID()
+		}
+		fmt.Fprintf(w, "encryption at rest: no live node has recorded it; this command's %s is %s\n", crypt.EnvKeys, state)
+	}
+	if es.State() != "off" && !mine.Enabled() {
+		fmt.Fprintf(w, "note: %s is not set for this command: it cannot show bodies or encrypted errors\n", crypt.EnvKeys)
+	}
+}

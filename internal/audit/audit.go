@@ -1,0 +1,238 @@
+// Package audit keeps mefor_audit, the tamper-evident log of operator
+// actions: who (OS user, database role, host, node), what, on which target,
+// with which outcome, and never message content.
+//
+// # The chain
+//
+// Each row's hash is SHA-256 over a canonical encoding of its fields and the
+// previous row's hash (see rowHash), and rows are numbered 1, 2, 3, ... by
+// seq. Altering a row changes its hash, so the next row's prev_hash no
+// longer matches; deleting one leaves a gap; Verify names the first row
+// where either shows. Cutting rows off the end leaves a valid shorter
+// chain, which only an anchor kept elsewhere exposes: Head gives the last
+// row's seq and hash, and Verify with that anchor checks that the row is
+// still there, unchanged.
+//
+// Anyone who can write the table can rewrite the whole chain consistently;
+// the anchor, held outside the database, is what makes that visible too.
+//
+// # Writers
+//
+// Append takes a transaction-scoped advisory lock, reads the head and
+// inserts the next row, so two writers cannot fork the chain (and the
+// primary key on seq refuses a fork by a writer that skipped the lock).
+// Callers append in the transaction of the action itself, as its last
+// statement: the row commits if and only if the action does, and the lock,
+// the last one the transaction takes, is held only until its commit.
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Actions recorded in mefor_audit.action.
+const (
+	ActionReplay         = "replay"
+	ActionReplayDead     = "replay-dead"
+	ActionCancel         = "cancel"
+	ActionStepdown       = "stepdown"
+	ActionReload         = "reload"
+	ActionMaintenanceRun = "maintenance-run"
+	ActionKeysRotate     = "keys-rotate"
+	ActionViewBody       = "view-body"
+	// ActionSearchBodies is messages list --text: it reads bodies to
+	// match them.
+	ActionSearchBodies = "search-bodies"
+)
+
+// Outcomes. A failed action records OutcomeFailed with the error in the
+// target's "error" field; one the database refused for lack of privilege,
+// OutcomeDenied.
+const (
+	OutcomeOK        = "ok"
+	OutcomeRequested = "requested"
+	OutcomeFailed    = "failed"
+	OutcomeDenied    = "denied"
+)
+
+// lockClass keys the advisory lock that serializes appends ("ma").
+const lockClass int32 = 0x6d61
+
+// Entry is one action to record.
+type Entry struct {
+	Action string
+	// Target says what was acted on: ids, destination, filters, counts.
+	// Never message content.
+	Target map[string]any
+	// Outcome is OutcomeOK unless set.
+	Outcome string
+	// Node is the node that acted, for node-side actions.
+	Node string
+}
+
+// DBTX is what the writers and readers need: a transaction, a connection
+// or a pool.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Record is one row of the log.
+type Record struct {
+	Seq      int64           `json:"seq"`
+	At       time.Time       `json:"at"`
+	OSUser   string          `json:"os_user"`
+	DBRole   string          `json:"db_role"`
+	Host     string          `json:"host"`
+	Node     string          `json:"node,omitempty"`
+	Action   string          `json:"action"`
+	Target   json.RawMessage `json:"target"`
+	Outcome  string          `json:"outcome"`
+	PrevHash string          `json:"prev_hash"`
+	Hash     string          `json:"hash"`
+}
+
+// Append records e in tx, chained to the current head. Call it last in the
+// action's transaction (see the package doc).
+func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
+	if e.Action == "" {
+		return errors.New("audit: entry without an action")
+	}
+	if e.Outcome == "" {
+		e.Outcome = OutcomeOK
+	}
+	target, err := canonicalTarget(e.Target)
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	r := Record{OSUser: osUser(), Host: hostname(), Node: e.Node, Action: e.Action,
+		Target: target, Outcome: e.Outcome}
+
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, lockClass); err != nil {
+		return fmt.Errorf("audit %s: take the audit lock: %w", e.Action, err)
+	}
+	// The time is the database's, truncated to what timestamptz keeps, so
+	// the hash computed here is the one Verify recomputes from the row.
+	err = tx.QueryRow(ctx, `
+		SELECT coalesce(max(seq), 0) + 1,
+			coalesce((SELECT hash FROM mefor_audit ORDER BY seq DESC LIMIT 1), ''),
+			date_trunc('microseconds', clock_timestamp()), current_user::text
+		FROM mefor_audit`).Scan(&r.Seq, &r.PrevHash, &r.At, &r.DBRole)
+	if err != nil {
+		return fmt.Errorf("audit %s: read the chain's head: %w", e.Action, err)
+	}
+	r.Hash = rowHash(r)
+	_, err = tx.Exec(ctx, `
+		INSERT INTO mefor_audit (seq, at, os_user, db_role, host, node_id, action, target, outcome, prev_hash, hash)
+		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $11)`,
+		r.Seq, r.At, r.OSUser, r.DBRole, r.Host, r.Node, r.Action, string(r.Target), r.Outcome, r.PrevHash, r.Hash)
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// Beginner starts transactions: a pool or a connection.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// AppendAlone records e in a transaction of its own, for an outcome known
+// only after the action's own transaction ended (it failed, or it was
+// refused).
+func AppendAlone(ctx context.Context, db Beginner, e Entry) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return Append(ctx, tx, e) })
+}
+
+// Failure is the entry recording that action on target failed with err; a
+// refusal for lack of privilege is OutcomeDenied.
+func Failure(action string, target map[string]any, err error) Entry {
+	t := make(map[string]any, len(target)+1)
+	for k, v := range target {
+		t[k] = v
+	}
+	outcome := OutcomeFailed
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		outcome = OutcomeDenied
+	}
+	msg := err.Error()
+	if len(msg) > 500 {
+		msg = msg[:500]
+	}
+	t["error"] = msg
+	return Entry{Action: action, Target: t, Outcome: outcome}
+}
+
+// canonicalTarget is the target as JSON with sorted keys (encoding/json
+// sorts map keys), the exact bytes stored and hashed.
+func canonicalTarget(t map[string]any) (json.RawMessage, error) {
+	if t == nil {
+		t = map[string]any{}
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("encode target: %w", err)
+	}
+	return b, nil
+}
+
+// hashVersion starts every hashed encoding, so a future change of the
+// encoding can be told apart.
+const hashVersion = "mefor-audit-v1"
+
+// rowHash is SHA-256 over the row's fields, each length-prefixed so no two
+// different rows encode alike, ending with the previous row's hash.
+func rowHash(r Record) string {
+	h := sha256.New()
+	field := func(s string) {
+		var n [binary.MaxVarintLen64]byte
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	field(hashVersion)
+	field(strconv.FormatInt(r.Seq, 10))
+	field(r.At.UTC().Format("2006-01-02T15:04:05.000000Z"))
+	field(r.OSUser)
+	field(r.DBRole)
+	field(r.Host)
+	field(r.Node)
+	field(r.Action)
+	field(string(r.Target))
+	field(r.Outcome)
+	field(r.PrevHash)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// osUser is the operating system user running this process.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "uid " + strconv.Itoa(os.Getuid())
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}

@@ -1,0 +1,178 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Filter narrows List. Empty fields do not filter.
+type Filter struct {
+	Since  time.Time
+	Action string
+	// Limit is how many rows, newest first; <= 0 means 100.
+	Limit int
+}
+
+// List returns log rows, newest first.
+func List(ctx context.Context, q DBTX, f Filter) ([]Record, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var since *time.Time
+	if !f.Since.IsZero() {
+		since = &f.Since
+	}
+	rows, err := q.Query(ctx, `
+		SELECT `+recordColumns+`
+		FROM mefor_audit
+		WHERE ($1::timestamptz IS NULL OR at >= $1) AND ($2 = '' OR action = $2)
+		ORDER BY seq DESC
+		LIMIT $3`, since, f.Action, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit log: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanRecord)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit log: %w", err)
+	}
+	return out, nil
+}
+
+const recordColumns = `seq, at, os_user, db_role, host, coalesce(node_id, ''), action, target, outcome, prev_hash, hash`
+
+func scanRecord(r pgx.CollectableRow) (Record, error) {
+	var rec Record
+	var target string
+	err := r.Scan(&rec.Seq, &rec.At, &rec.OSUser, &rec.DBRole, &rec.Host, &rec.Node, &rec.Action,
+		&target, &rec.Outcome, &rec.PrevHash, &rec.Hash)
+	rec.Target = []byte(target)
+	return rec, err
+}
+
+// Anchor is the head of the chain at some moment: how many rows it had and
+// the last one's hash. Written "seq:hash"; the empty log is "0:".
+type Anchor struct {
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+func (a Anchor) String() string { return strconv.FormatInt(a.Seq, 10) + ":" + a.Hash }
+
+var hashRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// ParseAnchor reads an anchor as `mefor audit anchor` prints it.
+func ParseAnchor(s string) (Anchor, error) {
+	n, h, ok := strings.Cut(strings.TrimSpace(s), ":")
+	seq, err := strconv.ParseInt(n, 10, 64)
+	if !ok || err != nil || seq < 0 || (seq == 0) != (h == "") || (h != "" && !hashRE.MatchString(h)) {
+		return Anchor{}, fmt.Errorf("anchor %q is not SEQ:HASH as 'mefor audit anchor' prints it (e.g. 42:3f9a…, 64 hex digits)", s)
+	}
+	return Anchor{Seq: seq, Hash: h}, nil
+}
+
+// Head returns the chain's current anchor.
+func Head(ctx context.Context, q DBTX) (Anchor, error) {
+	var a Anchor
+	err := q.QueryRow(ctx, `SELECT seq, hash FROM mefor_audit ORDER BY seq DESC LIMIT 1`).Scan(&a.Seq, &a.Hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Anchor{}, nil
+	}
+	if err != nil {
+		return Anchor{}, fmt.Errorf("read the audit log's head: %w", err)
+	}
+	return a, nil
+}
+
+// Verification is what Verify found.
+type Verification struct {
+	// Rows is how many rows were checked.
+	Rows int64 `json:"rows"`
+	// Head is the last row's anchor.
+	Head Anchor `json:"head"`
+	// BadSeq is the first row that does not verify (0: none); for a cut
+	// tail, the anchor's row that is gone.
+	BadSeq int64 `json:"bad_seq,omitempty"`
+	// Problem says what is wrong at BadSeq.
+	Problem string `json:"problem,omitempty"`
+}
+
+// OK reports whether the whole chain verified.
+func (v Verification) OK() bool { return v.Problem == "" }
+
+// verifyPage is how many rows Verify reads per query.
+const verifyPage = 5000
+
+// Verify recomputes the chain from the first row to the last and reports
+// the first row that was altered, or that follows deleted rows. With an
+// anchor, it also checks that the anchor's row is still there with the
+// anchor's hash: rows cut off the end, or a chain rebuilt from scratch,
+// show there.
+func Verify(ctx context.Context, q DBTX, anchor *Anchor) (Verification, error) {
+	var v Verification
+	prev := Record{}
+	var anchorHash string
+	anchorSeen := false
+	for {
+		rows, err := q.Query(ctx, `SELECT `+recordColumns+` FROM mefor_audit WHERE seq > $1 ORDER BY seq LIMIT $2`,
+			prev.Seq, verifyPage)
+		if err != nil {
+			return v, fmt.Errorf("read the audit log: %w", err)
+		}
+		page, err := pgx.CollectRows(rows, scanRecord)
+		if err != nil {
+			return v, fmt.Errorf("read the audit log: %w", err)
+		}
+		for _, r := range page {
+			if problem := check(prev, r); problem != "" {
+				v.BadSeq, v.Problem = r.Seq, problem
+				return v, nil
+			}
+			v.Rows++
+			v.Head = Anchor{Seq: r.Seq, Hash: r.Hash}
+			if anchor != nil && r.Seq == anchor.Seq {
+				anchorSeen, anchorHash = true, r.Hash
+			}
+			prev = r
+		}
+		if len(page) < verifyPage {
+			break
+		}
+	}
+	if anchor == nil || anchor.Seq == 0 {
+		return v, nil
+	}
+	switch {
+	case !anchorSeen:
+		v.BadSeq = anchor.Seq
+		v.Problem = fmt.Sprintf("the log ends at row %d, but the anchor says row %d existed: rows %d to %d were deleted",
+			v.Head.Seq, anchor.Seq, v.Head.Seq+1, anchor.Seq)
+	case anchorHash != anchor.Hash:
+		v.BadSeq = anchor.Seq
+		v.Problem = fmt.Sprintf("row %d's hash is not the anchor's: the log up to it was rewritten", anchor.Seq)
+	}
+	return v, nil
+}
+
+// check says what is wrong with r, read after prev (the zero Record before
+// the first row).
+func check(prev, r Record) string {
+	switch {
+	case r.Seq != prev.Seq+1 && prev.Seq == 0:
+		return fmt.Sprintf("the log starts at row %d: rows 1 to %d were deleted", r.Seq, r.Seq-1)
+	case r.Seq != prev.Seq+1:
+		return fmt.Sprintf("row %d follows row %d: rows %d to %d were deleted", r.Seq, prev.Seq, prev.Seq+1, r.Seq-1)
+	case r.PrevHash != prev.Hash:
+		return fmt.Sprintf("row %d does not chain to row %d: one of the two was altered", r.Seq, prev.Seq)
+	case rowHash(r) != r.Hash:
+		return fmt.Sprintf("row %d was altered: its contents do not match its hash", r.Seq)
+	}
+	return ""
+}

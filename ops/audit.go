@@ -1,0 +1,45 @@
+package ops
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/audit"
+)
+
+// audited runs fn in a transaction whose last statement appends the audit
+// row of action on target, so the row commits exactly when the action does.
+// fn may add to target (counts known only once it ran); it returns the
+// outcome to record ("" means ok; noAudit: the transaction changed
+// nothing, and no row is written). When fn or the commit fails, the failure
+// is recorded in a transaction of its own, best effort: the caller gets the
+// action's error either way.
+func audited(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, action string, target map[string]any,
+	fn func(tx pgx.Tx) (string, error)) error {
+	err := pgx.BeginTxFunc(ctx, pool, opts, func(tx pgx.Tx) error {
+		outcome, err := fn(tx)
+		if err != nil || outcome == noAudit {
+			return err
+		}
+		return audit.Append(ctx, tx, audit.Entry{Action: action, Target: target, Outcome: outcome})
+	})
+	if err != nil {
+		recordFailure(ctx, pool, action, target, err)
+	}
+	return err
+}
+
+// noAudit is the outcome of a transaction that changed nothing worth a row
+// (the empty batch that ends a bulk run).
+const noAudit = "-"
+
+// recordFailure appends the failure of action, even when ctx ended (an
+// interrupted bulk run is worth a row), within a few seconds.
+func recordFailure(ctx context.Context, pool *pgxpool.Pool, action string, target map[string]any, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = audit.AppendAlone(ctx, pool, audit.Failure(action, target, err))
+}
