@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/drainer"
+	"github.com/mefor/mefor/internal/script"
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 )
@@ -104,6 +105,6 @@ func (d *Deps) holdHead(ctx context.Context, ex drainer.Execution, row drainer.R
 		d.State.Put(current)
 	}
 	d.Logger.InfoContext(ctx, "transform cannot run this message yet; lane held",
-		"lane", row.Lane, "message_id", row.MessageID, "attempt", row.Attempts+1, "retry_in", wait, "error", why)
+		"lane", row.Lane, "message_id", row.MessageID, "attempt", row.Attempts+1, "retry_in", wait, "error", script.LogText(why))
 	return wait, nil
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,7 +195,7 @@ func TestScriptOnErrorHoldWaitsAtTheMessage(t *testing.T) {
 	// A message needs the clinic's opening registered in state first.
 	js := writeScript(t, dir, "adt.js", `
 function transform(msg, ctx) {
-  if (!ctx.state.get("clinic", "open")) throw new Error("the clinic is not open yet");
+  if (!ctx.state.get("clinic", "open")) throw new Error("the clinic is not open yet for " + msg.get("PID-5.1"));
 }`)
 	listen, otherListen := freeAddr(t), freeAddr(t)
 	yaml := strings.Replace(oneChannel(listen, js, ", on_error: hold", map[string]string{"lab": lab.addr}), "handlers:", fmt.Sprintf(`  other:
@@ -202,7 +203,11 @@ function transform(msg, ctx) {
     routes: [{name: out, destinations: [lab]}]
 handlers:`, otherListen), 1)
 	cfg := loadConfig(t, dir, yaml)
-	startNode(t, db, cfg, nil)
+	// The script's error quotes the patient: the node's log must not.
+	logs := &syncBuffer{}
+	startNode(t, db, cfg, func(o *engine.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
 
 	send(t, listen, adt("H1", "P1"), adt("H2", "P2"))
 	eventually(t, 20*time.Second, "H1 held with its reason", func() bool {
@@ -215,6 +220,9 @@ handlers:`, otherListen), 1)
 	})
 	if got := lab.acceptedIDs(); len(got) != 0 {
 		t.Fatalf("lab received %v while the lane is held", got)
+	}
+	if text := logs.String(); !strings.Contains(text, "lane held") || strings.Contains(text, "DOE") {
+		t.Fatalf("the node's log of the held lane must name the hold but not the patient the script's error quotes:\n%s", text)
 	}
 	if dead := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); dead != 0 {
 		t.Fatalf("%d rows dead-lettered under on_error: hold", dead)

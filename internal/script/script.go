@@ -221,6 +221,28 @@ func (e *Error) Error() string {
 	return s
 }
 
+// LogText is the error without the text the script gave it: a script may
+// put message content in what it throws, and logs never carry content. The
+// recorded error (sealed at rest like other content) keeps the whole text.
+func (e *Error) LogText() string {
+	s := "javascript handler " + e.Handler + ": " + e.Kind
+	if e.Where != "" {
+		s += " at " + e.Where
+	}
+	return s
+}
+
+// LogText returns err as it may be logged: a script's failure without the
+// text the script gave it, any other error as it is (mefor's own errors
+// never carry content).
+func LogText(err error) string {
+	var se *Error
+	if errors.As(err, &se) {
+		return se.LogText()
+	}
+	return err.Error()
+}
+
 // Is makes a held failure, and a lookup waiting for its reference set,
 // match handler.ErrNotReady: the message is retried, not dead-lettered.
 func (e *Error) Is(target error) bool {
