@@ -3,15 +3,20 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -99,7 +104,95 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 		}
 		sql, args := store.ListMessagesSQL(store.MessageFilter{Status: store.StatusError})
 		b.Logf("%s", explainAnalyze(b, db, sql, args))
+
+		heapBase, heapPeak, attempts := runNodeOnBacklog(b, db, 20*time.Second)
+		fmt.Printf("BENCH status-backlog-1m-node heap_base_mb=%.1f heap_peak_mb=%.1f head_attempts=%d\n",
+			heapBase, heapPeak, attempts)
+		if heapPeak-heapBase > 100 {
+			b.Errorf("the node's heap grew by %.0f MB over a backlog of %d: it loads the backlog", heapPeak-heapBase, n)
+		}
 	}
+}
+
+// runNodeOnBacklog runs a real node on the backlog for d, its partner
+// down, with reclaim every second and alert rules (queue depth, dead
+// letters, age) evaluated every second, and returns the Go heap in use
+// before it started and the most seen while it ran, and how many attempts
+// the lane's head got (so the drainer did run).
+func runNodeOnBacklog(b *testing.B, db *testcontainers.DB, d time.Duration) (base, peak float64, attempts int64) {
+	b.Helper()
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	partner := down.Addr().String()
+	down.Close() // nothing listens there: the partner is down
+	y := fmt.Sprintf(`
+channels:
+  adt:
+    inbound:
+      mllp: {listen: "%s"}
+    routes:
+      - name: all
+        destinations: [partner]
+destinations:
+  partner:
+    type: mllp
+    mllp: {address: "%s"}
+    retry: {max_attempts: 0, backoff: 200ms, max_backoff: 1s}
+alerts:
+  interval: 1s
+  sinks:
+    journal:
+      log: {level: info}
+  rules:
+    - name: partner-backlog
+      destination: partner
+      queue_depth: 1
+      dead_letters: 1
+      oldest_queued: 1m
+      sinks: [journal]
+`, listen, partner)
+	cfg, err := config.Parse("bench.yaml", []byte(y), nil)
+	if err != nil {
+		b.Fatalf("config: %v\n%s", err, y)
+	}
+	heap := func() float64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return float64(m.HeapInuse) / (1 << 20)
+	}
+	base = heap()
+	node, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: "bench", ReclaimInterval: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := node.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		peak = max(peak, float64(m.HeapInuse)/(1<<20))
+	}
+	if err := node.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
+	err = db.Pool.QueryRow(ctx, `
+		SELECT attempts FROM mefor_work WHERE lane = 'outbound:partner' AND status = 'pending' ORDER BY seq LIMIT 1`).Scan(&attempts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return base, peak, attempts
 }
 
 // loadBacklog writes, by SQL and in the shape the engine leaves them, 200k
