@@ -52,6 +52,10 @@ var operatorWrites = map[string]string{
 	"mefor_event":   "INSERT",
 	"mefor_lane":    "INSERT, UPDATE",
 	"river_job":     "INSERT, UPDATE",
+	// The summary-count triggers of mefor_message and mefor_work run as
+	// the role whose statement fired them, and append deltas.
+	"mefor_message_count": "INSERT",
+	"mefor_work_count":    "INSERT",
 }
 
 // RolesResult says what ApplyRoles changed.

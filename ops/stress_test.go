@@ -19,8 +19,8 @@ import (
 
 // Operator writes racing each other and the pipeline's own hand-offs
 // (intake, route, transform, delivered, failed, dead-lettered) neither
-// deadlock nor fail, and leave every message with the status the finalizer
-// rules give its rows.
+// deadlock nor fail, leave every message with the status the finalizer
+// rules give its rows, and leave the summary counts equal to count(*).
 func TestOperatorWritesRaceThePipeline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -123,6 +123,11 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		_, err := ops.Cancel(ctx, pool, e.q, store.CancelFilter{Destination: "lab", Top: rng.IntN(4) != 0}, ops.BulkOptions{BatchSize: 2})
 		return err
 	})
+	loop("fold counts", func(_ *rand.Rand, _ int) error {
+		time.Sleep(10 * time.Millisecond)
+		_, err := store.FoldCounts(ctx, pool)
+		return err
+	})
 	wg.Wait()
 	for _, err := range errs {
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -163,6 +168,10 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 	}
 	if n < 10 {
 		t.Fatalf("only %d messages went through; the race did not run", n)
+	}
+	// The summary counts kept up with every racing writer and fold.
+	if err := store.VerifyCounts(e.ctx, pool); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("%d messages", n)
 }

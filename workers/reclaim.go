@@ -36,6 +36,12 @@ func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]
 	if n > 0 {
 		w.Deps.Logger.InfoContext(ctx, "reclaim re-activated stranded lanes", "lanes", n)
 	}
+	// Reclaim runs every few seconds on one node at a time: often enough
+	// to keep the summary counts about one row per key, which is what
+	// `mefor status` and the gauges read.
+	if _, err := store.FoldCounts(ctx, w.Deps.Pool); err != nil {
+		return err
+	}
 	return nil
 }
 

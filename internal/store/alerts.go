@@ -119,14 +119,20 @@ func RecordNotification(ctx context.Context, q DBTX, rule, sink, notification, e
 }
 
 // CountDead counts the dead-lettered rows of a destination, or of a
-// channel when destination is empty (rows not replayed or cancelled since).
+// channel when destination is empty (rows not replayed or cancelled since),
+// from the summary counts (counts.go): exact, and as cheap with a million
+// dead letters as with none.
 func CountDead(ctx context.Context, q DBTX, destination, channel string) (int64, error) {
 	var n int64
 	var err error
 	if destination != "" {
-		err = q.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE status = 'dead' AND destination = $1`, destination).Scan(&n)
+		err = q.QueryRow(ctx, `
+			SELECT coalesce(sum(n), 0)::bigint FROM mefor_work_count
+			WHERE status = 'dead' AND destination = $1`, destination).Scan(&n)
 	} else {
-		err = q.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE status = 'dead' AND channel = $1`, channel).Scan(&n)
+		err = q.QueryRow(ctx, `
+			SELECT coalesce(sum(n), 0)::bigint FROM mefor_work_count
+			WHERE status = 'dead' AND channel = $1`, channel).Scan(&n)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("count dead letters: %w", err)

@@ -35,24 +35,17 @@ type BacklogGroup struct {
 }
 
 // ReadBacklog reads the pending rows grouped by stage, channel and
-// destination. It reads pending rows only, through the partial index on
-// them (mefor_work_lane_pending), so its cost follows the backlog, not the
-// history kept; the lane registry supplies the names with nothing pending.
+// destination: their counts from the summary counts and the oldest of each
+// group from the partial index on pending rows (pendingGroupsSQL), so its
+// cost follows the number of groups, not the backlog or the history kept;
+// the lane registry supplies the names with nothing pending.
 func ReadBacklog(ctx context.Context, q DBTX) (*Backlog, error) {
 	b := &Backlog{}
-	rows, err := q.Query(ctx, backlogSQL)
-	if err != nil {
-		return nil, fmt.Errorf("read backlog: %w", err)
+	var err error
+	if b.Groups, err = readPendingGroups(ctx, q); err != nil {
+		return nil, err
 	}
-	b.Groups, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BacklogGroup, error) {
-		var g BacklogGroup
-		err := r.Scan(&g.Stage, &g.Channel, &g.Destination, &g.Pending, &g.OldestSeconds)
-		return g, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read backlog: %w", err)
-	}
-	rows, err = q.Query(ctx, `SELECT name FROM mefor_lane ORDER BY name`)
+	rows, err := q.Query(ctx, `SELECT name FROM mefor_lane ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read lanes: %w", err)
 	}
@@ -84,16 +77,6 @@ func ReadBacklog(ctx context.Context, q DBTX) (*Backlog, error) {
 	return b, nil
 }
 
-// backlogSQL groups the pending rows. The WHERE clause is the predicate of
-// the partial index mefor_work_lane_pending, which holds only pending rows.
-const backlogSQL = `
-	SELECT stage, channel, coalesce(destination, ''), count(*),
-		extract(epoch FROM clock_timestamp() - min(created_at))::float8
-	FROM mefor_work
-	WHERE status = 'pending'
-	GROUP BY stage, channel, destination
-	ORDER BY stage, channel, destination`
-
 // BacklogSQL is the statement ReadBacklog groups pending rows with, for
 // EXPLAIN in benchmarks.
-func BacklogSQL() string { return backlogSQL }
+func BacklogSQL() string { return pendingGroupsSQL }

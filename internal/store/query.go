@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
 
@@ -305,8 +309,9 @@ type Status struct {
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a
 // repeatable-read transaction for numbers that agree with each other. It
-// scans the message and outbound row tables, so it costs in proportion to the
-// history kept.
+// sums the summary counts (counts.go) and reads the oldest pending row of
+// each group from an index, so it costs in proportion to the channels,
+// destinations and lanes, not to the messages kept or queued.
 func ReadStatus(ctx context.Context, q DBTX) (*Status, error) {
 	st := &Status{Channels: []ChannelStatus{}, Destinations: []DestinationStatus{}}
 	if err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&st.At); err != nil {
@@ -324,8 +329,7 @@ func ReadStatus(ctx context.Context, q DBTX) (*Status, error) {
 		return &st.Channels[i]
 	}
 
-	rows, err := q.Query(ctx, `
-		SELECT channel, status, count(*) FROM mefor_message GROUP BY channel, status ORDER BY channel, status`)
+	rows, err := q.Query(ctx, messageCountsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("count messages: %w", err)
 	}
@@ -341,47 +345,51 @@ func ReadStatus(ctx context.Context, q DBTX) (*Status, error) {
 		return nil, fmt.Errorf("count messages: %w", err)
 	}
 
-	rows, err = q.Query(ctx, `
-		SELECT channel, count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
-		FROM mefor_work
-		WHERE status = 'pending' AND stage IN ('ingress', 'routed')
-		GROUP BY channel ORDER BY channel`)
+	groups, err := readPendingGroups(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("count queued rows: %w", err)
+		return nil, err
 	}
-	var age float64
-	_, err = pgx.ForEachRow(rows, []any{&name, &n, &age}, func() error {
+	// Queued work of a channel is its pending ingress and routed rows; the
+	// oldest is the oldest of either stage. Channels are taken in name
+	// order, as the listing of messages above is.
+	type queued struct {
+		n   int64
+		age float64
+	}
+	byChannel := map[string]*queued{}
+	destAge := map[string]float64{}
+	for _, g := range groups {
+		if g.Stage == jobs.StageOutbound {
+			if a, ok := destAge[g.Destination]; !ok || g.OldestSeconds > a {
+				destAge[g.Destination] = g.OldestSeconds
+			}
+			continue
+		}
+		c := byChannel[g.Channel]
+		if c == nil {
+			c = &queued{age: g.OldestSeconds}
+			byChannel[g.Channel] = c
+		}
+		c.n += g.Pending
+		c.age = max(c.age, g.OldestSeconds)
+	}
+	for _, name := range slices.Sorted(maps.Keys(byChannel)) {
 		c := channel(name)
-		c.Queued = n
-		a := age
+		c.Queued = byChannel[name].n
+		a := byChannel[name].age
 		c.OldestQueuedSeconds = &a
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("count queued rows: %w", err)
 	}
 
-	rows, err = q.Query(ctx, `
-		SELECT destination, count(DISTINCT lane)::int,
-			count(*) FILTER (WHERE status = 'pending'),
-			count(*) FILTER (WHERE status = 'done'),
-			count(*) FILTER (WHERE status = 'dead'),
-			count(*) FILTER (WHERE status = 'cancelled'),
-			extract(epoch FROM clock_timestamp() - min(created_at) FILTER (WHERE status = 'pending'))::float8
-		FROM mefor_work
-		WHERE stage = 'outbound'
-		GROUP BY destination ORDER BY destination`)
+	rows, err = q.Query(ctx, deliveryCountsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("count deliveries: %w", err)
 	}
 	dIdx := map[string]int{}
 	var d DestinationStatus
-	var oldest *float64
-	_, err = pgx.ForEachRow(rows, []any{&d.Destination, &d.Lanes, &d.Queued, &d.Delivered, &d.Dead, &d.Cancelled, &oldest},
+	_, err = pgx.ForEachRow(rows, []any{&d.Destination, &d.Lanes, &d.Queued, &d.Delivered, &d.Dead, &d.Cancelled},
 		func() error {
 			d.OldestQueuedSeconds = nil
-			if oldest != nil {
-				a := *oldest
+			if a, ok := destAge[d.Destination]; ok {
 				d.OldestQueuedSeconds = &a
 			}
 			dIdx[d.Destination] = len(st.Destinations)

@@ -23,7 +23,8 @@ import (
 // Each figure is the median of several runs of store.ListMessages with the
 // default limit. It fails when a filter other than --text is planned as a
 // sequential scan of messages or rows, and shows that the cluster gauges'
-// backlog read goes through the partial index on pending rows. Run it on
+// backlog read goes through the partial index on pending rows
+// (mefor_work_pending_age). Run it on
 // its own:
 //
 //	go test -run '^$' -bench Search1M -benchtime 1x -timeout 30m ./internal/store/
@@ -104,7 +105,7 @@ func BenchmarkSearch1M(b *testing.B) {
 		}
 		joined := strings.Join(plan, "\n")
 		b.Logf("cluster gauges' backlog read:\n%s", joined)
-		if !strings.Contains(joined, "mefor_work_lane_pending") {
+		if !strings.Contains(joined, "mefor_work_pending_age") {
 			b.Errorf("the backlog read does not use the partial index on pending rows:\n%s", joined)
 		}
 		t0 := time.Now()

@@ -1,0 +1,205 @@
+package ops_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/ops"
+)
+
+// The numbers `mefor status` shows come from summary counts kept by
+// triggers; after every kind of write the pipeline, the operator and
+// retention make, they equal a full count(*) of the tables, whether or
+// not the counts were folded in between.
+func TestStatusCountsExactAfterMix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	check := func(step string) {
+		t.Helper()
+		if err := store.VerifyCounts(e.ctx, e.db.Pool); err != nil {
+			t.Fatalf("after %s: %v", step, err)
+		}
+		e.checkStatusByFullCount(step)
+	}
+	check("nothing")
+
+	// Intake, route, transform, delivery, a retry, dead letters, a
+	// partitioned lane and a message that did not parse.
+	e.receive("adt")
+	var done, dead []int64
+	for range 3 {
+		done = append(done, e.toOutbound("adt", lab, "outbound:x#1"))
+		dead = append(dead, e.toOutbound("orm", lab))
+	}
+	e.tx(func(tx pgx.Tx) error {
+		_, err := store.Receive(e.ctx, tx, e.q, store.Inbound{Channel: "adt", Source: "test", Raw: []byte("garbage"), ParseError: "no MSH"})
+		return err
+	})
+	check("intake and hand-offs")
+	for _, m := range done {
+		e.deliver(lab, m)
+	}
+	e.fail("outbound:x#1", done[0], false, 0)
+	for _, m := range dead {
+		e.fail(lab, m, true, 0)
+	}
+	check("deliveries and dead letters")
+	if _, err := store.FoldCounts(e.ctx, e.db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	check("a fold")
+
+	// Operator writes: replay of a processed message, replay-dead, cancel.
+	e.deliver("outbound:x#1", done[1])
+	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, done[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, store.DeadFilter{Channel: "orm"}, ops.BulkOptions{BatchSize: 2}); err != nil {
+		t.Fatal(err)
+	}
+	check("replays")
+	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "x"}, ops.BulkOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.fail(lab, dead[0], true, 0)
+	check("cancel")
+
+	// Retention purges the bodies of some messages and deletes others
+	// with all their rows.
+	e.exec(`UPDATE mefor_message SET received_at = received_at - interval '100 days' WHERE id = ANY($1)`, []int64{done[2], dead[0]})
+	e.exec(`UPDATE mefor_message SET received_at = received_at - interval '10 days' WHERE id = $1`, done[0])
+	if _, err := store.FoldCounts(e.ctx, e.db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	res, err := store.RunRetention(e.ctx, e.db.Pool, store.RetentionPolicy{KeepBodies: 5 * 24 * time.Hour, DeleteAfter: 50 * 24 * time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.MessagesDeleted == 0 || res.BodiesNulled == 0 {
+		t.Fatalf("retention = %+v; the test needs deletions and purges", res)
+	}
+	check("retention")
+	for range 2 { // the second fold has nothing left to fold
+		if _, err := store.FoldCounts(e.ctx, e.db.Pool); err != nil {
+			t.Fatal(err)
+		}
+		check("a fold after retention")
+	}
+	if n := e.queryInt(`SELECT count(*) FROM mefor_work_count`) + e.queryInt(`SELECT count(*) FROM mefor_message_count`); n != e.queryInt(`
+		SELECT (SELECT count(*) FROM (SELECT DISTINCT stage, channel, destination, lane, status FROM mefor_work_count) k)
+			+ (SELECT count(*) FROM (SELECT DISTINCT channel, status FROM mefor_message_count) k)`) {
+		t.Fatalf("after a fold the counts hold %d rows, more than one per key", n)
+	}
+}
+
+// checkStatusByFullCount compares ops.Status with the same numbers counted
+// from every row, the way status counted them before it had summary
+// counts.
+func (e *env) checkStatusByFullCount(step string) {
+	e.t.Helper()
+	st, err := ops.Status(e.ctx, e.db.Pool)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	type chWant struct {
+		received, queued int64
+		by               map[string]int64
+		oldest           *float64
+	}
+	want := map[string]*chWant{}
+	ch := func(name string) *chWant {
+		if want[name] == nil {
+			want[name] = &chWant{by: map[string]int64{}}
+		}
+		return want[name]
+	}
+	rows, err := e.db.Pool.Query(e.ctx, `SELECT channel, status, count(*) FROM mefor_message GROUP BY channel, status`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var name, status string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&name, &status, &n}, func() error {
+		c := ch(name)
+		c.received += n
+		c.by[status] = n
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	var age float64
+	rows, err = e.db.Pool.Query(e.ctx, `
+		SELECT channel, count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
+		FROM mefor_work WHERE status = 'pending' AND stage IN ('ingress', 'routed') GROUP BY channel`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&name, &n, &age}, func() error {
+		c := ch(name)
+		c.queued = n
+		a := age
+		c.oldest = &a
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	if len(st.Channels) != len(want) {
+		e.t.Fatalf("after %s: status shows %d channels, the tables hold %d", step, len(st.Channels), len(want))
+	}
+	for _, c := range st.Channels {
+		w := want[c.Channel]
+		if w == nil || c.Received != w.received || c.Queued != w.queued || !sameAge(c.OldestQueuedSeconds, w.oldest) {
+			e.t.Fatalf("after %s: channel %+v, tables say %+v", step, c, w)
+		}
+		for s, n := range w.by {
+			if c.ByStatus[s] != n {
+				e.t.Fatalf("after %s: channel %s has %d %s, tables say %d", step, c.Channel, c.ByStatus[s], s, n)
+			}
+		}
+		if len(c.ByStatus) != len(w.by) {
+			e.t.Fatalf("after %s: channel %s by status %v, tables say %v", step, c.Channel, c.ByStatus, w.by)
+		}
+	}
+
+	rows, err = e.db.Pool.Query(e.ctx, `
+		SELECT destination, count(DISTINCT lane)::int,
+			count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'done'),
+			count(*) FILTER (WHERE status = 'dead'), count(*) FILTER (WHERE status = 'cancelled'),
+			extract(epoch FROM clock_timestamp() - min(created_at) FILTER (WHERE status = 'pending'))::float8
+		FROM mefor_work WHERE stage = 'outbound' GROUP BY destination ORDER BY destination`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var wantD []store.DestinationStatus
+	var d store.DestinationStatus
+	var oldest *float64
+	if _, err := pgx.ForEachRow(rows, []any{&d.Destination, &d.Lanes, &d.Queued, &d.Delivered, &d.Dead, &d.Cancelled, &oldest}, func() error {
+		d.OldestQueuedSeconds = oldest
+		wantD = append(wantD, d)
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	if len(st.Destinations) != len(wantD) {
+		e.t.Fatalf("after %s: status shows destinations %+v, tables say %+v", step, st.Destinations, wantD)
+	}
+	for i, g := range st.Destinations {
+		w := wantD[i]
+		if g.Destination != w.Destination || g.Lanes != w.Lanes || g.Queued != w.Queued || g.Delivered != w.Delivered ||
+			g.Dead != w.Dead || g.Cancelled != w.Cancelled || !sameAge(g.OldestQueuedSeconds, w.OldestQueuedSeconds) {
+			e.t.Fatalf("after %s: destination %+v, tables say %+v", step, g, w)
+		}
+	}
+}
+
+// sameAge: both absent, or both present and read moments apart.
+func sameAge(a, b *float64) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return math.Abs(*a-*b) < 5
+}
