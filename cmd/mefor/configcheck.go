@@ -49,6 +49,8 @@ type configCheckResult struct {
 	Destinations int            `json:"destinations"`
 	AlertRules   int            `json:"alert_rules,omitempty"`
 	Hash         string         `json:"hash,omitempty"`
+	// Encryption names the keys' variable and their ids, never a key.
+	Encryption string `json:"encryption,omitempty"`
 	// Certificates lists the certificates the TLS settings name, when
 	// their files were read.
 	Certificates []tlsconf.Certificate `json:"certificates,omitempty"`
@@ -70,6 +72,12 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 			res.AlertRules = len(cfg.Alerts.Rules)
 		}
 		res.Hash = cfg.Hash()
+		if cfg.Encryption != nil {
+			res.Encryption = fmt.Sprintf("keys from ${%s}: %s", cfg.Encryption.KeysVar, cfg.Encryption.Keys)
+			if _, err := g.configKeyring(cfg); err != nil {
+				res.Errors, res.OK = append(res.Errors, config.Error{File: cfg.File, Message: err.Error()}), false
+			}
+		}
 		if !c.NoTLSFiles {
 			res.checkTLSFiles(cfg, time.Now())
 		}
@@ -93,6 +101,9 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 			}
 			fmt.Fprintf(g.stdout, "%s: ok (%d channels, %d handlers, %d destinations%s)\n",
 				c.File, res.Channels, res.Handlers, res.Destinations, alerts)
+			if res.Encryption != "" {
+				fmt.Fprintf(g.stdout, "encryption at rest: %s\n", res.Encryption)
+			}
 		}
 	}
 	if !res.OK {

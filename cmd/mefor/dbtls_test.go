@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,4 +140,59 @@ func nonLoopbackIP(t *testing.T) net.IP {
 	}
 	t.Skip("no non-loopback IPv4 address on this machine")
 	return nil
+}
+
+// `mefor config check` reports a SQL reference-set source that would reach
+// another host without TLS as it reports every config problem: the file,
+// the line, the field and the fix, without the URL's password.
+func TestConfigCheckInsecureSQLSource(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	dir := t.TempDir()
+	write := func(extra string) string {
+		p := filepath.Join(dir, "mefor.yaml")
+		if err := os.WriteFile(p, []byte(`channels:
+  lab:
+    inbound: {mllp: {listen: "127.0.0.1:2575"}}
+    routes: [{handler: loinc, destinations: [archive]}]
+handlers:
+  loinc:
+    type: map
+    map: [{lookup: {from: OBX-3.1, set: lab-codes, on_miss: keep}}]
+destinations:
+  archive: {type: file, file: {directory: ./out}}
+reference_sets:
+  lab-codes:
+    source:
+      sql:
+        database_url: "postgres://lims:s3cret@lims.example.org:5432/lims?sslmode=disable"
+        query: select code, loinc from lab_map`+extra+`
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg := write("")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"config", "check", cfg}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		cfg + `:15: reference_set "lab-codes": source.sql.database_url connects to lims.example.org with sslmode=disable`,
+		"sslmode=verify-full&sslrootcert=", "allow_insecure_database: true",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config check output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out+stderr.String(), "s3cret") {
+		t.Errorf("config check shows the password:\n%s%s", out, stderr.String())
+	}
+
+	write("\n        allow_insecure_database: true")
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"config", "check", cfg}, &stdout, &stderr); code != 0 {
+		t.Fatalf("with allow_insecure_database: true: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
 }

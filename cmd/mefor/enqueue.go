@@ -38,9 +38,10 @@ type enqueued struct {
 }
 
 func (c *enqueueCmd) Run(ctx context.Context, g *Globals) error {
+	var cfg *config.Config
 	if c.Config != "" {
-		cfg, err := config.Load(c.Config)
-		if err != nil {
+		var err error
+		if cfg, err = config.Load(c.Config); err != nil {
 			return err
 		}
 		if cfg.Channel(c.Channel) == nil {
@@ -58,7 +59,7 @@ func (c *enqueueCmd) Run(ctx context.Context, g *Globals) error {
 	if len(msgs) == 0 {
 		return errors.New("no HL7 messages found in the input (a message starts with a segment beginning MSH)")
 	}
-	kr, err := g.keyring()
+	kr, err := g.configKeyring(cfg)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
+	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/crypt"
 )
 
@@ -14,4 +16,30 @@ func (g *Globals) keyring() (*crypt.Keyring, error) {
 		g.lookupEnv = os.LookupEnv
 	}
 	return crypt.FromEnv(g.lookupEnv)
+}
+
+// configKeyring is the keyring of a command given cfg: the keys its
+// encryption: section names (read when it was loaded), else
+// MEFOR_ENCRYPTION_KEYS. When the section names another variable and
+// MEFOR_ENCRYPTION_KEYS is set too, both must hold the same keys: the
+// commands that take no config read MEFOR_ENCRYPTION_KEYS, and a node
+// sealing under keys they lack would make its data unreadable to them.
+func (g *Globals) configKeyring(cfg *config.Config) (*crypt.Keyring, error) {
+	env, err := g.keyring()
+	if cfg == nil || cfg.Encryption == nil {
+		return env, err
+	}
+	enc := cfg.Encryption
+	if enc.KeysVar == crypt.EnvKeys {
+		return enc.Keys, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if env != nil && !env.SameKeys(enc.Keys) {
+		return nil, fmt.Errorf("%s: encryption.keys reads ${%s} (%s), but %s holds other keys (%s); "+
+			"give both variables the same keys, or unset %s (the commands that take no --config read it, so set it to the same keys for them)",
+			cfg.File, enc.KeysVar, enc.Keys, crypt.EnvKeys, env, crypt.EnvKeys)
+	}
+	return enc.Keys, nil
 }

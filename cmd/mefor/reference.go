@@ -109,15 +109,15 @@ func (c *referenceShowCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Limit < 0 {
 		return errors.New("--limit must be 0 (all rows) or more")
 	}
-	kr, err := g.keyring()
-	if err != nil {
-		return err
-	}
 	cfg, pool, err := g.configAndPool(ctx, c.Config)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	kr, err := g.configKeyring(cfg)
+	if err != nil {
+		return err
+	}
 	d, err := ops.ShowReferenceSet(ctx, pool, kr, cfg, c.Name, c.Key, c.Limit)
 	if err != nil {
 		return err

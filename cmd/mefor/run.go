@@ -64,11 +64,11 @@ Examples:
 }
 
 func (c *runCmd) Run(ctx context.Context, g *Globals) error {
-	kr, err := g.keyring()
+	cfg, err := config.Load(c.Config)
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(c.Config)
+	kr, err := g.configKeyring(cfg)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if kr.Enabled() {
 		logger.Info("encryption at rest on", "active_key", kr.ActiveID(), "keys", kr)
 	} else {
-		logger.Warn("encryption at rest off: message content is stored in plaintext (set MEFOR_ENCRYPTION_KEYS)")
+		logger.Warn("encryption at rest off: message content is stored in plaintext (set MEFOR_ENCRYPTION_KEYS, or name the keys in the config's encryption: keys)")
 	}
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,

@@ -33,6 +33,9 @@ type Config struct {
 	// node starts logging a warning about it, once a day. Defaults to 30
 	// days.
 	TLSExpiryWarning time.Duration
+	// Encryption names the keys content is sealed under at rest; nil when
+	// the file has no encryption: section (MEFOR_ENCRYPTION_KEYS decides).
+	Encryption *Encryption
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.

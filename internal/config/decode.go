@@ -24,13 +24,16 @@ func (l *loader) decode(root *yaml.Node) *Config {
 		LeaseTTL:     defaultLeaseTTL,
 	}, TLSExpiryWarning: defaultTLSExpiryWarning}
 	var top path
-	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts")
+	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption")
 	l.decodeCluster(m["cluster"], top.key("cluster"), &c.Cluster)
 	decodeScalar(l, m, top, "tls_expiry_warning", &c.TLSExpiryWarning, parseAge)
 	c.Maintenance = defaultMaintenance()
 	l.decodeMaintenance(m["maintenance"], top.key("maintenance"), &c.Maintenance)
 	if an, ok := m["alerts"]; ok {
 		c.Alerts = l.decodeAlerts(an, top.key("alerts"))
+	}
+	if en, ok := m["encryption"]; ok {
+		c.Encryption = l.decodeEncryption(en, top.key("encryption"))
 	}
 	l.named(m["channels"], top.key("channels"), func(name string, n *yaml.Node, p path) {
 		c.Channels = append(c.Channels, l.decodeChannel(name, n, p))

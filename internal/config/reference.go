@@ -1,12 +1,16 @@
 package config
 
 import (
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mefor/mefor/internal/dbtls"
 )
 
 // ReferenceSet is a code-mapping table, such as local lab codes to LOINC,
@@ -94,6 +98,10 @@ type SQLSource struct {
 	// Query returns the key column and the value columns.
 	Query   string
 	Timeout time.Duration
+	// AllowInsecureDatabase lifts the database TLS rule (package dbtls)
+	// for this source alone: the config is every node's, so the choice is
+	// written once here rather than left to each node's flags.
+	AllowInsecureDatabase bool
 }
 
 // HTTPSource fetches CSV or JSON with a GET.
@@ -139,8 +147,9 @@ func (l *loader) decodeReferenceSet(name string, n *yaml.Node, p path) Reference
 	if qn, ok := sm["sql"]; ok {
 		qp := sp.key("sql")
 		s.Source.SQL = &SQLSource{Timeout: defaultSourceTimeout}
-		qm := l.mapping(qn, qp, "database_url", "query", "timeout")
+		qm := l.mapping(qn, qp, "database_url", "query", "timeout", "allow_insecure_database")
 		decodeScalar(l, qm, qp, "database_url", &s.Source.SQL.DatabaseURL, asString)
+		decodeScalar(l, qm, qp, "allow_insecure_database", &s.Source.SQL.AllowInsecureDatabase, parseBool)
 		decodeScalar(l, qm, qp, "query", &s.Source.SQL.Query, asString)
 		decodeScalar(l, qm, qp, "timeout", &s.Source.SQL.Timeout, parseDuration)
 	}
@@ -210,6 +219,8 @@ func (l *loader) checkReferenceSource(s *ReferenceSet, p path) {
 		case !strings.HasPrefix(src.SQL.DatabaseURL, "postgres://") && !strings.HasPrefix(src.SQL.DatabaseURL, "postgresql://"):
 			// The value is not quoted: it may hold a password.
 			l.errorf(up, "must be a postgres:// URL (e.g. database_url: ${LIMS_DATABASE_URL})")
+		case !src.SQL.AllowInsecureDatabase:
+			l.checkSourceTLS(up, src.SQL.DatabaseURL)
 		}
 		if strings.TrimSpace(src.SQL.Query) == "" {
 			l.errorf(qp.key("query"), "is required: a query returning the key column first, then the value columns, e.g. query: select local_code, loinc from lab_map")
@@ -227,6 +238,34 @@ func (l *loader) checkReferenceSource(s *ReferenceSet, p path) {
 			l.errorf(hp.key("format"), "%q is not a format; use csv or json, or leave it out to go by the response's Content-Type", f)
 		}
 		l.positive(hp, "timeout", src.HTTP.Timeout, defaultSourceTimeout)
+	}
+}
+
+// checkSourceTLS applies the database TLS rule to a SQL source's URL, as
+// every command applies it to DATABASE_URL. Only the URL's hosts and
+// sslmode matter, so its certificate file parameters are left out of the
+// parse: pgx would read the files, and config check must work where they
+// are absent.
+func (l *loader) checkSourceTLS(p path, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse's error quotes the URL, password included.
+		l.errorf(p, "is not a valid URL; want postgres://user:password@host:port/dbname?sslmode=verify-full&sslrootcert=/path/to/db-ca.crt")
+		return
+	}
+	q := u.Query()
+	for _, k := range []string{"sslrootcert", "sslcert", "sslkey", "sslpassword"} {
+		q.Del(k)
+	}
+	u.RawQuery = q.Encode()
+	cfg, err := pgconn.ParseConfig(u.String())
+	if err != nil {
+		l.errorf(p, "is not a PostgreSQL URL pgx can use (check its host, port and sslmode); want postgres://user:password@host:port/dbname?sslmode=verify-full&sslrootcert=/path/to/db-ca.crt")
+		return
+	}
+	var ie *dbtls.InsecureError
+	if err := dbtls.Check(cfg, raw); errors.As(err, &ie) {
+		l.errorf(p, "%v; %s, or set allow_insecure_database: true beside it if the network to that database is trusted", ie, ie.Fix())
 	}
 }
 

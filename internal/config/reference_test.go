@@ -41,7 +41,7 @@ reference_sets:
     source:
       http: {url: "https://user:pw@terms.example.org/units.json?token=t", format: json}
     key: code
-`, map[string]string{"LIMS_URL": "postgres://u:secret@lims/db"})
+`, map[string]string{"LIMS_URL": "postgres://u:secret@lims/db?sslmode=verify-full&sslrootcert=/nonexistent/lims-ca.crt"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ reference_sets:
 	if lab.Key != "local" || strings.Join(lab.Values, ",") != "loinc,display" || lab.Refresh.String() != "0 3 * * *" {
 		t.Errorf("lab-codes: %+v", lab)
 	}
-	if lab.Source.SQL.DatabaseURL != "postgres://u:secret@lims/db" || lab.Source.SQL.Timeout != 30*time.Second {
+	if !strings.HasPrefix(lab.Source.SQL.DatabaseURL, "postgres://u:secret@lims/db?") || lab.Source.SQL.Timeout != 30*time.Second {
 		t.Errorf("sql source: %+v", lab.Source.SQL)
 	}
 	// Descriptions never carry passwords or tokens.
@@ -189,4 +189,54 @@ reference_sets:
 `
 	_, err = parse(t, doc, nil)
 	checkErrs(t, err, []wantErr{{12, "handlers.loinc.map[0].lookup.default", "only applies to on_miss: default"}})
+}
+
+// A SQL source's database_url obeys the rule DATABASE_URL does (package
+// dbtls): another host is reached only over TLS that cannot fall back to
+// plaintext, unless the source says allow_insecure_database: true.
+func TestSQLSourceDatabaseTLSRule(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	for _, tt := range []struct {
+		url, extra string
+		says       string // "" means allowed
+	}{
+		{url: "postgres://u:s3cret@lims.example.org/db", says: "connects to lims.example.org with no sslmode (pgx then uses prefer"},
+		{url: "postgres://u:s3cret@lims.example.org/db?sslmode=prefer", says: "sslmode=prefer, which falls back to plaintext"},
+		{url: "postgres://u:s3cret@10.1.2.3:5432/db?sslmode=disable", says: "connects to 10.1.2.3 with sslmode=disable"},
+		{url: "postgres://u:s3cret@127.0.0.1,lims.example.org/db?sslmode=disable", says: "connects to lims.example.org"},
+		// The CA file is not read to apply the rule: config check works
+		// where it is absent.
+		{url: "postgres://u:s3cret@lims.example.org/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt"},
+		{url: "postgres://u:s3cret@lims.example.org/db?sslmode=require"},
+		{url: "postgres://u:s3cret@127.0.0.1:5432/db?sslmode=disable"},
+		{url: "postgres://u:s3cret@localhost/db"},
+		{url: "postgres://u:s3cret@lims.example.org/db?sslmode=disable", extra: ", allow_insecure_database: true"},
+	} {
+		doc := refDoc + `
+reference_sets:
+  lab-codes:
+    source:
+      sql: {database_url: "${LIMS_URL}", query: "select local, loinc from map"` + tt.extra + `}
+`
+		_, err := parse(t, doc, map[string]string{"LIMS_URL": tt.url})
+		if tt.says == "" {
+			if err != nil {
+				t.Errorf("%s%s refused: %v", tt.url, tt.extra, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s allowed, want it refused", tt.url)
+			continue
+		}
+		checkErrs(t, err, []wantErr{{21, "reference_sets.lab-codes.source.sql.database_url", tt.says}})
+		for _, fix := range []string{"sslmode=verify-full&sslrootcert=", "allow_insecure_database: true"} {
+			if !strings.Contains(err.Error(), fix) {
+				t.Errorf("%s: the error does not say %q: %v", tt.url, fix, err)
+			}
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the error shows the password: %v", tt.url, err)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -20,9 +21,11 @@ const KeySize = 32
 // maxIDLen bounds a key id; it is stored in every sealed value.
 const maxIDLen = 32
 
-// keyHint is the fix every key error ends with.
-const keyHint = "each entry is id=base64 of 32 random bytes, the active key first, e.g. " +
-	EnvKeys + "=k2=<new key>,k1=<old key>; make a key with: head -c 32 /dev/urandom | base64"
+// keyHint is the fix every key error from variable name ends with.
+func keyHint(name string) string {
+	return "each entry is id=base64 of 32 random bytes, the active key first, e.g. " +
+		name + "=k2=<new key>,k1=<old key>; make a key with: head -c 32 /dev/urandom | base64"
+}
 
 // Keyring is the set of keys values are sealed and opened with. The zero
 // value is not usable; a nil *Keyring means encryption is off: Seal returns
@@ -80,7 +83,13 @@ func FromEnv(lookup func(string) (string, bool)) (*Keyring, error) {
 
 // Parse reads a keyring in MEFOR_ENCRYPTION_KEYS's format. "" is no keyring
 // (nil, nil). Errors name the entry and its key id, never key material.
-func Parse(spec string) (*Keyring, error) {
+func Parse(spec string) (*Keyring, error) { return ParseFrom(EnvKeys, spec) }
+
+// ParseFrom is Parse for a keyring read from the environment variable name
+// (a config may name another one than MEFOR_ENCRYPTION_KEYS); errors name
+// that variable.
+func ParseFrom(name, spec string) (*Keyring, error) {
+	keyHint := keyHint(name)
 	if spec == "" {
 		return nil, nil
 	}
@@ -92,7 +101,7 @@ func Parse(spec string) (*Keyring, error) {
 			continue
 		}
 		n++
-		where := fmt.Sprintf("%s: entry %d", EnvKeys, i+1)
+		where := fmt.Sprintf("%s: entry %d", name, i+1)
 		id, b64, ok := strings.Cut(entry, "=")
 		if !ok || strings.Trim(b64, "= ") == "" {
 			// A bare key (its base64 padding looks like "id="): never echo it.
@@ -124,7 +133,7 @@ func Parse(spec string) (*Keyring, error) {
 		}
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("%s is set but holds no key; unset it to run without encryption, or %s", EnvKeys, keyHint)
+		return nil, fmt.Errorf("%s is set but holds no key; unset it to run without encryption, or %s", name, keyHint)
 	}
 	return kr, nil
 }
@@ -183,6 +192,17 @@ func (kr *Keyring) String() string {
 		return "encryption off"
 	}
 	return fmt.Sprintf("keyring (active %s; keys %s)", kr.active.id, strings.Join(kr.ids, ", "))
+}
+
+// SameKeys reports whether kr and o hold the same keys under the same ids,
+// in the same order (so the same active key). Key material is not kept,
+// so keys are compared by a blind index each derives.
+func (kr *Keyring) SameKeys(o *Keyring) bool {
+	if kr == nil || o == nil {
+		return kr == o
+	}
+	const probe = "mefor keyring identity"
+	return slices.Equal(kr.ids, o.ids) && slices.Equal(kr.BlindIndexes(probe, probe), o.BlindIndexes(probe, probe))
 }
 
 // GoString keeps %#v from printing the derived keys.

@@ -435,6 +435,14 @@ func (n *Node) restartNeeded(next *config.Config) []string {
 	if was, now := schedules(start), schedules(next); was != now {
 		why = append(why, fmt.Sprintf("the maintenance jobs or their schedules change (%s → %s); River's periodic jobs are fixed at start", was, now))
 	}
+	// The keyring is read at start (run) and sealed into every writer.
+	switch {
+	case (start.Encryption == nil) != (next.Encryption == nil):
+		why = append(why, "the encryption: section is added or removed; encryption keys are read at start")
+	case next.Encryption != nil && !next.Encryption.Keys.SameKeys(n.opts.Keys):
+		why = append(why, fmt.Sprintf("encryption.keys (${%s}) holds other keys than the node started with (%s); keys are read at start",
+			next.Encryption.KeysVar, n.opts.Keys))
+	}
 	return why
 }
 

@@ -476,3 +476,29 @@ func TestReloadReachesPeersThroughNotify(t *testing.T) {
 		return b.AppliedConfigVersion() == 1
 	})
 }
+
+// Encryption keys are read at start: a reload that adds an encryption:
+// section (or names other keys) is refused and says a restart is needed.
+func TestReloadRefusesEncryptionKeyChange(t *testing.T) {
+	t.Setenv("MEFOR_RELOAD_TEST_KEYS", "k1=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "")
+	l := freeAddr(t)
+	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
+	n := startNode(t, db, cfg, named("a"))
+
+	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String()+
+		"encryption:\n  keys: \"${MEFOR_RELOAD_TEST_KEYS}\"\n")
+	_, err := n.Reload(ctx)
+	var rerr *engine.RestartError
+	if !errors.As(err, &rerr) || !strings.Contains(err.Error(), "encryption") || !strings.Contains(err.Error(), "restart") {
+		t.Fatalf("reload adding encryption keys: err = %v, want a RestartError naming them", err)
+	}
+	if strings.Contains(err.Error(), "MDEyMzQ1") {
+		t.Errorf("the refusal shows the key: %v", err)
+	}
+	if n.Config().Hash() != cfg.Hash() || clusterVersion(t, db) != 0 {
+		t.Fatal("a refused reload changed the config or the cluster version")
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/dbtls"
 	"github.com/mefor/mefor/internal/store"
 )
 
@@ -188,7 +189,20 @@ func csvError(err error) error {
 func readSQL(ctx context.Context, src *config.SQLSource) (table, error) {
 	ctx, cancel := context.WithTimeout(ctx, src.Timeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, src.DatabaseURL)
+	cc, err := pgx.ParseConfig(src.DatabaseURL)
+	if err != nil {
+		// pgx's parse errors can echo the URL, password included.
+		return table{}, errors.New("connect: database_url is not a valid PostgreSQL URL")
+	}
+	if !src.AllowInsecureDatabase {
+		// Config validation refuses such a URL already; this holds for a
+		// source built any other way.
+		var ie *dbtls.InsecureError
+		if err := dbtls.Check(&cc.Config, src.DatabaseURL); errors.As(err, &ie) {
+			return table{}, fmt.Errorf("refused: database_url %v; %s, or set allow_insecure_database: true on the source", ie, ie.Fix())
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return table{}, fmt.Errorf("connect: %w", redactConnError(err))
 	}
