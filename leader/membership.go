@@ -129,13 +129,20 @@ func (m *Membership) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if m.Fresh(m.cfg.Heartbeat) {
-			continue
-		}
-		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
-			m.cfg.Logger.WarnContext(ctx, "heartbeat failed", "error", err)
-		}
+		m.tick(ctx)
 	}
+}
+
+// tick beats unless a beat was confirmed within the last heartbeat, and
+// reports whether it wrote.
+func (m *Membership) tick(ctx context.Context) bool {
+	if m.Fresh(m.cfg.Heartbeat) {
+		return false
+	}
+	if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+		m.cfg.Logger.WarnContext(ctx, "heartbeat failed", "error", err)
+	}
+	return true
 }
 
 func (m *Membership) beat(ctx context.Context) error {
