@@ -31,7 +31,8 @@ func TestLingeringDrainersDoNotPoll(t *testing.T) {
     type: mllp
     mllp: {address: "%s"}
 `, p.addr))
-	const linger = 5 * time.Second
+	// Long, so the drainers still linger after a slow delivery on a loaded machine.
+	const linger = 15 * time.Second
 	n := startNode(t, db, cfg, func(o *engine.Options) {
 		o.Limits.Linger = linger
 		o.Limits.Poll = 20 * time.Millisecond // what a poll would be, were there one
