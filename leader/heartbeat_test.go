@@ -154,3 +154,33 @@ func TestControlPollsWithoutNotification(t *testing.T) {
 		t.Errorf("request older than %s is %s, want abandoned", requestMaxAge, status)
 	}
 }
+
+// The renewal does not wait for the node's row: while another transaction
+// holds it, the lease is still renewed in time, and the beat is left to the
+// membership loop.
+func TestRenewalDoesNotWaitForNodeRow(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	m := newMembership(t, db.Pool, "a", nil)
+	a, err := NewLease(LeaseConfig{Pool: db.Pool, NodeID: "a", Heartbeat: testHeartbeat, FenceTimeout: testFence, TTL: testTTL,
+		Logger: slog.New(slog.DiscardHandler), Membership: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * testHeartbeat)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM mefor_node WHERE id = 'a' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	a.Tick(ctx) // would block until the fence timeout, and fail, if it waited
+	if !a.Serving() {
+		t.Fatal("renewal did not take the lease while the node row was locked")
+	}
+	if m.Fresh(testHeartbeat) {
+		t.Error("a beat that was skipped counts as confirmed")
+	}
+}

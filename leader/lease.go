@@ -293,9 +293,12 @@ func (l *Lease) claim(ctx context.Context) (bool, error) {
 // (one transaction): the same upsert of the lease, and the node's row
 // refreshed with holds_lease saying whether that upsert left this node the
 // owner. The beat is confirmed with the time it was sent, as a beat of its
-// own would be.
+// own would be. The renewal never waits for the node's row: when another
+// writer holds it (the membership's own beat, a stepdown's), the beat is
+// skipped, left unconfirmed, and the membership loop makes it.
 func (l *Lease) claimAndBeat(ctx context.Context, m *Membership) (bool, error) {
 	var owner *string
+	var beats int64
 	sent := m.stamp()
 	err := l.cfg.Pool.QueryRow(ctx, `
 		WITH claim AS (
@@ -311,15 +314,17 @@ func (l *Lease) claimAndBeat(ctx context.Context, m *Membership) (bool, error) {
 		), beat AS (
 			UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active',
 				holds_lease = EXISTS (SELECT 1 FROM claim WHERE owner = $2)
-			WHERE id = $4
+			WHERE id = (SELECT id FROM mefor_node WHERE id = $4 FOR UPDATE SKIP LOCKED)
 			RETURNING id
 		)
 		SELECT (SELECT owner FROM claim), (SELECT count(*) FROM beat)`,
-		l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds(), m.cfg.NodeID).Scan(&owner, new(int64))
+		l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds(), m.cfg.NodeID).Scan(&owner, &beats)
 	if err != nil {
 		return false, fmt.Errorf("claim lease %s and heartbeat: %w", l.cfg.Key, err)
 	}
-	m.confirmed(sent)
+	if beats > 0 {
+		m.confirmed(sent)
+	}
 	return owner != nil && *owner == l.cfg.NodeID, nil
 }
 
