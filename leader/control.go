@@ -26,14 +26,33 @@ const RequestKindStepdown = "stepdown"
 const requestMaxAge = time.Minute
 
 // Control answers operator requests addressed to this node. Requests are rows
-// in mefor_control_request; a NOTIFY wakes the node at once, and a poll every
-// heartbeat covers a notification lost while the node was reconnecting.
+// in mefor_control_request; a NOTIFY wakes the node at once. The node looks
+// at the table itself each time its listening connection (re)connects, which
+// covers a notification sent while it was away, and every PollEvery on that
+// same connection, which proves the connection alive: a listener whose
+// connection died silently fails that poll and reconnects, instead of
+// waiting for a notification that can no longer come. While it cannot
+// listen it polls every heartbeat.
 type Control struct {
 	Pool      *pgxpool.Pool
 	NodeID    string
 	Lease     *Lease
 	Heartbeat time.Duration
+	// PollEvery is how often a listening node looks for requests without
+	// being notified. Defaults to controlPollBeats heartbeats: well within
+	// the 30s an operator's stepdown waits by default.
+	PollEvery time.Duration
 	Logger    *slog.Logger
+}
+
+// controlPollBeats is the default PollEvery, in heartbeats.
+const controlPollBeats = 10
+
+func (c *Control) pollEvery() time.Duration {
+	if c.PollEvery > 0 {
+		return c.PollEvery
+	}
+	return controlPollBeats * c.Heartbeat
 }
 
 // Run serves requests until ctx ends.
@@ -76,10 +95,10 @@ func (c *Control) listen(ctx context.Context, connected func()) error {
 	}
 	connected()
 	for {
-		if err := c.poll(ctx); err != nil {
+		if err := c.pollOn(ctx, conn); err != nil {
 			return err
 		}
-		wctx, cancel := context.WithTimeout(ctx, c.Heartbeat)
+		wctx, cancel := context.WithTimeout(ctx, c.pollEvery())
 		_, err := conn.WaitForNotification(wctx)
 		cancel()
 		if ctx.Err() != nil {
@@ -97,9 +116,13 @@ type request struct {
 }
 
 // poll claims and answers this node's pending requests, oldest first.
-func (c *Control) poll(ctx context.Context) error {
+func (c *Control) poll(ctx context.Context) error { return c.pollOn(ctx, c.Pool) }
+
+// pollOn is poll, claiming through db (the listening connection, so the
+// claim doubles as its liveness check).
+func (c *Control) pollOn(ctx context.Context, db DB) error {
 	for ctx.Err() == nil {
-		req, ok, err := c.claim(ctx)
+		req, ok, err := c.claim(ctx, db)
 		if err != nil {
 			return err
 		}
@@ -111,24 +134,24 @@ func (c *Control) poll(ctx context.Context) error {
 	return nil
 }
 
-func (c *Control) claim(ctx context.Context) (request, bool, error) {
+// claim abandons this node's requests past their age and claims the oldest
+// other pending one, in one statement. Both halves judge age against the
+// statement's start (now()), so no row falls in both.
+func (c *Control) claim(ctx context.Context, db DB) (request, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.Heartbeat)
 	defer cancel()
-	// Requests past their age are abandoned rather than acted on.
-	if _, err := c.Pool.Exec(ctx, `
-		UPDATE mefor_control_request SET status = 'abandoned', answered_at = clock_timestamp()
-		WHERE target_node = $1 AND status = 'pending' AND requested_at < clock_timestamp() - $2::bigint * interval '1 microsecond'`,
-		c.NodeID, requestMaxAge.Microseconds()); err != nil {
-		return request{}, false, fmt.Errorf("abandon old requests: %w", err)
-	}
 	var r request
-	err := c.Pool.QueryRow(ctx, `
+	err := db.QueryRow(ctx, `
+		WITH abandoned AS (
+			UPDATE mefor_control_request SET status = 'abandoned', answered_at = clock_timestamp()
+			WHERE target_node = $1 AND status = 'pending' AND requested_at < now() - $2::bigint * interval '1 microsecond'
+		)
 		UPDATE mefor_control_request SET status = 'claimed'
 		WHERE id = (
 			SELECT id FROM mefor_control_request
-			WHERE target_node = $1 AND status = 'pending'
+			WHERE target_node = $1 AND status = 'pending' AND requested_at >= now() - $2::bigint * interval '1 microsecond'
 			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING id, kind`, c.NodeID).Scan(&r.ID, &r.Kind)
+		RETURNING id, kind`, c.NodeID, requestMaxAge.Microseconds()).Scan(&r.ID, &r.Kind)
 	if err == pgx.ErrNoRows {
 		return request{}, false, nil
 	}

@@ -50,6 +50,12 @@ type LeaseConfig struct {
 	// release write, so messages already accepted can finish (and be
 	// acknowledged) while the lease is still this node's.
 	Drain func(ctx context.Context)
+	// Membership, when set, is this node's heartbeat: every renewal
+	// statement also refreshes the node's row (holds_lease from the claim's
+	// own outcome), so an idle node makes one write a heartbeat for both
+	// instead of two. Its Run loop still beats on its own whenever the
+	// renewal did not. Nil: the lease writes only the lease.
+	Membership *Membership
 }
 
 // NewLease returns a lease, or an error when its timings do not keep
@@ -259,6 +265,9 @@ func (l *Lease) Tick(ctx context.Context) {
 // owns it (renew) or it has expired (take over). Another node's live lease
 // makes the update a no-op and no row comes back.
 func (l *Lease) claim(ctx context.Context) (bool, error) {
+	if m := l.cfg.Membership; m != nil {
+		return l.claimAndBeat(ctx, m)
+	}
 	var owner string
 	err := l.cfg.Pool.QueryRow(ctx, `
 		INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
@@ -278,6 +287,45 @@ func (l *Lease) claim(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("claim lease %s: %w", l.cfg.Key, err)
 	}
 	return owner == l.cfg.NodeID, nil
+}
+
+// claimAndBeat is claim and the membership's heartbeat in one statement
+// (one transaction): the same upsert of the lease, and the node's row
+// refreshed with holds_lease saying whether that upsert left this node the
+// owner. The beat is confirmed with the time it was sent, as a beat of its
+// own would be. The renewal never waits for the node's row: when another
+// writer holds it (the membership's own beat, a stepdown's), the beat is
+// skipped, left unconfirmed, and the membership loop makes it.
+func (l *Lease) claimAndBeat(ctx context.Context, m *Membership) (bool, error) {
+	var owner *string
+	var beats int64
+	sent := m.stamp()
+	err := l.cfg.Pool.QueryRow(ctx, `
+		WITH claim AS (
+			INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
+			VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+			ON CONFLICT (key) DO UPDATE SET
+				owner = EXCLUDED.owner,
+				expires_at = EXCLUDED.expires_at,
+				acquired_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
+					THEN l.acquired_at ELSE clock_timestamp() END
+			WHERE l.owner = $2 OR l.expires_at < clock_timestamp()
+			RETURNING owner
+		), beat AS (
+			UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active',
+				holds_lease = EXISTS (SELECT 1 FROM claim WHERE owner = $2)
+			WHERE id = (SELECT id FROM mefor_node WHERE id = $4 FOR UPDATE SKIP LOCKED)
+			RETURNING id
+		)
+		SELECT (SELECT owner FROM claim), (SELECT count(*) FROM beat)`,
+		l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds(), m.cfg.NodeID).Scan(&owner, &beats)
+	if err != nil {
+		return false, fmt.Errorf("claim lease %s and heartbeat: %w", l.cfg.Key, err)
+	}
+	if beats > 0 {
+		m.confirmed(sent)
+	}
+	return owner != nil && *owner == l.cfg.NodeID, nil
 }
 
 // armPause stops this node from claiming for two heartbeats, long enough

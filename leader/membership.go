@@ -114,6 +114,12 @@ func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
 // Run heartbeats until ctx ends. A failed beat is logged and retried at the
 // next tick: the node keeps working, and if it stays silent past
 // node_timeout the cluster reclaims its drainers, which fencing makes safe.
+//
+// A lease built with this membership (LeaseConfig.Membership) refreshes the
+// row in its renewal statement; Run then writes only when no beat was
+// confirmed within the last heartbeat (the lease paused after a stepdown,
+// its maintenance lock held, its statement failing), so an idle node pays
+// one write a heartbeat for both.
 func (m *Membership) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.Heartbeat)
 	defer t.Stop()
@@ -123,10 +129,20 @@ func (m *Membership) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
-			m.cfg.Logger.WarnContext(ctx, "heartbeat failed", "error", err)
-		}
+		m.tick(ctx)
 	}
+}
+
+// tick beats unless a beat was confirmed within the last heartbeat, and
+// reports whether it wrote.
+func (m *Membership) tick(ctx context.Context) bool {
+	if m.Fresh(m.cfg.Heartbeat) {
+		return false
+	}
+	if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+		m.cfg.Logger.WarnContext(ctx, "heartbeat failed", "error", err)
+	}
+	return true
 }
 
 func (m *Membership) beat(ctx context.Context) error {
@@ -140,6 +156,18 @@ func (m *Membership) beat(ctx context.Context) error {
 		m.lastOK.Store(sent)
 	}
 	return err
+}
+
+// stamp is the time a beat folded into another statement is sent, for
+// confirmed.
+func (m *Membership) stamp() int64 { return m.mono() }
+
+// confirmed records a beat sent at sent (a stamp) as confirmed by the
+// database.
+func (m *Membership) confirmed(sent int64) {
+	if m.joined.Load() {
+		m.lastOK.Store(sent)
+	}
 }
 
 // Leave marks the node as having left cleanly.

@@ -55,8 +55,8 @@ type Limits struct {
 	// Linger is how long a drainer waits on an empty lane for new work
 	// before completing itself; re-activating costs a job insert and fetch.
 	Linger time.Duration
-	// Poll is how often a lingering drainer looks at its lane for work
-	// committed by other nodes; this node's own producers wake it at once.
+	// Poll is how often a lingering drainer without a Wake looks at its
+	// lane for work; with one it does not poll (see linger).
 	Poll time.Duration
 }
 

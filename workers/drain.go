@@ -143,6 +143,13 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) er
 // linger waits on an empty lane for up to Linger, reporting whether work
 // arrived: woken by this node's producers, or found by a slow poll for work
 // other nodes committed. It gives up early when the node is stopping.
+//
+// With a Wake it does not poll at all: this node's commits wake it, and
+// work another node committed meanwhile is found when the linger ends, by
+// the locked look that would otherwise complete the drainer
+// (completeIfEmpty), so it waits at most Linger. Polling every few
+// milliseconds on every lingering lane of every stage was most of the
+// statements a lightly loaded node made.
 func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woken <-chan struct{}) bool {
 	until := time.Now().Add(d.Limits.Linger)
 	if until.After(deadline) {
@@ -150,12 +157,16 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 	}
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
-	poll := d.Limits.Poll
-	if poll <= 0 {
-		poll = DefaultLimits.Poll
+	var polls <-chan time.Time // nil: never fires
+	if d.Wake == nil {
+		poll := d.Limits.Poll
+		if poll <= 0 {
+			poll = DefaultLimits.Poll
+		}
+		tick := time.NewTicker(poll)
+		defer tick.Stop()
+		polls = tick.C
 	}
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -166,7 +177,7 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 			return false
 		case <-woken:
 			return true
-		case <-tick.C:
+		case <-polls:
 		}
 		var pending bool
 		err := d.Pool.QueryRow(ctx,

@@ -182,6 +182,14 @@ func New(opts Options) (*Node, error) {
 	}
 	n.clusterPool = cpool
 	n.leaseChanged = make(chan struct{}, 1)
+	n.membership, err = leader.NewMembership(leader.MembershipConfig{
+		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, NodeTimeout: cl.NodeTimeout, Logger: opts.Logger,
+		HoldsLease: func() bool { return n.lease.Serving() },
+	})
+	if err != nil {
+		n.closePools()
+		return nil, err
+	}
 	n.lease, err = leader.NewLease(leader.LeaseConfig{
 		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, FenceTimeout: cl.FenceTimeout, TTL: cl.LeaseTTL,
 		Logger: opts.Logger,
@@ -192,20 +200,14 @@ func New(opts Options) (*Node, error) {
 			}
 		},
 		Drain: n.UnbindListeners,
+		// The renewal carries the heartbeat: one write a heartbeat, not two.
+		Membership: n.membership,
 	})
 	if err != nil {
 		n.closePools()
 		return nil, err
 	}
 	n.control = &leader.Control{Pool: cpool, NodeID: opts.NodeID, Lease: n.lease, Heartbeat: cl.Heartbeat, Logger: opts.Logger}
-	n.membership, err = leader.NewMembership(leader.MembershipConfig{
-		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, NodeTimeout: cl.NodeTimeout, Logger: opts.Logger,
-		HoldsLease: n.lease.Serving,
-	})
-	if err != nil {
-		n.closePools()
-		return nil, err
-	}
 	sendTimeout := maxSendTimeout(opts.Config)
 	w := river.NewWorkers()
 	river.AddWorker(w, &workers.IngressWorker{Deps: deps})
@@ -233,18 +235,20 @@ func New(opts Options) (*Node, error) {
 		ID:     opts.NodeID,
 		Logger: riverLogger(opts.Logger),
 		Queues: map[string]river.QueueConfig{
-			jobs.QueueIngress:     {MaxWorkers: or(opts.IngressWorkers, 50)},
-			jobs.QueueRouted:      {MaxWorkers: or(opts.RoutedWorkers, 50)},
-			jobs.QueueOutbound:    {MaxWorkers: or(opts.OutboundWorkers, 500)},
-			jobs.QueueMaintenance: {MaxWorkers: len(maintenance) + 1}, // a slot per job: retention never holds up reclaim
-			jobs.QueueAlerts:      {MaxWorkers: 5},
+			jobs.QueueIngress:  {MaxWorkers: or(opts.IngressWorkers, 50)},
+			jobs.QueueRouted:   {MaxWorkers: or(opts.RoutedWorkers, 50)},
+			jobs.QueueOutbound: {MaxWorkers: or(opts.OutboundWorkers, 500)},
+			// A slot per job: retention never holds up reclaim.
+			jobs.QueueMaintenance: {MaxWorkers: len(maintenance) + 1, FetchPollInterval: slowQueuePoll},
+			jobs.QueueAlerts:      {MaxWorkers: 5, FetchPollInterval: slowQueuePoll},
 		},
 		Workers:              w,
 		JobTimeout:           jobTimeout,
 		RescueStuckJobsAfter: jobTimeout + 10*time.Second,
-		// A newly activated lane should start within milliseconds.
+		// A newly activated lane should start within milliseconds: its
+		// insert NOTIFYs the producers, which fetch at once.
 		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 200 * time.Millisecond,
+		FetchPollInterval: stageQueuePoll,
 		PeriodicJobs:      workers.PeriodicJobs(maintenance),
 	})
 	if err != nil {
@@ -256,6 +260,26 @@ func New(opts Options) (*Node, error) {
 		Keys: opts.Keys}
 	return n, nil
 }
+
+// How often each River producer looks for available jobs without being
+// notified; each look is a database transaction, so at idle these are most
+// of a node's database load (docs/ARCHITECTURE.md, "Idle cost").
+//
+// A notification covers only an insert. A job snoozed for less than River's
+// scheduler interval (5s) is made available with a future scheduled_at, and
+// nothing announces the moment it comes due; a yield (a snooze of zero) is
+// announced to nobody. So on the stage queues the poll bounds how late a
+// short delivery retry starts and how long a busy lane pauses at each
+// yield (every Limits.Slice or MaxRows), and it stays short.
+//
+// The maintenance and alert jobs are inserted by River's periodic enqueuer
+// (which notifies) or retried with River's own backoff, so there the poll
+// only bounds how late a retry shorter than 5s runs, and a slow one costs
+// little.
+const (
+	stageQueuePoll = 200 * time.Millisecond
+	slowQueuePoll  = 5 * time.Second
+)
 
 func or(v, def int) int {
 	if v > 0 {
@@ -373,19 +397,35 @@ func (n *Node) syncLoop(ctx context.Context) {
 // even when the dead node was River's leader (which the periodic reclaim
 // would wait out). The reclaim job is unique per second, so several nodes
 // noticing at once enqueue one.
+//
+// Both looks share one transaction, as every node makes them every
+// heartbeat; the sessions are ended under a savepoint so that a node
+// without the privilege still looks for the drainers.
 func (n *Node) reclaimDeadNodes(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Config.Cluster.Heartbeat)
 	defer cancel()
-	if ended, err := leader.TerminateDeadNodeSessions(ctx, n.clusterPool); err != nil {
+	var ended []string
+	var endErr error
+	found := false
+	err := pgx.BeginFunc(ctx, n.clusterPool, func(tx pgx.Tx) error {
+		endErr = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			var err error
+			ended, err = leader.TerminateDeadNodeSessions(ctx, sp)
+			return err
+		})
+		var err error
+		found, err = workers.HasDeadNodeDrainers(ctx, tx)
+		return err
+	})
+	if endErr != nil {
 		if !n.terminateWarned {
 			n.terminateWarned = true
 			n.logger.WarnContext(ctx, "cannot end the database sessions of dead nodes; their locks stay until TCP gives up "+
-				"(grant the nodes' role pg_signal_backend, or run every node as one role)", "error", err)
+				"(grant the nodes' role pg_signal_backend, or run every node as one role)", "error", endErr)
 		}
 	} else if len(ended) > 0 {
 		n.logger.WarnContext(ctx, "ended the database sessions of dead nodes", "nodes", ended, "sessions", len(ended))
 	}
-	found, err := workers.HasDeadNodeDrainers(ctx, n.clusterPool)
 	if err != nil || !found {
 		return
 	}
