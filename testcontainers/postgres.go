@@ -6,7 +6,16 @@
 //
 // The image comes from MEFOR_PG_IMAGE. When it is unset the harness uses the
 // locally built mefor-postgres:15 (see pgimage/build.sh) if present, else the
-// public postgres image. testcontainers' reaper (Ryuk) cannot be pulled on
+// public postgres image.
+//
+// The server runs with fsync, synchronous_commit and full_page_writes off
+// and its data on tmpfs: tests kill nodes, never the database. With
+// MEFOR_PG_DURABLE=1 (task bench sets it) those stay on and the data
+// directory is an anonymous Docker volume on real disk, so a commit costs
+// its fsync. MEFOR_PG_STATEMENTS=1 preloads pg_stat_statements and times WAL
+// writes and syncs (pg_stat_wal).
+//
+// testcontainers' reaper (Ryuk) cannot be pulled on
 // machines without a registry, so it is disabled and the harness cleans up
 // itself: containers carry labels naming the owning process, and every start
 // removes containers whose owner is gone.
@@ -28,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/sethvargo/go-retry"
 	tc "github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
@@ -51,6 +61,8 @@ const (
 	password = "mefor-test"
 
 	templateDB = "mefor_template"
+
+	dataDir = "/var/lib/postgresql/data"
 )
 
 // Server is one running PostgreSQL container.
@@ -274,18 +286,40 @@ func StartServer(ctx context.Context) (*Server, error) {
 		port = p
 		args = append(args, "-c", "listen_addresses=127.0.0.1", "-c", "port="+port)
 	}
-	if os.Getenv("MEFOR_PG_DURABLE") == "" {
+	durable := envOn("MEFOR_PG_DURABLE")
+	if !durable {
 		// Tests kill mefor nodes, never the database: durability of the
 		// database itself is not under test, and fsync dominates test time.
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
-	netOpt := tc.WithExposedPorts("5432/tcp")
-	if hostNet {
-		netOpt = tc.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" })
+	if envOn("MEFOR_PG_STATEMENTS") {
+		// Benchmarks read per-statement times; the extension's view still
+		// needs CREATE EXTENSION in the database that reads it.
+		args = append(args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=top",
+			"-c", "track_wal_io_timing=on")
 	}
-	ctr, err := tc.Run(ctx, img,
+	var opts []tc.ContainerCustomizer
+	if !hostNet {
+		opts = append(opts, tc.WithExposedPorts("5432/tcp"))
+	}
+	opts = append(opts, tc.WithHostConfigModifier(func(hc *container.HostConfig) {
+		if hostNet {
+			hc.NetworkMode = "host"
+		}
+		if durable {
+			// An anonymous volume: real disk, where an fsync costs what it
+			// costs in production (on tmpfs it is free), and removed with the
+			// container, by Terminate and by the orphan sweep alike (both
+			// remove with RemoveVolumes), so nothing is left behind.
+			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: dataDir})
+		} else {
+			// Test data lives in memory: it keeps test I/O off the engine's
+			// (often FUSE) storage driver. Both images chown it at start.
+			hc.Tmpfs = map[string]string{dataDir: "rw"}
+		}
+	}))
+	ctr, err := tc.Run(ctx, img, append(opts,
 		tc.WithEnv(map[string]string{"POSTGRES_USER": user, "POSTGRES_PASSWORD": password}),
-		netOpt,
 		// The public image's init phase listens on its socket only, so an
 		// answer over TCP means the real server is up. (The port strategy's
 		// in-container probe spins exec calls without pause and is slow on a
@@ -299,10 +333,7 @@ func StartServer(ctx context.Context) (*Server, error) {
 			labelHost:    host,
 			labelStarted: strconv.FormatInt(time.Now().Unix(), 10),
 		}),
-		// Test data lives in memory: it keeps test I/O off the engine's
-		// (often FUSE) storage driver. Both images chown it at start.
-		tc.WithTmpfs(map[string]string{"/var/lib/postgresql/data": "rw"}),
-	)
+	)...)
 	if err != nil {
 		if ctr != nil {
 			_ = ctr.Terminate(context.Background())
@@ -423,6 +454,13 @@ func connectWithRetry(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect to test postgres at %s: %w", cfg.ConnConfig.Host, err)
 	}
 	return pool, nil
+}
+
+// envOn reports whether a switch variable is set to something other than
+// "" or "0".
+func envOn(name string) bool {
+	v := os.Getenv(name)
+	return v != "" && v != "0"
 }
 
 // engineIsLocal reports whether the Docker engine runs in this network

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,142 +19,262 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
 )
 
 // BenchmarkPipeline measures MLLP in → route → transform → MLLP out through
-// a real node and PostgreSQL, next to raw River throughput (no-op jobs) on
-// the same database in the same run, so the ratio means something on a
-// noisy machine. Run with: task bench (go test -bench=. -benchtime=1x).
+// a real `mefor run` subprocess and PostgreSQL, next to raw River
+// throughput (no-op jobs) on the same database in the same run, so the
+// ratio means something on a noisy machine. Run with: task bench, which
+// makes the database durable (docs/performance.md says how to read it).
+//
+// Every line is
+//
+//	BENCH <name> msgs_per_s= ack_p50_ms= ack_p99_ms= db_xacts_per_msg= rss_mb= river_noop_jobs_per_s= [extras]
 func BenchmarkPipeline(b *testing.B) {
-	scenarios := []struct {
-		name     string
-		lanes    int     // channels, each with its own fifo destination: lanes per stage
-		conns    int     // sender connections per channel
-		messages int     // total messages
-		rate     float64 // offered msgs/s in total; 0 = as fast as ACKs allow
-		handler  benchHandler
-		// encrypted runs the node with a keyring: every body, payload and
-		// reply sealed at rest (compare with fifo-1lane of the same run).
-		encrypted bool
-	}{
+	env := &benchEnv{bin: buildMefor(b, b.TempDir())}
+	{
+		db := testcontainers.NewDB(b)
+		fmt.Println(benchDBLine(b, db))
+	}
+	scenarios := []benchScenario{
 		{name: "fifo-1lane", lanes: 1, conns: 4, messages: 4000},
 		{name: "fifo-1lane-encrypted", lanes: 1, conns: 4, messages: 4000, encrypted: true},
 		{name: "fifo-8lanes", lanes: 8, conns: 1, messages: 8000},
 		{name: "ack-at-500rps", lanes: 1, conns: 4, messages: 2500, rate: 500},
 		{name: "js-1lane", lanes: 1, conns: 4, messages: 4000, handler: jsBenchHandler},
+		// 50 interfaces at 10 msg/s each, 20 s: many lightly loaded lanes.
+		{name: "channels-50", lanes: 50, conns: 1, messages: 10000, rate: 500, stagger: true},
+		// One interface, one connection: throughput is 1 / ACK round trip.
+		{name: "fifo-1conn", lanes: 1, conns: 1, messages: 3000, breakdown: true},
+		{name: "idle-50", run: runIdleScenario},
+		{name: "backlog-1m", run: runBacklogScenario},
 	}
 	for _, sc := range scenarios {
 		b.Run(sc.name, func(b *testing.B) {
 			for range b.N {
-				r := runPipelineScenario(b, sc.lanes, sc.conns, sc.messages, sc.rate, sc.handler, sc.encrypted)
+				run := sc.run
+				if run == nil {
+					run = runPipelineScenario
+				}
+				r := run(b, env, sc)
 				b.ReportMetric(r.msgsPerSec, "msgs/s")
 				b.ReportMetric(r.ackP50, "ack_p50_ms")
 				b.ReportMetric(r.ackP99, "ack_p99_ms")
 				b.ReportMetric(r.riverNoop, "river_noop_jobs/s")
-				fmt.Printf("BENCH %s msgs_per_s=%.0f ack_p50_ms=%.2f ack_p99_ms=%.2f river_noop_jobs_per_s=%.0f\n",
-					sc.name, r.msgsPerSec, r.ackP50, r.ackP99, r.riverNoop)
+				line := fmt.Sprintf("BENCH %s msgs_per_s=%.0f ack_p50_ms=%.2f ack_p99_ms=%.2f db_xacts_per_msg=%.2f rss_mb=%.1f river_noop_jobs_per_s=%.0f",
+					sc.name, r.msgsPerSec, r.ackP50, r.ackP99, r.xactsPerMsg, r.rssMB, r.riverNoop)
+				for _, e := range r.extras {
+					line += " " + e
+				}
+				fmt.Println(line)
 			}
 		})
 	}
 }
 
-type scenarioResult struct {
-	msgsPerSec, ackP50, ackP99, riverNoop float64
+type benchEnv struct {
+	bin string // the mefor binary the scenarios run
 }
 
-func runPipelineScenario(b *testing.B, lanes, conns, messages int, rate float64, handler benchHandler, encrypted bool) scenarioResult {
-	db := testcontainers.NewDB(b)
-	p := newPartner(b, "")
-	defer p.stop()
+type benchScenario struct {
+	name     string
+	lanes    int     // channels, each with its own fifo destination: lanes per stage
+	conns    int     // sender connections per channel
+	messages int     // total messages
+	rate     float64 // offered msgs/s in total, paced per connection; 0 = as fast as ACKs allow
+	handler  benchHandler
+	// encrypted runs the node with a keyring: every body, payload and
+	// reply sealed at rest (compare with fifo-1lane of the same run).
+	encrypted bool
+	// stagger spreads the paced connections' phases over one interval;
+	// without it every connection sends at the same tick.
+	stagger bool
+	// breakdown adds the parts of one ACK round trip (fifo-1conn).
+	breakdown bool
+	// run replaces the traffic scenario (idle-50, backlog-1m).
+	run func(b *testing.B, env *benchEnv, sc benchScenario) scenarioResult
+}
 
-	routeHandler, extra := "passthrough", ""
-	if handler != nil {
-		routeHandler, extra = handler(b, db)
-	}
+type scenarioResult struct {
+	msgsPerSec, ackP50, ackP99 float64
+	xactsPerMsg, rssMB         float64
+	riverNoop                  float64
+	extras                     []string // "key=value", printed after the fixed fields
+}
+
+// pipelineYAML is a config of lanes channels, channel i listening on
+// listens[i] and routing to its own fifo destination d<i> at partner.
+func pipelineYAML(lanes int, listens []string, routeHandler, extra, partner string) string {
 	var y strings.Builder
-	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
-	listens := make([]string, lanes)
+	y.WriteString("channels:\n")
 	for i := range lanes {
-		listens[i] = freeAddr(b)
 		fmt.Fprintf(&y, "  ch%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, handler: %s, destinations: [d%d]}\n", i, listens[i], routeHandler, i)
 	}
 	y.WriteString(extra)
 	y.WriteString("destinations:\n")
 	for i := range lanes {
-		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, p.addr)
+		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, partner)
 	}
-	cfg, err := config.Parse(filepath.Join(b.TempDir(), "bench.yaml"), []byte(y.String()), nil)
-	if err != nil {
+	return y.String()
+}
+
+func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenarioResult {
+	db := testcontainers.NewDB(b)
+	stm := newStatements(b, db)
+	p := newPartner(b, "")
+	defer p.stop()
+
+	routeHandler, extra := "passthrough", ""
+	if sc.handler != nil {
+		routeHandler, extra = sc.handler(b, db)
+	}
+	listens := make([]string, sc.lanes)
+	for i := range listens {
+		listens[i] = freeAddr(b)
+	}
+	yaml := pipelineYAML(sc.lanes, listens, routeHandler, extra, p.addr)
+	if _, err := config.Parse(filepath.Join(b.TempDir(), "bench.yaml"), []byte(yaml), nil); err != nil {
 		b.Fatalf("bench config: %v", err)
 	}
-	var kr *crypt.Keyring
-	if encrypted {
+	var keySpec string
+	var keyEnv []string
+	if sc.encrypted {
 		key := make([]byte, crypt.KeySize)
 		rand.Read(key)
-		if kr, err = crypt.Parse("bench=" + base64.StdEncoding.EncodeToString(key)); err != nil {
-			b.Fatal(err)
-		}
+		keySpec = "bench=" + base64.StdEncoding.EncodeToString(key)
+		keyEnv = append(keyEnv, crypt.EnvKeys+"="+keySpec)
 	}
-	startNode(b, db, cfg, func(o *engine.Options) { o.Keys = kr })
 
-	perConn := messages / (lanes * conns)
-	var interval time.Duration
-	if rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(lanes*conns) / rate)
+	// From before the node starts to after its sessions ended: the node's
+	// start and stop (a few dozen transactions) are counted with the
+	// traffic, and no transaction is missed by pg_stat_database's lazy
+	// per-session flush.
+	x0 := xactCommits(b, db, db.Name)
+	node := startNodeProc(b, env.bin, db, yaml, listens, keyEnv...)
+	stm.reset(b)
+	cpu0 := node.stats(b).cpu
+
+	b.ResetTimer()
+	tr := drive(b, listens, sc, p, 0)
+	b.StopTimer()
+
+	st := node.stats(b)
+	node.stop(b)
+	waitSessionsGone(b, db)
+	x1 := xactCommits(b, db, db.Name)
+
+	r := scenarioResult{
+		msgsPerSec:  float64(tr.total) / tr.elapsed.Seconds(),
+		ackP50:      ms(percentile(tr.latencies, 50)),
+		ackP99:      ms(percentile(tr.latencies, 99)),
+		xactsPerMsg: float64(x1-x0) / float64(tr.total),
+		rssMB:       st.hwmMB,
 	}
+	r.extras = append(r.extras, fmt.Sprintf("node_cpu_us_per_msg=%.0f", float64((st.cpu-cpu0).Microseconds())/float64(tr.total)))
+	if syncs, mean := stm.walSyncs(b); stm != nil {
+		r.extras = append(r.extras, fmt.Sprintf("wal_fsyncs_per_msg=%.2f", float64(syncs)/float64(tr.total)),
+			fmt.Sprintf("wal_fsync_us=%.0f", float64(mean)/float64(time.Microsecond)))
+	}
+	top := stm.top(b, 15)
+	if top != nil {
+		writeProfileFile(b, sc.name+".pg_stat_statements.txt",
+			formatStatements(fmt.Sprintf("%s: top 15 statements by total_exec_time, %d messages", sc.name, tr.total), top, 300))
+	}
+	if sc.breakdown {
+		r.extras = append(r.extras, ackBreakdown(b, stm)...)
+	}
+	if profileDir() != "" {
+		profileInProcess(b, db, yaml, keySpec, listens, sc, p)
+	}
+	r.riverNoop = riverNoopThroughput(b, db, 10000)
+	return r
+}
+
+// traffic is what one scenario's senders saw.
+type traffic struct {
+	latencies []time.Duration // every ACK round trip, sorted
+	total     int
+	elapsed   time.Duration // first send to last delivery
+}
+
+// drive runs the scenario's synchronous senders (send, wait for the ACK,
+// send the next) and waits until the partner accepted every message.
+// seqBase keeps control ids unique when one partner sees two runs.
+func drive(b *testing.B, listens []string, sc benchScenario, p *partner, seqBase int) traffic {
+	b.Helper()
+	return driveLabelled(b, listens, sc, p, seqBase, func(f func()) { f() })
+}
+
+// driveLabelled is drive with each sender goroutine run through wrap (to
+// label it in a CPU profile).
+func driveLabelled(b *testing.B, listens []string, sc benchScenario, p *partner, seqBase int, wrap func(func())) traffic {
+	b.Helper()
+	lanes, conns := sc.lanes, sc.conns
+	perConn := sc.messages / (lanes * conns)
+	var interval time.Duration
+	if sc.rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(lanes*conns) / sc.rate)
+	}
+	before := len(p.acceptedIDs())
 	latencies := make([][]time.Duration, lanes*conns)
 	var wg sync.WaitGroup
 	var failed atomic.Int64
-	b.ResetTimer()
 	start := time.Now()
 	for i := range lanes * conns {
 		wg.Go(func() {
-			c := &mllp.Client{Addr: listens[i%lanes], AckTimeout: 30 * time.Second}
-			defer c.Close()
-			next := time.Now()
-			for j := range perConn {
-				if interval > 0 {
-					time.Sleep(time.Until(next))
-					next = next.Add(interval)
+			wrap(func() {
+				c := &mllp.Client{Addr: listens[i%lanes], AckTimeout: 30 * time.Second}
+				defer c.Close()
+				next := time.Now()
+				if sc.stagger {
+					// Independent interfaces are not in phase: spread the
+					// connections' first sends over one interval.
+					next = next.Add(interval * time.Duration(i) / time.Duration(lanes*conns))
 				}
-				msg := adt(fmt.Sprintf("B%d-%d", i, j), fmt.Sprintf("P%d", j))
-				t0 := time.Now()
-				raw, err := c.Send(context.Background(), msg)
-				latencies[i] = append(latencies[i], time.Since(t0))
-				if ack, perr := hl7.ParseACK(raw); err != nil || perr != nil || ack.Code != hl7.AckAccept {
-					failed.Add(1)
+				for j := range perConn {
+					if interval > 0 {
+						time.Sleep(time.Until(next))
+						next = next.Add(interval)
+					}
+					msg := adt(fmt.Sprintf("B%d-%d-%d", seqBase, i, j), fmt.Sprintf("P%d", j))
+					t0 := time.Now()
+					raw, err := c.Send(context.Background(), msg)
+					latencies[i] = append(latencies[i], time.Since(t0))
+					if ack, perr := hl7.ParseACK(raw); err != nil || perr != nil || ack.Code != hl7.AckAccept {
+						failed.Add(1)
+					}
 				}
-			}
+			})
 		})
 	}
 	wg.Wait()
 	total := perConn * lanes * conns
-	for len(p.acceptedIDs()) < total {
+	for len(p.acceptedIDs())-before < total {
 		if time.Since(start) > 10*time.Minute {
-			b.Fatalf("only %d of %d delivered after 10 minutes", len(p.acceptedIDs()), total)
+			b.Fatalf("only %d of %d delivered after 10 minutes", len(p.acceptedIDs())-before, total)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d messages not acknowledged AA", failed.Load())
 	}
-
 	all := slices.Concat(latencies...)
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	return scenarioResult{
-		msgsPerSec: float64(total) / elapsed.Seconds(),
-		ackP50:     ms(all[len(all)/2]),
-		ackP99:     ms(all[len(all)*99/100]),
-		riverNoop:  riverNoopThroughput(b, db, 10000),
-	}
+	slices.Sort(all)
+	return traffic{latencies: all, total: total, elapsed: elapsed}
 }
+
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[len(sorted)*p/100]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 type noopArgs struct{}
 

@@ -1,0 +1,177 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// benchDBLine reads the durability settings back from the server: SHOW for
+// the settings, and the data directory's mount in the server's own
+// /proc/self/mounts (tmpfs makes an fsync free, so it is no durable figure).
+func benchDBLine(b *testing.B, db *testcontainers.DB) string {
+	b.Helper()
+	ctx := context.Background()
+	show := func(name string) string {
+		var v string
+		if err := db.Pool.QueryRow(ctx, "SHOW "+name).Scan(&v); err != nil {
+			b.Fatalf("SHOW %s: %v", name, err)
+		}
+		return v
+	}
+	dataDir := show("data_directory")
+	var mounts string
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_read_file('/proc/self/mounts')`).Scan(&mounts); err != nil {
+		b.Fatalf("read the server's mounts: %v", err)
+	}
+	// The data directory is on the longest mount point that prefixes it.
+	best, fstype := "", "unknown"
+	for _, line := range strings.Split(mounts, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		mp := f[1]
+		if (dataDir == mp || strings.HasPrefix(dataDir, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= len(best) {
+			best, fstype = mp, f[2]
+		}
+	}
+	data := "disk"
+	switch {
+	case fstype == "tmpfs" || fstype == "ramfs":
+		data = "tmpfs"
+	case fstype == "overlay" || strings.HasPrefix(fstype, "fuse"):
+		data = fstype // the container's own layer, not a volume
+	}
+	return fmt.Sprintf("BENCH db fsync=%s synchronous_commit=%s data=%s full_page_writes=%s fs=%s",
+		show("fsync"), show("synchronous_commit"), data, show("full_page_writes"), fstype)
+}
+
+// statements is pg_stat_statements when the server preloads it
+// (MEFOR_PG_STATEMENTS=1, set by task bench), else nil.
+type statements struct {
+	db *testcontainers.DB
+}
+
+func newStatements(b *testing.B, db *testcontainers.DB) *statements {
+	b.Helper()
+	ctx := context.Background()
+	var preload string
+	if err := db.Pool.QueryRow(ctx, "SHOW shared_preload_libraries").Scan(&preload); err != nil {
+		b.Fatal(err)
+	}
+	if !strings.Contains(preload, "pg_stat_statements") {
+		return nil
+	}
+	if _, err := db.Pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		b.Fatalf("create pg_stat_statements: %v", err)
+	}
+	return &statements{db: db}
+}
+
+// reset clears the server's statement and WAL statistics.
+func (s *statements) reset(b *testing.B) {
+	if s == nil {
+		return
+	}
+	if _, err := s.db.Pool.Exec(context.Background(), "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')"); err != nil {
+		b.Fatalf("reset pg_stat_statements: %v", err)
+	}
+}
+
+// walSyncs is the server's WAL flushes to disk since the last reset and
+// their mean time. A durable commit waits for one; a flush that covers
+// several commits is group commit at work.
+func (s *statements) walSyncs(b *testing.B) (n int64, mean time.Duration) {
+	b.Helper()
+	if s == nil {
+		return 0, 0
+	}
+	var ms float64
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT wal_sync, wal_sync_time FROM pg_stat_wal`).Scan(&n, &ms); err != nil {
+		b.Fatalf("read pg_stat_wal: %v", err)
+	}
+	if n > 0 {
+		mean = time.Duration(ms / float64(n) * float64(time.Millisecond))
+	}
+	return n, mean
+}
+
+type stmtStat struct {
+	query             string
+	calls             int64
+	totalMS, meanMS   float64
+	rows              int64
+	sharedHit, shRead int64
+}
+
+// top is the bench database's n statements with the most total execution
+// time since the last reset.
+func (s *statements) top(b *testing.B, n int) []stmtStat {
+	b.Helper()
+	if s == nil {
+		return nil
+	}
+	rows, err := s.db.Pool.Query(context.Background(), `
+		SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, mean_exec_time, rows,
+			shared_blks_hit, shared_blks_read
+		FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND query NOT LIKE '%pg_stat_statements%'
+		ORDER BY total_exec_time DESC LIMIT $1`, n)
+	if err != nil {
+		b.Fatalf("read pg_stat_statements: %v", err)
+	}
+	defer rows.Close()
+	var out []stmtStat
+	for rows.Next() {
+		var st stmtStat
+		if err := rows.Scan(&st.query, &st.calls, &st.totalMS, &st.meanMS, &st.rows, &st.sharedHit, &st.shRead); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// format renders statement statistics as a table, queries cut to width.
+func formatStatements(title string, sts []stmtStat, width int) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "%s\n%10s %12s %10s %10s  query\n", title, "calls", "total_ms", "mean_ms", "rows")
+	for _, st := range sts {
+		q := st.query
+		if len(q) > width {
+			q = q[:width] + "…"
+		}
+		fmt.Fprintf(&w, "%10d %12.1f %10.3f %10d  %s\n", st.calls, st.totalMS, st.meanMS, st.rows, q)
+	}
+	return w.String()
+}
+
+// profileDir is MEFOR_BENCH_PROFILE: where the benchmark writes each
+// scenario's pg_stat_statements top 15 and the node's CPU profile.
+func profileDir() string { return os.Getenv("MEFOR_BENCH_PROFILE") }
+
+// writeProfileFile writes name into the profile directory, if one is set.
+func writeProfileFile(b *testing.B, name, content string) {
+	b.Helper()
+	dir := profileDir()
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
