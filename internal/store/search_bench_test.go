@@ -112,7 +112,7 @@ func BenchmarkSearch1M(b *testing.B) {
 		if _, err := store.ReadBacklog(ctx, db.Pool); err != nil {
 			b.Fatal(err)
 		}
-		fmt.Printf("BENCH backlog-1m pending_rows=%d read_ms=%.2f\n", n/200, float64(time.Since(t0).Microseconds())/1000)
+		fmt.Printf("BENCH gauges-backlog-1m pending_rows=%d read_ms=%.2f\n", n/200, float64(time.Since(t0).Microseconds())/1000)
 	}
 }
 
