@@ -27,6 +27,9 @@ type recordWindow struct {
 	outs   []drainer.Outcome
 	took   []time.Duration
 	opened time.Time
+	// woken is closed when this node's producers commit to the lane (see
+	// moreRows).
+	woken <-chan struct{}
 }
 
 // add puts a send's outcome in the window; sent is when the send began.
@@ -86,13 +89,34 @@ func (w *recordWindow) flush(ctx context.Context) (drainer.Recorded, error) {
 	return rec, nil
 }
 
-// moreRows reads the lane's rows after the window's last send while the
-// window is open, waiting until its deadline for a producer of this node to
-// commit one: a lane fed one message at a time still gathers its records.
-// It returns nothing when the window's time is up or the node is stopping.
+// moreRows waits, while the window is open, for a producer of this node to
+// commit rows to the lane after the window's last send, and reads them: a
+// lane fed one message at a time still gathers its records. It reads only
+// when woken, so a window on a quiet lane costs no query; a commit that
+// woke nobody (another node's, or one between the drain loop's read and
+// the step) is found by the drain loop's next read, at most a window
+// later. It returns nothing when the window's time is up or the node is
+// stopping.
 func (d *Deps) moreRows(ctx context.Context, lane string, after int64, w *recordWindow) ([]drainer.Row, error) {
 	for {
-		woken := d.wakeC(lane) // before reading, so a commit in between still wakes us
+		wait := time.Until(w.deadline())
+		if wait <= 0 {
+			return nil, nil
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-w.woken:
+			timer.Stop()
+		case <-timer.C:
+			return nil, nil
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, nil
+		case <-d.Stopping:
+			timer.Stop()
+			return nil, nil
+		}
+		w.woken = d.wakeC(lane) // before reading, so a commit in between still wakes us
 		rows, err := drainer.PendingRowsAfter(ctx, d.Pool, lane, after, d.Limits.Batch)
 		if err != nil {
 			return nil, err
@@ -104,21 +128,5 @@ func (d *Deps) moreRows(ctx context.Context, lane string, after int64, w *record
 			}
 			return rows, nil
 		}
-		wait := time.Until(w.deadline())
-		if wait <= 0 {
-			return nil, nil
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-woken:
-			timer.Stop()
-			continue
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-		case <-d.Stopping:
-			timer.Stop()
-		}
-		return nil, nil
 	}
 }
