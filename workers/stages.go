@@ -14,7 +14,6 @@ import (
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -182,15 +181,75 @@ func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundA
 	return drain(ctx, w.Deps, job, job.Args.Lane, w.Deps.deliverStep)
 }
 
-// deliverStep delivers rows one at a time, head first, each recorded in its
-// own transaction: a crash repeats at most the one send in flight. A failed
-// head that may be retried stops the step so the lane waits behind it.
+// deliverStep delivers rows one at a time, head first. Their outcomes are
+// recorded in windows (window.go): a crash repeats at most the sends of the
+// open window, the destination's record_batch rows. A failed head that may
+// be retried ends the window and the step, so the lane waits behind it.
 func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
+	w := &recordWindow{d: d, ex: r.ex, woken: d.wakeC(r.lane)}
+	res, err := d.deliverRows(ctx, r, w, rows)
+	if err != nil && !w.empty() {
+		// The error stops the lane (superseded, node not alive, a
+		// database failure); what was sent before it is still worth
+		// recording, and the fence refuses it if the lane moved.
+		if _, ferr := w.flush(ctx); ferr != nil && !errors.Is(ferr, drainer.ErrSuperseded) {
+			d.Logger.WarnContext(ctx, "could not record a window of sends; they will be sent again",
+				"lane", r.lane, "error", ferr)
+		}
+	}
+	return res, err
+}
+
+// deliverRows serves rows, and the rows after them while a record window is
+// open, leaving w empty whenever it returns without an error.
+func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []drainer.Row) (stepResult, error) {
 	ex := r.ex
 	served := 0
-	for _, row := range rows {
+	// flush records the open window; cancels reports rows marked for
+	// cancelling meanwhile, which must be resolved before anything else is
+	// sent.
+	flush := func() (cancels bool, err error) {
+		rec, err := w.flush(ctx)
+		return rec.CancelsPending, err
+	}
+	// settle flushes and, if cancels are pending, resolves them; done
+	// reports that the step must end (read the lane again).
+	settle := func() (done bool, err error) {
+		cancels, err := flush()
+		if err != nil || !cancels {
+			return err != nil, err
+		}
+		n, err := d.cancelMarked(ctx, ex, r.lane)
+		served += n
+		return true, err
+	}
+	for i := 0; ; i++ {
+		if i == len(rows) {
+			if w.empty() || served >= d.Limits.Batch || d.stopping() {
+				_, err := settle()
+				return stepResult{served: served}, err
+			}
+			more, err := d.moreRows(ctx, r.lane, rows[len(rows)-1].Seq, w)
+			if err != nil {
+				return stepResult{served: served}, err
+			}
+			if len(more) == 0 {
+				_, err := settle()
+				return stepResult{served: served}, err
+			}
+			rows, i = more, 0
+		}
+		row := rows[i]
 		if d.stopping() {
-			return stepResult{served: served}, nil
+			_, err := settle()
+			return stepResult{served: served}, err
+		}
+		if w.expired() || (!w.empty() && (row.CancelRequested || row.Held || row.DueIn > 0)) {
+			// Time is up for the open window, or the drainer is about to
+			// do something else with the lane: record what was sent.
+			if done, err := settle(); done || err != nil {
+				return stepResult{served: served}, err
+			}
 		}
 		if row.CancelRequested {
 			// An operator cancelled it while this drainer held the lane, and
@@ -203,9 +262,13 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 		if dest == nil && !d.mayDeadLetterUnknown(ctx) {
 			// Not this node's to judge: yield the lane, without sending,
 			// to a node that knows the destination.
-			return stepResult{served: served, snooze: unknownRetry}, nil
+			_, err := settle()
+			return stepResult{served: served, snooze: unknownRetry}, err
 		}
 		if dest == nil {
+			if done, err := settle(); done || err != nil {
+				return stepResult{served: served}, err
+			}
 			reason := fmt.Sprintf("destination %q is not in the config", row.Destination)
 			if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return drainer.DeadLetter(ctx, tx, ex, row, reason) }); err != nil {
 				return stepResult{served: served}, err
@@ -235,6 +298,8 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 		if r.rescue != nil {
 			// This execution follows one that died, maybe sending this
 			// row: count that attempt before sending it again (rescue.go).
+			// Only the first send of an execution gets here: the window
+			// is empty.
 			dead, err := d.recordCrash(ctx, r, &row, dest)
 			if err != nil {
 				return stepResult{served: served}, err
@@ -254,23 +319,28 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 		attempts := row.Attempts + 1
 		v := judge(dest, res, attempts)
 		dead, backoff := v.dead, v.backoff
-		attempt := drainer.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error,
-			DeadReason: v.reason, ReplyTo: replyRoute(dest, res, r.ins)}
-		var rec drainer.Recorded
-		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-			var err error
-			rec, err = drainer.RecordAttempt(ctx, tx, ex, row, attempt, res.OK, backoff, dead)
-			return err
-		}); err != nil {
+		w.add(dest.RecordBatch, drainer.Outcome{Row: row, Delivered: res.OK, Backoff: backoff, Dead: dead,
+			Attempt: drainer.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error,
+				DeadReason: v.reason, ReplyTo: replyRoute(dest, res, r.ins)}}, sent, took)
+		if res.OK {
+			served++
+			if w.full() {
+				if done, err := settle(); done || err != nil {
+					return stepResult{served: served}, err
+				}
+			}
+			continue
+		}
+		// A failure ends the window: it is recorded after the sends
+		// before it, in the same transaction.
+		cancels, err := flush()
+		if err != nil {
 			return stepResult{served: served}, err
 		}
-		// Counted once recorded: an attempt whose record was refused
-		// (fenced) is repeated by the execution that replaced this one.
-		d.Metrics.Delivered(row.Destination, metrics.OutcomeOf(res.Outcome, res.AckCode), metrics.Answered(res.Outcome), took)
-		if dead {
-			d.Metrics.DeadLettered(row.Destination)
-		}
-		if rec.CancelsPending {
+		d.Logger.WarnContext(ctx, "delivery failed",
+			"lane", row.Lane, "message_id", row.MessageID, "work_id", row.ID,
+			"attempt", attempts, "outcome", res.Outcome, "dead", dead, "retry_in", backoff)
+		if cancels {
 			// Rows were marked for cancelling while this one was being
 			// sent; it is recorded as it went. Cancel the others before
 			// sending anything more, then read the lane again: the rows in
@@ -278,20 +348,12 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 			n, err := d.cancelMarked(ctx, ex, row.Lane)
 			return stepResult{served: served + 1 + n}, err
 		}
-		if res.OK {
-			served++
-			continue
-		}
-		d.Logger.WarnContext(ctx, "delivery failed",
-			"lane", row.Lane, "message_id", row.MessageID, "work_id", row.ID,
-			"attempt", attempts, "outcome", res.Outcome, "dead", dead, "retry_in", backoff)
 		if dead {
 			served++
 			continue
 		}
 		return stepResult{served: served, snooze: backoff}, nil
 	}
-	return stepResult{served: served}, nil
 }
 
 // cancelMarked cancels the lane's rows an operator marked for cancelling,

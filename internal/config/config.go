@@ -290,6 +290,9 @@ type Destination struct {
 	// chain's (limit+1)th is recorded as a message with status error and
 	// the reason, and not routed. Defaults to 8.
 	ReplyDepthLimit int
+	// RecordBatch bounds how many sends one record transaction covers and
+	// how long a send waits for its record (recordbatch.go).
+	RecordBatch RecordBatch
 }
 
 // RejectPolicy is what a partner's reject does to a delivery.

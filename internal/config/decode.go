@@ -167,9 +167,10 @@ func (l *loader) decodeDestination(name string, n *yaml.Node, p path) Destinatio
 		OnReject:        RejectDeadLetter,
 		OnClientError:   ClientErrorDeadLetter,
 		ReplyDepthLimit: defaultReplyDepthLimit,
+		RecordBatch:     RecordBatch{Rows: defaultRecordRows, Window: defaultRecordWindow},
 	}
 	kinds := destinationKinds()
-	keys := []string{"type", "ordering", "retry", "on_reject", "on_client_error", "reply_to", "reply_depth_limit"}
+	keys := []string{"type", "ordering", "retry", "on_reject", "on_client_error", "reply_to", "reply_depth_limit", "record_batch"}
 	types := make([]string, len(kinds))
 	for i, k := range kinds {
 		types[i] = string(k.typ)
@@ -194,6 +195,10 @@ func (l *loader) decodeDestination(name string, n *yaml.Node, p path) Destinatio
 	decodeScalar(l, m, p, "on_client_error", &d.OnClientError, asString)
 	decodeScalar(l, m, p, "reply_to", &d.ReplyTo, asString)
 	decodeScalar(l, m, p, "reply_depth_limit", &d.ReplyDepthLimit, parseInt)
+	bp := p.key("record_batch")
+	bm := l.mapping(m["record_batch"], bp, "rows", "window")
+	decodeScalar(l, bm, bp, "rows", &d.RecordBatch.Rows, parseInt)
+	decodeScalar(l, bm, bp, "window", &d.RecordBatch.Window, parseDuration)
 
 	if !l.checkType(m, p, string(d.Type), types, "destination", "mllp") {
 		return d

@@ -295,6 +295,7 @@ func (l *loader) checkDestinations(c *Config) {
 		}
 		l.checkOrdering(d.Ordering, p.key("ordering"))
 		l.checkRetry(d.Retry, p.key("retry"))
+		l.checkRecordBatch(d.RecordBatch, p.key("record_batch"))
 		l.checkOnReject(d.OnReject, p.key("on_reject"))
 		l.checkClientErrorPolicy(d, p)
 		l.checkReplyTo(c, d, p)

@@ -47,15 +47,20 @@
 // RescueStuckJobsAfter, or reclaim once the node has been silent past its
 // node_timeout. A drainer therefore checks, right before each send, that its
 // node's last confirmed heartbeat is younger than node_timeout minus a
-// heartbeat, and stops with ErrNodeNotAlive otherwise. What remains is one
-// send in flight when the node froze: it may reach the partner after the
-// lane moved, and be sent again by the new execution. At most one delivery
-// per lane can be duplicated this way; order is never broken.
+// heartbeat, and stops with ErrNodeNotAlive otherwise. What remains is the
+// send in flight when the node froze, and the sends before it whose
+// outcomes were not recorded yet: a drainer records its sends in windows
+// (RecordAttempts; the destination's record_batch), at most rows sends
+// each, the one in flight included. They may reach the partner after the
+// lane moved, and are sent again by the new execution. At most
+// record_batch rows deliveries per lane can be duplicated this way; order
+// is never broken.
 //
 // # Failure cases
 //
 //   - The node crashes mid-send: the job is rescued and the next execution
-//     sends the head again (at least once). It first records a "crashed"
+//     sends the unrecorded sends of the lost window again, head first (at
+//     least once). It first records a "crashed"
 //     attempt against the head when the head was due at the rescue, so a
 //     message that crashes the node every time is dead-lettered after
 //     max_attempts crashes instead of blocking the lane forever (see

@@ -152,7 +152,8 @@ type TransformDecision struct {
 
 // TransformBatch hands a batch of routed rows off: consumes them, writes one
 // outbound row per delivery (in row order), records the events, finalizes
-// the messages and activates every destination lane written. As in
+// the messages it filtered or dead-lettered (the others have deliveries
+// pending) and activates every destination lane written. As in
 // RouteBatch, the outbound rows and events are produced in the statement
 // that consumes, only for the rows it consumed.
 func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []Row, decisions []TransformDecision) error {
@@ -177,7 +178,13 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 			continue
 		}
 		consumed = append(consumed, row.ID)
-		h.finalize = append(h.finalize, row.MessageID)
+		if len(d.Outs) == 0 {
+			// Only a filtered row can end its message here: one that
+			// produced deliveries leaves them pending in this same
+			// transaction, so finalizing it would change nothing and
+			// cost a lock and a statement per hand-off.
+			h.finalize = append(h.finalize, row.MessageID)
+		}
 		for _, o := range d.Outs {
 			oWork = append(oWork, row.ID)
 			oLane, oChan, oRoute = append(oLane, o.Lane), append(oChan, row.Channel), append(oRoute, row.Route)

@@ -53,6 +53,13 @@ type Row struct {
 // PendingRows returns up to limit pending rows of a lane, head first. For
 // an outbound lane the same query reads the layout barrier (Held).
 func PendingRows(ctx context.Context, q store.DBTX, lane string, limit int) ([]Row, error) {
+	return PendingRowsAfter(ctx, q, lane, 0, limit)
+}
+
+// PendingRowsAfter is PendingRows without the rows up to seq after: those a
+// delivery drainer has sent and not yet recorded (a record window), which
+// are still pending in the table.
+func PendingRowsAfter(ctx context.Context, q store.DBTX, lane string, after int64, limit int) ([]Row, error) {
 	stage, _, _ := strings.Cut(lane, ":")
 	rows, err := q.Query(ctx, `
 		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
@@ -64,9 +71,9 @@ func PendingRows(ctx context.Context, q store.DBTX, lane string, limit int) ([]R
 			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
 		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
 		LEFT JOIN (`+layoutBarrierSQL+`) b ON $3
-		WHERE w.lane = $1 AND w.status = 'pending'
+		WHERE w.lane = $1 AND w.status = 'pending' AND w.seq > $4
 		ORDER BY w.seq
-		LIMIT $2`, lane, limit, stage == jobs.StageOutbound)
+		LIMIT $2`, lane, limit, stage == jobs.StageOutbound, after)
 	if err != nil {
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}

@@ -31,23 +31,28 @@ type ReplyRoute struct {
 	ControlID, MessageType, TriggerEvent, SendingApp, SendingFacility string
 }
 
-// queueReplyLock queues the lock of the reply channel's ingress lane. It
-// must come before the delivery's work row is written: lane locks before
-// work rows, the order every writer follows.
-func queueReplyLock(h *handoff, rt *ReplyRoute) {
-	if rt.NotHL7 == "" {
-		jobs.QueueLocks(&h.b, []string{jobs.IngressLane(rt.Channel)})
+// queueReplyLocks queues the locks of the reply channels' ingress lanes,
+// sorted, for every reply a record batch routes. They must come before the
+// deliveries' work rows are written: lane locks before work rows, the order
+// every writer follows.
+func queueReplyLocks(h *handoff, routes []*ReplyRoute) {
+	var lanes []string
+	for _, rt := range routes {
+		if rt.NotHL7 == "" {
+			lanes = append(lanes, jobs.IngressLane(rt.Channel))
+		}
 	}
+	jobs.QueueLocks(&h.b, lanes)
 }
 
 // queueReply queues the reply's message, events and ingress row, after the
-// statement that records row delivered, and returns the lane activation to
-// finish. Everything is tied, in the statement, to the delivery this
+// statement that records row delivered, and returns the ingress lane to
+// activate ("" when the reply is not routed). Everything is tied, in the statement, to the delivery this
 // transaction recorded: the row must be done, with a delivered response at
 // its current attempt that no reply message links to yet, so a record that
 // found the row no longer pending produces nothing, and none is produced
 // twice.
-func queueReply(h *handoff, row Row, a Attempt, reply []byte) *jobs.Activation {
+func queueReply(h *handoff, row Row, a Attempt, reply []byte) string {
 	rt := a.ReplyTo
 	const delivery = `
 		WITH w AS (
@@ -63,7 +68,7 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) *jobs.Activation {
 			INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
 			SELECT message_id, $4, id, $2, format('reply of %s bytes not routed to channel %s: %s', $3::int, $5::text, $6::text) FROM w`,
 			row.ID, row.Destination, len(reply), EventReplied, rt.Channel, h.keys.SealString(store.ColError, rt.NotHL7))
-		return nil
+		return ""
 	}
 	lane := jobs.IngressLane(rt.Channel)
 	h.b.Queue(delivery+`, p AS (
@@ -100,5 +105,5 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) *jobs.Activation {
 		SELECT id, 'ingress', $4, $3 FROM m WHERE status = 'received'`,
 		row.ID, row.Destination, rt.Channel, lane, rt.MaxDepth, h.keys.Seal(store.ColRaw, reply), SourceReply,
 		rt.ControlID, rt.MessageType, rt.TriggerEvent, rt.SendingApp, rt.SendingFacility, EventReplied, len(reply))
-	return jobs.QueueActivation(&h.b, []string{lane})
+	return lane
 }

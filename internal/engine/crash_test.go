@@ -3,11 +3,13 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/workers"
 )
@@ -83,5 +85,122 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 		WHERE r.outcome = 'crashed' ORDER BY r.id`)
 	if !slices.Equal(crashed, []string{"RC000"}) {
 		t.Fatalf("crashed attempts recorded for %v; want one, for the head the dead drainer may have been sending", crashed)
+	}
+}
+
+// A crash repeats at most the open record window: the drainer records a
+// lane's sends once its window holds record_batch rows, before the next
+// send, so when the node dies mid-send at most rows sends (the one in
+// flight included) are unrecorded, and only those are sent again by the
+// execution that takes over, in order, after it counted the crash against
+// its head.
+func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	arrived := make(chan struct{})
+	release := make(chan struct{})
+	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
+		if id == "CW005" && n == 1 {
+			close(arrived)
+			<-release // the node "dies" while this send is in flight
+		}
+		return hl7.AckAccept
+	})
+	listen := freeAddr(t)
+	const rows = 4
+	cfg := testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+    record_batch: {rows: %d, window: 1s}
+`, p.addr, rows))
+	logs := newLogWatch(testLogger(t).Handler(), "drainer superseded")
+	n := startNode(t, db, cfg, func(o *engine.Options) {
+		o.Logger = slog.New(logs)
+		o.ReclaimInterval = time.Hour // the test decides when the lane is served again
+	})
+	waitStartupReclaim(t, db)
+	var ids []string
+	var msgs [][]byte
+	for i := range 8 {
+		ids = append(ids, fmt.Sprintf("CW%03d", i))
+		msgs = append(msgs, adt(ids[i], "P1"))
+	}
+	send(t, listen, msgs...)
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("CW005 never reached the partner")
+	}
+	// A window closes at its fourth send (or after a second), so with the
+	// sixth send in flight at least two are recorded (four, unless the
+	// machine is slow).
+	const sent = 6
+	if got := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`); got < sent-rows {
+		t.Fatalf("%d deliveries recorded with the sixth send in flight; want at least %d (a window closes at record_batch rows)", got, sent-rows)
+	}
+
+	// The node dies: the job is rescued as River's rescuer and reclaim do
+	// (an error entry, river:rescue_count bumped), not yet fetched again.
+	var jobID int64
+	if err := db.Pool.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = 'mefor_outbound' AND state = 'running'`).Scan(&jobID); err != nil {
+		t.Fatalf("find the running outbound drainer: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+		UPDATE river_job SET state = 'retryable', scheduled_at = now() + interval '1 hour',
+			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'rescued', 'trace', '')),
+			metadata = metadata || jsonb_build_object('river:rescue_count', coalesce((metadata->>'river:rescue_count')::int, 0) + 1)
+		WHERE id = $1`, jobID); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	eventually(t, 20*time.Second, "the dead execution to stop", func() bool { return logs.count("drainer superseded") > 0 })
+	recorded := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`)
+	if recorded < sent-rows || recorded > sent {
+		t.Fatalf("%d deliveries recorded after the crash; want at least %d", recorded, sent-rows)
+	}
+	// Superseded rather than killed, it went on to the end of its open
+	// window, which it could not record either.
+	unrecorded := len(p.receivedIDs()) - recorded
+	if unrecorded > rows {
+		t.Fatalf("the dead execution sent %d messages it did not record; a window holds at most %d", unrecorded, rows)
+	}
+	// River's completer settles the dead execution's end (a no-op on a job
+	// that is not running) within its 50ms tick; retrying the job before
+	// that would let it complete the new execution instead.
+	time.Sleep(time.Second)
+	if _, err := n.Client().JobRetry(ctx, jobID); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+	got := p.receivedIDs()
+	var firsts []string
+	seen := map[string]bool{}
+	for _, id := range got {
+		if !seen[id] {
+			seen[id] = true
+			firsts = append(firsts, id)
+		}
+	}
+	if !slices.Equal(firsts, ids) {
+		t.Fatalf("partner received %v: first deliveries out of order", got)
+	}
+	if dups := len(got) - len(firsts); dups > rows {
+		t.Fatalf("partner received %v: %d sends repeated after one crash; at most record_batch rows (%d) may be", got, dups, rows)
+	}
+	if want := append(slices.Clone(ids[:recorded+unrecorded]), ids[recorded:]...); !slices.Equal(got, want) {
+		t.Fatalf("partner received %v, want %v: the unrecorded sends again, then the rest", got, want)
+	}
+	if n := queryInt(t, db, `
+		SELECT count(*) FROM (SELECT message_id FROM mefor_event WHERE event = 'delivered'
+		GROUP BY message_id HAVING count(*) = 1) x`); n != len(ids) {
+		t.Fatalf("%d messages have exactly one delivered event, want %d", n, len(ids))
+	}
+	crashed := queryStrings(t, db, `SELECT m.control_id FROM mefor_response r JOIN mefor_message m ON m.id = r.message_id
+		WHERE r.outcome = 'crashed' ORDER BY r.id`)
+	if !slices.Equal(crashed, ids[recorded:recorded+1]) {
+		t.Fatalf("crashed attempts recorded for %v; want one, for the head of the lost window", crashed)
 	}
 }

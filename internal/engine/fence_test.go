@@ -26,6 +26,9 @@ import (
 //     running again with a new attempted_at. The attempt number is the same
 //     as before (a snooze gives it back), so only attempted_at tells the
 //     executions apart.
+//
+// The destination records each send on its own (record_batch rows: 1);
+// TestFencedRecordWindowRecordsNothing covers a window of several.
 func TestFencedDrainerCannotDeliver(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -38,17 +41,34 @@ func TestFencedDrainerCannotDeliver(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testFencedDrainer(t, tc.supersede)
+			testFencedDrainer(t, tc.supersede, "{rows: 1}", 1)
 		})
 	}
 }
 
-func testFencedDrainer(t *testing.T, supersede string) {
+// A superseded execution records nothing of its open record window: the
+// sends it made since its last record stay pending, and the execution that
+// replaced it sends them again (at most the window's rows: here the
+// superseded one holds three sends, the third in flight at the supersede,
+// and sends nothing after the window closed).
+func TestFencedRecordWindowRecordsNothing(t *testing.T) {
+	t.Parallel()
+	testFencedDrainer(t, `UPDATE river_job SET attempted_at = attempted_at + interval '1 second' WHERE id = $1`,
+		"{rows: 3, window: 1s}", 3)
+}
+
+// testFencedDrainer supersedes the lane's drainer while the partner holds
+// the ACK of the held-th send (with the sends before it in the open record
+// window), then checks that none of them is recorded, nothing more is sent,
+// and the replacement delivers everything once more, in order.
+func testFencedDrainer(t *testing.T, supersede, recordBatch string, held int) {
 	db := testcontainers.NewDB(t)
 	arrived := make(chan struct{})
 	release := make(chan struct{})
+	ids := []string{"F000", "F001", "F002", "F003"}
+	heldID := ids[held-1]
 	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "F000" && n == 1 {
+		if id == heldID && n == 1 {
 			close(arrived)
 			<-release
 		}
@@ -59,14 +79,14 @@ func testFencedDrainer(t *testing.T, supersede string) {
   downstream:
     type: mllp
     mllp: {address: "%s"}
-`, p.addr))
+    record_batch: %s
+`, p.addr, recordBatch))
 	logs := newLogWatch(testLogger(t).Handler(), "drainer superseded")
 	n := startNode(t, db, cfg, func(o *engine.Options) {
 		o.Logger = slog.New(logs)
 		o.ReclaimInterval = time.Hour // the test decides when the lane is served again
 	})
 	waitStartupReclaim(t, db)
-	ids := []string{"F000", "F001", "F002", "F003"}
 	var msgs [][]byte
 	for _, id := range ids {
 		msgs = append(msgs, adt(id, "P1"))
@@ -76,7 +96,7 @@ func testFencedDrainer(t *testing.T, supersede string) {
 	select {
 	case <-arrived:
 	case <-time.After(30 * time.Second):
-		t.Fatal("F000 never reached the partner")
+		t.Fatalf("%s never reached the partner", heldID)
 	}
 	// The whole backlog is queued behind F000 before the stale execution
 	// could act on it.
@@ -91,22 +111,24 @@ func testFencedDrainer(t *testing.T, supersede string) {
 	if _, err := db.Pool.Exec(context.Background(), supersede, jobID); err != nil {
 		t.Fatal(err)
 	}
-	close(release) // the partner ACKs F000 to the superseded execution
+	close(release) // the partner ACKs the held send to the superseded execution
 
 	eventually(t, 20*time.Second, "the superseded execution to act", func() bool {
 		status, _, _, err := tryOutboundRow(db, "F000")
-		return logs.count("drainer superseded") > 0 || (err == nil && status != "pending") || len(p.receivedIDs()) > 1
+		return logs.count("drainer superseded") > 0 || (err == nil && status != "pending") || len(p.receivedIDs()) > held
 	})
 	// Give a wrongly unfenced execution time to go on to the next message.
 	time.Sleep(300 * time.Millisecond)
-	if status, attempts, _ := outboundRow(t, db, "F000"); status != "pending" || attempts != 0 {
-		t.Fatalf("superseded execution recorded F000: status %s, attempts %d; want pending, 0", status, attempts)
+	for _, id := range ids[:held] {
+		if status, attempts, _ := outboundRow(t, db, id); status != "pending" || attempts != 0 {
+			t.Fatalf("superseded execution recorded %s: status %s, attempts %d; want pending, 0", id, status, attempts)
+		}
 	}
 	if n := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`); n != 0 {
 		t.Fatalf("superseded execution recorded %d deliveries", n)
 	}
-	if got := p.receivedIDs(); !slices.Equal(got, []string{"F000"}) {
-		t.Fatalf("partner received %v after the supersede, want only the in-flight F000", got)
+	if got := p.receivedIDs(); !slices.Equal(got, ids[:held]) {
+		t.Fatalf("partner received %v after the supersede, want only %v, the window's sends", got, ids[:held])
 	}
 
 	// Serve the lane again the way it would be: the rescued job is retried;
@@ -125,9 +147,9 @@ func testFencedDrainer(t *testing.T, supersede string) {
 		ids = append(ids, "F004")
 		send(t, listen, adt("F004", "P1"))
 	}
-	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids)+1 })
-	if got, want := p.acceptedIDs(), append([]string{"F000"}, ids...); !slices.Equal(got, want) {
-		t.Fatalf("partner accepted %v, want %v (the in-flight F000 once more, then in order)", got, want)
+	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids)+held })
+	if got, want := p.acceptedIDs(), append(slices.Clone(ids[:held]), ids...); !slices.Equal(got, want) {
+		t.Fatalf("partner accepted %v, want %v (the superseded window's sends once more, then in order)", got, want)
 	}
 	eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 	perMessage := queryInt(t, db, `

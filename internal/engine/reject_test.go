@@ -45,7 +45,12 @@ func TestPartnerRejectPolicy(t *testing.T) {
     %s
 `, p.addr, tc.policy)), nil)
 			send(t, listen, adt("AR000", "P1"), adt("AR001", "P2"))
-			eventually(t, 30*time.Second, "AR001 delivered", func() bool { return slices.Contains(ours(p.acceptedIDs(), "AR0"), "AR001") })
+			// Recorded, not only sent: a delivery's record may follow its
+			// send by the destination's record window.
+			eventually(t, 30*time.Second, "AR001 delivered", func() bool {
+				status, _, _, err := tryOutboundRow(db, "AR001")
+				return slices.Contains(ours(p.acceptedIDs(), "AR0"), "AR001") && err == nil && status == "done"
+			})
 
 			status, attempts, lastErr := outboundRow(t, db, "AR000")
 			if !tc.retried {
