@@ -64,6 +64,18 @@ func sendAsync(t *testing.T, addr string, msg []byte) <-chan sent {
 	return out
 }
 
+// noAnswerYet fails the test if any of the senders got an answer.
+func noAnswerYet(t *testing.T, senders map[string]<-chan sent) {
+	t.Helper()
+	for name, ch := range senders {
+		select {
+		case r := <-ch:
+			t.Fatalf("%s answered %+v before its commit", name, r)
+		default:
+		}
+	}
+}
+
 // Messages arriving on several connections and channels while a commit is in
 // flight wait for it, are then stored together in one transaction, and none
 // is acknowledged before its commit. A message the database refuses (here a
@@ -92,7 +104,17 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 	mu.Unlock()
 
 	// Hold ch0's lane lock: the next commit that writes to ch0 waits on it.
-	hold, err := db.Pool.Begin(ctx)
+	// On a session of its own that no idle timeout ends while the test
+	// looks at the senders.
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SET idle_in_transaction_session_timeout = 0`); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,29 +123,29 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := sendAsync(t, addrs[0], adt("GC-A", "P1"))
-	eventually(t, 20*time.Second, "the commit of A waits on the lane lock", func() bool {
-		var waiting int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&waiting)
-		return err == nil && waiting == 1
+	// A's commit has started (alone: nobody else was sending) and cannot
+	// end while the lock is held.
+	eventually(t, 20*time.Second, "the commit of A started", func() bool {
+		noAnswerYet(t, map[string]<-chan sent{"A": a})
+		mu.Lock()
+		defer mu.Unlock()
+		return len(batches) == 1
 	})
 	b := sendAsync(t, addrs[1], adt("GC-B", "P2"))
-	eventually(t, 20*time.Second, "B queued behind A's commit", func() bool { return engine.QueuedIntake(n.Intake()) == 1 })
+	eventually(t, 20*time.Second, "B queued behind A's commit", func() bool {
+		noAnswerYet(t, map[string]<-chan sent{"A": a, "B": b})
+		return engine.QueuedIntake(n.Intake()) == 1
+	})
 	bad := adt("GC-X", "P3")
 	bad = []byte(strings.Replace(string(bad), "|HOSP|", "|H\xe9PITAL|", 1))
 	x := sendAsync(t, addrs[1], bad)
-	eventually(t, 20*time.Second, "X queued behind A's commit", func() bool { return engine.QueuedIntake(n.Intake()) == 2 })
-
+	eventually(t, 20*time.Second, "X queued behind A's commit", func() bool {
+		noAnswerYet(t, map[string]<-chan sent{"A": a, "B": b, "X": x})
+		return engine.QueuedIntake(n.Intake()) == 2
+	})
 	// Nothing is committed, so nobody may have an answer.
-	select {
-	case r := <-a:
-		t.Fatalf("A answered %+v before its commit", r)
-	case r := <-b:
-		t.Fatalf("B answered %+v before its commit", r)
-	case r := <-x:
-		t.Fatalf("X answered %+v before its commit", r)
-	case <-time.After(300 * time.Millisecond):
-	}
+	time.Sleep(300 * time.Millisecond)
+	noAnswerYet(t, map[string]<-chan sent{"A": a, "B": b, "X": x})
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
