@@ -105,7 +105,8 @@ type Activation struct {
 }
 
 // QueueActivation queues Activate's live-drainer check for each lane onto a
-// batch. The lanes' locks must be queued earlier on the same batch (or held).
+// batch. The lanes' locks must be queued earlier on the same batch (or held);
+// the check may come before or after the batch's writes to the lanes.
 func QueueActivation(b *pgx.Batch, lanes []string) *Activation {
 	sorted := slices.Clone(lanes)
 	slices.Sort(sorted)
@@ -142,7 +143,8 @@ const noDrainerMark = "mefor: no live drainer in lane "
 // so the raise rolls back everything the batch wrote and its rows are never
 // committed to a lane nobody drains. A Go error from a result callback would
 // not do: the server has committed by the time the client reads it. The
-// lanes' locks must be queued earlier on the same batch.
+// lanes' locks must be queued earlier on the same batch; queued before the
+// batch's writes, a failed check leaves nothing written and no id drawn.
 func QueueLiveDrainerCheck(b *pgx.Batch, lanes []string) {
 	sorted := slices.Clone(lanes)
 	slices.Sort(sorted)

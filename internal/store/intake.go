@@ -77,12 +77,11 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 // PostgreSQL runs as one implicit transaction, committed when the batch ends
 // unless a statement raised; the lease and drainer checks raise, so a
 // refusal rolls back everything. A lane without a live drainer makes that
-// batch fail with nothing written, and the messages are stored again in a
+// batch fail before it writes (or draws an id), and the messages are stored again in a
 // transaction that also inserts the drainer, as Receive does.
 func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	ids := make([]int64, len(ms))
-	b, lanes := queueReceive(ms, ids)
-	jobs.QueueLiveDrainerCheck(b, lanes)
+	b := queueReceive(ms, ids, jobs.QueueLiveDrainerCheck)
 	err := db.SendBatch(ctx, b).Close()
 	if err == nil {
 		return ids, nil
@@ -104,8 +103,8 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 // receiveTx stores ms in tx, inserting the drainers their lanes lack.
 func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	ids := make([]int64, len(ms))
-	b, lanes := queueReceive(ms, ids)
-	act := jobs.QueueActivation(b, lanes)
+	var act *jobs.Activation
+	b := queueReceive(ms, ids, func(b *pgx.Batch, lanes []string) { act = jobs.QueueActivation(b, lanes) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
 	}
@@ -116,15 +115,16 @@ func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound) 
 }
 
 // queueReceive queues the writes that store ms, in this order: the lease
-// checks, the lanes' locks (sorted, as every writer takes them), the parsed
-// messages in one statement, each malformed one in its own. ids are filled
-// in as the batch's results are read. It returns the lanes written to; the
-// caller queues their activation after the writes, under the locks.
+// checks, the lanes' locks (sorted, as every writer takes them), the lanes'
+// activation check (queued by activate, under the locks, and before any
+// insert, so a batch it fails has drawn no ids), the parsed messages in one
+// statement, each malformed one in its own. ids are filled in as the batch's
+// results are read.
 //
 // seq is drawn under the lane lock in the order of ms (ids, then work rows,
 // are inserted in that order), so two messages of one lane keep the order
 // they arrived in.
-func queueReceive(ms []Inbound, ids []int64) (*pgx.Batch, []string) {
+func queueReceive(ms []Inbound, ids []int64, activate func(b *pgx.Batch, lanes []string)) *pgx.Batch {
 	b := &pgx.Batch{}
 	var owners []string
 	for _, in := range ms {
@@ -142,6 +142,7 @@ func queueReceive(ms []Inbound, ids []int64) (*pgx.Batch, []string) {
 		}
 	}
 	jobs.QueueLocks(b, lanes)
+	activate(b, lanes)
 	if len(parsed) > 0 {
 		queueParsed(b, ms, parsed, ids)
 	}
@@ -150,7 +151,7 @@ func queueReceive(ms []Inbound, ids []int64) (*pgx.Batch, []string) {
 			queueMalformed(b, in, &ids[i])
 		}
 	}
-	return b, lanes
+	return b
 }
 
 // queueParsed queues one statement storing the parsed messages ms[idx...]:

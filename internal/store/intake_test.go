@@ -54,8 +54,7 @@ func TestReceiveBatchRefusedWithoutTheLeaseStoresNothing(t *testing.T) {
 }
 
 // A lane without a live drainer gets one, in the transaction that stores its
-// message, and the message is stored once although the first attempt wrote
-// it before finding no drainer.
+// message, and the message is stored once, with the id it would have had.
 func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 	f := newFixture(t)
 	ins, err := river.NewClient(riverpgxv5.New(f.db.Pool), &river.Config{})
@@ -68,6 +67,10 @@ func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 	}
 	if n := f.int(`SELECT count(*) FROM mefor_message`); n != 2 {
 		t.Fatalf("%d messages stored, want 2", n)
+	}
+	// The attempt that found no drainer failed before drawing any id.
+	if ids[0] != 1 || ids[1] != 2 {
+		t.Fatalf("ids %v in a fresh database, want [1 2]", ids)
 	}
 	if n := f.int(`SELECT count(*) FROM mefor_work WHERE message_id = ANY($1)`, ids); n != 2 {
 		t.Fatalf("%d ingress rows, want 2", n)
