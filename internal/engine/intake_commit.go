@@ -63,8 +63,28 @@ func (g *groupCommit) do(ctx context.Context, r *commitReq, commit func(context.
 	g.queue = slices.Clone(g.queue[n:])
 	g.mu.Unlock()
 
+	defer g.handOff(r, batch)
+	defer func() {
+		// A panic (recovered by the listener for this connection) must not
+		// leave the others waiting forever or unanswered as if stored.
+		if v := recover(); v != nil {
+			for _, q := range batch {
+				if q.id == 0 && q.err == nil {
+					q.err = errCommitPanicked
+				}
+			}
+			panic(v)
+		}
+	}()
 	commit(ctx, batch)
+}
 
+// errCommitPanicked refuses the messages of a batch whose commit panicked.
+var errCommitPanicked = errors.New("intake commit failed unexpectedly")
+
+// handOff ends r's turn: the oldest waiter, if any, leads next; then the
+// batch's other callers learn their outcome.
+func (g *groupCommit) handOff(r *commitReq, batch []*commitReq) {
 	g.mu.Lock()
 	if len(g.queue) > 0 {
 		next := g.queue[0]
