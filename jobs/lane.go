@@ -2,11 +2,14 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -102,7 +105,8 @@ type Activation struct {
 }
 
 // QueueActivation queues Activate's live-drainer check for each lane onto a
-// batch. The lanes' locks must be queued earlier on the same batch (or held).
+// batch. The lanes' locks must be queued earlier on the same batch (or held);
+// the check may come before or after the batch's writes to the lanes.
 func QueueActivation(b *pgx.Batch, lanes []string) *Activation {
 	sorted := slices.Clone(lanes)
 	slices.Sort(sorted)
@@ -122,6 +126,54 @@ func QueueActivation(b *pgx.Batch, lanes []string) *Activation {
 		return err
 	})
 	return a
+}
+
+// ErrNoLiveDrainer fails a batch carrying QueueLiveDrainerCheck when one of
+// its lanes has no live drainer: the batch's work must be redone in a
+// transaction that can insert one (QueueActivation, then Finish).
+var ErrNoLiveDrainer = errors.New("a lane has no live drainer")
+
+// noDrainerMark is in the error the check raises, to tell it from others.
+const noDrainerMark = "mefor: no live drainer in lane "
+
+// QueueLiveDrainerCheck queues onto b a statement that raises an error when
+// any of lanes has no live drainer, reported as ErrNoLiveDrainer. It is for
+// a batch sent outside a transaction block: PostgreSQL runs such a batch as
+// one implicit transaction, committed at its end unless a statement failed,
+// so the raise rolls back everything the batch wrote and its rows are never
+// committed to a lane nobody drains. A Go error from a result callback would
+// not do: the server has committed by the time the client reads it. The
+// lanes' locks must be queued earlier on the same batch; queued before the
+// batch's writes, a failed check leaves nothing written and no id drawn.
+func QueueLiveDrainerCheck(b *pgx.Batch, lanes []string) {
+	sorted := slices.Clone(lanes)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	if len(sorted) == 0 {
+		return
+	}
+	// The cast of a text naming the lane raises only for a row the filter
+	// keeps; it depends on the row, so the planner cannot fold it into an
+	// error for every execution.
+	b.Queue(`
+		SELECT ($3 || n.name)::int
+		FROM unnest($1::text[]) AS n(name)
+		LEFT JOIN mefor_lane l ON l.name = n.name
+		LEFT JOIN river_job j ON j.id = l.job_id
+		WHERE j.id IS NULL OR NOT (j.state::text = ANY($2::text[]))`,
+		sorted, LiveStateNames(), noDrainerMark).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, noDrainerMark) {
+				return ErrNoLiveDrainer
+			}
+			return fmt.Errorf("check drainers of lanes %v: %w", sorted, err)
+		}
+		return nil
+	})
 }
 
 // Finish inserts a drainer for every lane the check found without a live

@@ -35,8 +35,9 @@
 // closes before the lease can expire, so two nodes never serve at once
 // even when the database is unreachable and a renewal is stuck in flight.
 // Intake re-checks the lease row inside the transaction that stores a
-// message (QueueLeaseCheck, in the same batch), so a node that lost the
-// lease cannot acknowledge anything once another node may be listening.
+// message (QueueLeaseCheck, in the same batch; it raises in the database, so
+// it refuses in an implicit transaction too), so a node that lost the lease
+// cannot acknowledge anything once another node may be listening.
 // The lease's self-fence is not the drainers' fence (package drainer): the
 // lease decides who listens, the drainer fence who writes a lane.
 //

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -475,16 +476,20 @@ var ErrNotLeaseHolder = errors.New("this node no longer holds the listener lease
 // lease (frozen, cut off) cannot store, and so never acknowledges, anything
 // once another node may be listening. It takes no row lock: the lease
 // cannot pass to another node before its expiry, which this reads.
+//
+// The check raises an error in the database (a division by the number of
+// matching lease rows) rather than only in Go, so it also refuses in a
+// batch sent outside a transaction block, which PostgreSQL commits at the
+// batch's end unless a statement failed.
 func QueueLeaseCheck(b *pgx.Batch, owner string) {
-	b.Queue(`SELECT count(*) FROM mefor_leader_lease WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
+	b.Queue(`SELECT 1 / count(*) FROM mefor_leader_lease WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
 		ListenerLeaseKey, owner).QueryRow(func(r pgx.Row) error {
-		var n int
-		if err := r.Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
+		var one int64
+		err := r.Scan(&one)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "22012" {
 			return ErrNotLeaseHolder
 		}
-		return nil
+		return err
 	})
 }

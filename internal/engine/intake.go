@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/config"
@@ -38,6 +37,12 @@ type Intake struct {
 	Metrics *metrics.Metrics
 	// Keys seals what is stored; nil stores it in clear.
 	Keys *crypt.Keyring
+
+	// group stores messages arriving together in one transaction.
+	group groupCommit
+	// onCommit, when set (by tests), is told the size of each batch as its
+	// commit starts.
+	onCommit func(messages int)
 }
 
 // LeaseGate is the part of the listener lease intake needs.
@@ -55,7 +60,8 @@ type Received struct {
 	ParseErr  error
 }
 
-// Receive parses and stores one message for channel in one transaction.
+// Receive parses and stores one message for channel in one transaction,
+// which may also store other messages arriving at the same moment.
 // A message that does not parse is stored too (status error, raw body kept
 // for inspection); only a database failure returns an error, and then the
 // message is not stored and must not be acknowledged.
@@ -80,15 +86,12 @@ func (in *Intake) receive(ctx context.Context, channel, source, remote string, r
 		inbound.SendingFacility = h.SendingFacility
 		inbound.PatientID = msg.Get("PID-3.1")
 	}
-	var id int64
-	err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
-		var err error
-		id, err = store.Receive(ctx, tx, in.Inserter, inbound)
-		return err
-	})
-	if err != nil {
-		return Received{}, err
+	r := &commitReq{msg: inbound}
+	in.group.do(ctx, r, in.commitBatch)
+	if r.err != nil {
+		return Received{}, r.err
 	}
+	id := r.id
 	in.Metrics.Received(channel)
 	if perr == nil {
 		in.Wake.Notify(jobs.IngressLane(channel))

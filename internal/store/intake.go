@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,51 +49,191 @@ type Inbound struct {
 	LeaseOwner string
 }
 
+// IntakeDB is what ReceiveBatch needs of a pool: batches sent outside any
+// transaction block, and transactions.
+type IntakeDB interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // Receive durably stores one inbound message in tx: the message row, its
 // ingress work row, the received event and the activation of the ingress
 // lane's drainer. The sender may be acknowledged only after tx commits.
-//
-// A parsed message costs one round trip: the ingress lane's lock first
-// (seq is drawn under it), then the message, its received event and its
-// ingress row in one statement, then the live-drainer check. Only a lane
-// without a live drainer costs a second trip, to insert one.
 func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int64, error) {
-	if in.ParseError != "" {
-		return receiveMalformed(ctx, tx, in)
-	}
-	lane := jobs.IngressLane(in.Channel)
-	b := &pgx.Batch{}
-	if in.LeaseOwner != "" {
-		leader.QueueLeaseCheck(b, in.LeaseOwner)
-	}
-	jobs.QueueLocks(b, []string{lane})
-	var id int64
-	b.Queue(`
-		WITH m AS (
-			INSERT INTO mefor_message (channel, source, remote_addr, control_id, message_type, trigger_event,
-				sending_app, sending_facility, size, raw, status, source_identity, patient_key)
-			VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), NULLIF($5, ''), NULLIF($6, ''),
-				NULLIF($7, ''), NULLIF($8, ''), $9, $10, 'received', NULLIF($12, ''), NULLIF($13, ''))
-			RETURNING id
-		), e AS (
-			INSERT INTO mefor_event (message_id, event, detail) SELECT id, 'received', $2 FROM m
-		)
-		INSERT INTO mefor_work (message_id, stage, lane, channel)
-		SELECT id, 'ingress', $11, $1 FROM m
-		RETURNING message_id`,
-		in.Channel, in.Source, in.RemoteAddr, in.ControlID, in.MessageType, in.TriggerEvent,
-		in.SendingApp, in.SendingFacility, len(in.Raw), in.Keys.Seal(ColRaw, in.Raw), lane, in.SourceIdentity,
-		patientKey(in.Keys, in.PatientID)).QueryRow(func(r pgx.Row) error {
-		return r.Scan(&id)
-	})
-	act := jobs.QueueActivation(b, []string{lane})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return 0, fmt.Errorf("store message for channel %s: %w", in.Channel, err)
-	}
-	if err := act.Finish(ctx, tx, ins); err != nil {
+	ids, err := receiveTx(ctx, tx, ins, []Inbound{in})
+	if err != nil {
 		return 0, err
 	}
-	return id, nil
+	return ids[0], nil
+}
+
+// ReceiveBatch durably stores messages, in their order, all or none, and
+// returns their ids in that order. The senders may be acknowledged when it
+// returns without error: the commit is done.
+//
+// When every lane written to has a live drainer (the usual case) this costs
+// one round trip: the lease checks, the lane locks (sorted), the inserts and
+// the live-drainer check go as one batch outside a transaction block, which
+// PostgreSQL runs as one implicit transaction, committed when the batch ends
+// unless a statement raised; the lease and drainer checks raise, so a
+// refusal rolls back everything. A lane without a live drainer makes that
+// batch fail before it writes (or draws an id), and the messages are stored again in a
+// transaction that also inserts the drainer, as Receive does.
+func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
+	ids := make([]int64, len(ms))
+	b := queueReceive(ms, ids, jobs.QueueLiveDrainerCheck)
+	err := db.SendBatch(ctx, b).Close()
+	if err == nil {
+		return ids, nil
+	}
+	if !errors.Is(err, jobs.ErrNoLiveDrainer) {
+		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
+	}
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		ids, err = receiveTx(ctx, tx, ins, ms)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// receiveTx stores ms in tx, inserting the drainers their lanes lack.
+func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
+	ids := make([]int64, len(ms))
+	var act *jobs.Activation
+	b := queueReceive(ms, ids, func(b *pgx.Batch, lanes []string) { act = jobs.QueueActivation(b, lanes) })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
+	}
+	if err := act.Finish(ctx, tx, ins); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// queueReceive queues the writes that store ms, in this order: the lease
+// checks, the lanes' locks (sorted, as every writer takes them), the lanes'
+// activation check (queued by activate, under the locks, and before any
+// insert, so a batch it fails has drawn no ids), the parsed messages in one
+// statement, each malformed one in its own. ids are filled in as the batch's
+// results are read.
+//
+// seq is drawn under the lane lock in the order of ms (ids, then work rows,
+// are inserted in that order), so two messages of one lane keep the order
+// they arrived in.
+func queueReceive(ms []Inbound, ids []int64, activate func(b *pgx.Batch, lanes []string)) *pgx.Batch {
+	b := &pgx.Batch{}
+	var owners []string
+	for _, in := range ms {
+		if in.LeaseOwner != "" && !slices.Contains(owners, in.LeaseOwner) {
+			owners = append(owners, in.LeaseOwner)
+			leader.QueueLeaseCheck(b, in.LeaseOwner)
+		}
+	}
+	var parsed []int // indexes into ms
+	var lanes []string
+	for i, in := range ms {
+		if in.ParseError == "" {
+			parsed = append(parsed, i)
+			lanes = append(lanes, jobs.IngressLane(in.Channel))
+		}
+	}
+	jobs.QueueLocks(b, lanes)
+	activate(b, lanes)
+	if len(parsed) > 0 {
+		queueParsed(b, ms, parsed, ids)
+	}
+	for i, in := range ms {
+		if in.ParseError != "" {
+			queueMalformed(b, in, &ids[i])
+		}
+	}
+	return b
+}
+
+// queueParsed queues one statement storing the parsed messages ms[idx...]:
+// their messages, received events and ingress rows, inserted in idx order.
+func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
+	n := len(idx)
+	channel, source, remote, ident, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ctrl, typ, trig, app, fac, patient := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	size, raw := make([]int32, n), make([][]byte, n)
+	for k, i := range idx {
+		in := ms[i]
+		channel[k], source[k], remote[k], ident[k], lane[k] = in.Channel, in.Source, in.RemoteAddr, in.SourceIdentity, jobs.IngressLane(in.Channel)
+		ctrl[k], typ[k], trig[k], app[k], fac[k] = in.ControlID, in.MessageType, in.TriggerEvent, in.SendingApp, in.SendingFacility
+		patient[k] = patientKey(in.Keys, in.PatientID)
+		// Size is the plaintext's, the body is sealed.
+		size[k], raw[k] = int32(len(in.Raw)), in.Keys.Seal(ColRaw, in.Raw)
+	}
+	// The message ids are drawn in u.n order, and the work rows (with their
+	// seq) in id order, so ids and seq follow idx.
+	b.Queue(`
+		WITH u AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+				$8::text[], $9::int4[], $10::bytea[], $11::text[], $12::text[], $13::text[])
+				WITH ORDINALITY AS u(channel, source, remote, ctrl, typ, trig, app, fac, size, raw, ident, patient, lane, n)
+		), m AS (
+			INSERT INTO mefor_message (channel, source, remote_addr, control_id, message_type, trigger_event,
+				sending_app, sending_facility, size, raw, status, source_identity, patient_key)
+			SELECT channel, source, NULLIF(remote, ''), NULLIF(ctrl, ''), NULLIF(typ, ''), NULLIF(trig, ''),
+				NULLIF(app, ''), NULLIF(fac, ''), size, raw, 'received', NULLIF(ident, ''), NULLIF(patient, '')
+			FROM u ORDER BY n
+			RETURNING id, channel, source
+		), e AS (
+			INSERT INTO mefor_event (message_id, event, detail) SELECT id, 'received', source FROM m ORDER BY id
+		)
+		INSERT INTO mefor_work (message_id, stage, lane, channel)
+		SELECT m.id, 'ingress', l.lane, m.channel
+		FROM m JOIN (SELECT DISTINCT channel, lane FROM u) l ON l.channel = m.channel
+		ORDER BY m.id
+		RETURNING message_id`,
+		channel, source, remote, ctrl, typ, trig, app, fac, size, raw, ident, patient, lane).Query(func(rows pgx.Rows) error {
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		if len(got) != n {
+			return fmt.Errorf("stored %d of %d messages", len(got), n)
+		}
+		slices.Sort(got)
+		for k, i := range idx {
+			ids[i] = got[k]
+		}
+		return nil
+	})
+}
+
+// queueMalformed queues the statement storing a message that did not
+// parse, with status error and its raw body for inspection, its received
+// and failed events, and no stage work.
+func queueMalformed(b *pgx.Batch, in Inbound, id *int64) {
+	sealedErr := in.Keys.SealString(ColError, in.ParseError)
+	b.Queue(`
+		WITH m AS (
+			INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error, source_identity)
+			VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''))
+			RETURNING id
+		)
+		INSERT INTO mefor_event (message_id, event, detail)
+		SELECT m.id, e.event, e.detail FROM m, (VALUES (1, $8, $2), (2, $9, $6)) AS e(k, event, detail)
+		ORDER BY e.k
+		RETURNING message_id`,
+		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Keys.Seal(ColRaw, in.Raw), sealedErr,
+		in.SourceIdentity, EventReceived, EventFailed).Query(func(rows pgx.Rows) error {
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		if len(got) == 0 {
+			return errors.New("malformed message not stored")
+		}
+		*id = got[0]
+		return nil
+	})
 }
 
 // patientKey is the stored form of a patient id; "" stays "" (NULL).
@@ -100,30 +242,4 @@ func patientKey(kr *crypt.Keyring, id string) string {
 		return ""
 	}
 	return PatientKey(kr, id)
-}
-
-// receiveMalformed stores a message that did not parse, with status error
-// and its raw body for inspection, and no stage work.
-func receiveMalformed(ctx context.Context, tx pgx.Tx, in Inbound) (int64, error) {
-	if in.LeaseOwner != "" {
-		b := &pgx.Batch{}
-		leader.QueueLeaseCheck(b, in.LeaseOwner)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return 0, fmt.Errorf("store message for channel %s: %w", in.Channel, err)
-		}
-	}
-	var id int64
-	err := tx.QueryRow(ctx, `
-		INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error, source_identity)
-		VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''))
-		RETURNING id`,
-		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Keys.Seal(ColRaw, in.Raw), in.Keys.SealString(ColError, in.ParseError),
-		in.SourceIdentity).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("store message for channel %s: %w", in.Channel, err)
-	}
-	if err := AddEvent(ctx, tx, id, EventReceived, 0, "", in.Source); err != nil {
-		return 0, err
-	}
-	return id, AddEvent(ctx, tx, id, EventFailed, 0, "", in.Keys.SealString(ColError, in.ParseError))
 }

@@ -1,0 +1,12 @@
+package engine
+
+// SetCommitHook makes in report the size of each intake batch as its
+// commit starts.
+func SetCommitHook(in *Intake, f func(messages int)) { in.onCommit = f }
+
+// QueuedIntake is how many messages wait for the intake commit in flight.
+func QueuedIntake(in *Intake) int {
+	in.group.mu.Lock()
+	defer in.group.mu.Unlock()
+	return len(in.group.queue)
+}

@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/leader"
+)
+
+// maxCommitBatch bounds how many messages one intake commit stores, so a
+// burst is cut into commits of a bounded size (and statement).
+const maxCommitBatch = 64
+
+// groupCommit stores the messages of all of a node's connections and
+// channels that arrive together in one transaction. There is no timer and no
+// committer goroutine: a caller that finds nobody committing commits at once,
+// alone if nobody else is there; callers that arrive while a commit is in
+// flight queue, and when it ends the first of them commits everything queued
+// (up to maxCommitBatch), its own message included. So a lone sender never
+// waits for company, and under load each commit carries what arrived during
+// the previous one.
+type groupCommit struct {
+	mu    sync.Mutex
+	queue []*commitReq
+	busy  bool // a caller is committing; queued requests wait for it
+}
+
+// commitReq is one message waiting to be stored.
+type commitReq struct {
+	msg store.Inbound
+	id  int64
+	err error
+	// signal gets exactly one send: the request was committed (id or err
+	// set), or, with lead set, it heads the queue and must commit it.
+	signal chan struct{}
+	lead   bool
+}
+
+// do stores r.msg, in whatever batch it ends up in, and returns when that
+// batch's transaction has ended.
+func (g *groupCommit) do(ctx context.Context, r *commitReq, commit func(context.Context, []*commitReq)) {
+	r.signal = make(chan struct{}, 1)
+	g.mu.Lock()
+	g.queue = append(g.queue, r)
+	if g.busy {
+		g.mu.Unlock()
+		<-r.signal
+		if !r.lead {
+			return
+		}
+		g.mu.Lock()
+	}
+	g.busy = true
+	// r is the queue's head: it was either alone (nobody was committing) or
+	// handed the lead as the oldest waiter.
+	n := min(len(g.queue), maxCommitBatch)
+	batch := g.queue[:n:n]
+	g.queue = slices.Clone(g.queue[n:])
+	g.mu.Unlock()
+
+	defer g.handOff(r, batch)
+	defer func() {
+		// A panic (recovered by the listener for this connection) must not
+		// leave the others waiting forever or unanswered as if stored.
+		if v := recover(); v != nil {
+			for _, q := range batch {
+				if q.id == 0 && q.err == nil {
+					q.err = errCommitPanicked
+				}
+			}
+			panic(v)
+		}
+	}()
+	commit(ctx, batch)
+}
+
+// errCommitPanicked refuses the messages of a batch whose commit panicked.
+var errCommitPanicked = errors.New("intake commit failed unexpectedly")
+
+// handOff ends r's turn: the oldest waiter, if any, leads next; then the
+// batch's other callers learn their outcome.
+func (g *groupCommit) handOff(r *commitReq, batch []*commitReq) {
+	g.mu.Lock()
+	if len(g.queue) > 0 {
+		next := g.queue[0]
+		next.lead = true
+		next.signal <- struct{}{}
+	} else {
+		g.busy = false
+	}
+	g.mu.Unlock()
+	for _, q := range batch {
+		if q != r {
+			q.signal <- struct{}{}
+		}
+	}
+}
+
+// commitBatch stores a batch in one transaction. If the database refused
+// it (an error it reported, so it rolled everything back), each message is
+// stored again on its own, so a message that must be refused (its lease
+// lost, a row the database rejects) is the only one refused; a batch whose
+// fate is unknown (the connection failed) refuses everyone, as one message
+// would be refused.
+func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
+	// The callers all wait on this commit; the one whose goroutine runs it
+	// must not abort it for the others by going away.
+	ctx = context.WithoutCancel(ctx)
+	if in.onCommit != nil {
+		in.onCommit(len(batch))
+	}
+	ms := make([]store.Inbound, len(batch))
+	for i, r := range batch {
+		ms[i] = r.msg
+	}
+	ids, err := store.ReceiveBatch(ctx, in.Pool, in.Inserter, ms)
+	if err == nil {
+		for i, r := range batch {
+			r.id = ids[i]
+		}
+		return
+	}
+	var pgErr *pgconn.PgError
+	if len(batch) == 1 || !(errors.As(err, &pgErr) || errors.Is(err, leader.ErrNotLeaseHolder)) {
+		for _, r := range batch {
+			r.err = err
+		}
+		return
+	}
+	in.Logger.WarnContext(ctx, "intake batch refused, storing its messages one by one", "messages", len(batch), "error", err)
+	lost := errors.Is(err, leader.ErrNotLeaseHolder)
+	for _, r := range batch {
+		if lost && r.msg.LeaseOwner != "" {
+			// Every owner in a batch is this node's: the lease is gone for all.
+			r.err = err
+			continue
+		}
+		if in.onCommit != nil {
+			in.onCommit(1)
+		}
+		ids, err := store.ReceiveBatch(ctx, in.Pool, in.Inserter, []store.Inbound{r.msg})
+		if err != nil {
+			r.err = err
+			continue
+		}
+		r.id = ids[0]
+	}
+}
