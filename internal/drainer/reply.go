@@ -104,6 +104,7 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) string {
 		INSERT INTO mefor_work (message_id, stage, lane, channel)
 		SELECT id, 'ingress', $4, $3 FROM m WHERE status = 'received'`,
 		row.ID, row.Destination, rt.Channel, lane, rt.MaxDepth, h.keys.Seal(store.ColRaw, reply), SourceReply,
-		rt.ControlID, rt.MessageType, rt.TriggerEvent, rt.SendingApp, rt.SendingFacility, EventReplied, len(reply))
+		store.ColumnText(rt.ControlID), store.ColumnText(rt.MessageType), store.ColumnText(rt.TriggerEvent),
+		store.ColumnText(rt.SendingApp), store.ColumnText(rt.SendingFacility), EventReplied, len(reply))
 	return lane
 }

@@ -122,3 +122,49 @@ func TestNodeSessionsNamedAndBounded(t *testing.T) {
 		t.Fatalf("node session: application_name %q, idle_in_transaction_session_timeout %q; want \"mefor sessions-node\" and the 5s lease_ttl", name, idle)
 	}
 }
+
+// A sender's header in Latin-1 (bytes that are not UTF-8), or with a NUL in
+// it, is still stored and acknowledged: PostgreSQL refuses such text, and
+// a message that cannot be stored is never ACKed, so the sender would
+// resend it forever. The body is kept and delivered byte for byte.
+func TestHeaderNotUTF8StoredAndAcknowledged(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	p := newCtlPartner(t, "", nil)
+	listen := freeAddr(t)
+	cfg := testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+`, p.addr))
+	startNode(t, db, cfg, nil)
+
+	c := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second}
+	defer c.Close()
+	latin1 := bytes.Replace(adt("L001", "P\xe91"), []byte("|HOSP|"), []byte("|H\xd4PITAL\x00|"), 1)
+	for _, msg := range [][]byte{latin1, adt("L002", "P2")} {
+		raw, err := c.Send(context.Background(), msg)
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		if ack, err := hl7.ParseACK(raw); err != nil || ack.Code != hl7.AckAccept {
+			t.Fatalf("answered %+v (%v), want AA", ack, err)
+		}
+	}
+	eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
+	if got := p.acceptedIDs(); got[0] != "L001" || got[1] != "L002" {
+		t.Fatalf("delivered %v, want [L001 L002]", got)
+	}
+	var body []byte
+	var facility string
+	if err := db.Pool.QueryRow(context.Background(),
+		`SELECT raw, sending_facility FROM mefor_message WHERE control_id = 'L001'`).Scan(&body, &facility); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(body, latin1) {
+		t.Fatalf("stored body differs from what was sent")
+	}
+	if facility != "H\uFFFDPITAL\uFFFD" {
+		t.Fatalf("sending_facility stored as %q", facility)
+	}
+}

@@ -67,7 +67,8 @@ func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile
 	ctrl, typ, trig, app, fac := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	patient := make([]string, n)
 	for i, m := range f.Messages {
-		raw[i], ctrl[i], typ[i], trig[i], app[i], fac[i] = f.Keys.Seal(ColRaw, m.Raw), m.ControlID, m.MessageType, m.TriggerEvent, m.SendingApp, m.SendingFacility
+		raw[i], ctrl[i], typ[i], trig[i], app[i], fac[i] = f.Keys.Seal(ColRaw, m.Raw), ColumnText(m.ControlID), ColumnText(m.MessageType),
+			ColumnText(m.TriggerEvent), ColumnText(m.SendingApp), ColumnText(m.SendingFacility)
 		size[i], patient[i] = int32(len(m.Raw)), patientKey(f.Keys, m.PatientID)
 	}
 	b := &pgx.Batch{}

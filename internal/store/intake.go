@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -164,7 +166,8 @@ func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
 	for k, i := range idx {
 		in := ms[i]
 		channel[k], source[k], remote[k], ident[k], lane[k] = in.Channel, in.Source, in.RemoteAddr, in.SourceIdentity, jobs.IngressLane(in.Channel)
-		ctrl[k], typ[k], trig[k], app[k], fac[k] = in.ControlID, in.MessageType, in.TriggerEvent, in.SendingApp, in.SendingFacility
+		ctrl[k], typ[k], trig[k], app[k], fac[k] = ColumnText(in.ControlID), ColumnText(in.MessageType),
+			ColumnText(in.TriggerEvent), ColumnText(in.SendingApp), ColumnText(in.SendingFacility)
 		patient[k] = patientKey(in.Keys, in.PatientID)
 		// Size is the plaintext's, the body is sealed.
 		size[k], raw[k] = int32(len(in.Raw)), in.Keys.Seal(ColRaw, in.Raw)
@@ -241,5 +244,17 @@ func patientKey(kr *crypt.Keyring, id string) string {
 	if id == "" {
 		return ""
 	}
-	return PatientKey(kr, id)
+	return PatientKey(kr, ColumnText(id))
+}
+
+// ColumnText is a header field as a text column can hold it. Senders do
+// send bytes that are not UTF-8 (a Latin-1 facility name) or hold NUL, and
+// PostgreSQL refuses such text: the message would not be stored, the
+// sender would get no ACK and would resend it forever. The searchable copy
+// gets U+FFFD in their place; the stored body keeps the bytes as sent.
+func ColumnText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
