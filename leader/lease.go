@@ -226,6 +226,15 @@ func (l *Lease) Tick(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.FenceTimeout)
 	held, err := l.claim(cctx)
 	cancel()
+	if err == nil && time.Duration(l.mono()-sent) > l.cfg.FenceTimeout {
+		// The answer came back later than the fence allows: a process
+		// frozen with its claim in flight reads, on resuming, an answer
+		// the database gave long ago, and must not take it as holding the
+		// lease now (the timeout above cannot fire while the process is
+		// stopped). Count it as a failed renewal; the next tick asks again.
+		err = fmt.Errorf("claim lease %s: answer took %s, longer than fence_timeout %s", l.cfg.Key,
+			time.Duration(l.mono()-sent).Round(time.Millisecond), l.cfg.FenceTimeout)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return
