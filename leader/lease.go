@@ -106,6 +106,9 @@ type Lease struct {
 	cfg LeaseConfig
 
 	base time.Time // monotonic origin of the nanosecond fields below
+	// clock, when set (tests), replaces time.Since(base): a freeze can
+	// then be simulated without stopping the process.
+	clock func() int64
 
 	// sem is the maintenance lock: a renewal tick and a stepdown's release
 	// write exclude each other, or a tick in flight could renew the lease a
@@ -122,7 +125,12 @@ type Lease struct {
 	failing  bool  // a failure was logged and no success since
 }
 
-func (l *Lease) mono() int64 { return int64(time.Since(l.base)) }
+func (l *Lease) mono() int64 {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return int64(time.Since(l.base))
+}
 
 // Serving reports whether this node may act as the holder right now. It
 // checks the renewal's age itself rather than trusting the watchdog to have

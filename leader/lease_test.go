@@ -504,3 +504,42 @@ func TestNewLeaseRefusesUnsafeTimings(t *testing.T) {
 		t.Errorf("the default timings: %v", err)
 	}
 }
+
+// A node frozen with its claim in flight reads, on resuming, an answer the
+// database gave before the freeze. That answer must not count as holding
+// the lease: the node would announce it (and bind its listeners) while
+// another node may have taken the lease meanwhile.
+func TestLateClaimAnswerDoesNotAcquire(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	b, _ := newLease(t, db.Pool, "b")
+	b.Tick(ctx)
+	if !b.Serving() {
+		t.Fatal("b did not acquire")
+	}
+	time.Sleep(testTTL + 100*time.Millisecond) // b's lease expires: a may take it over
+
+	a, p := newLease(t, db.Pool, "a")
+	var now atomic.Int64
+	now.Store(int64(time.Second))
+	a.clock = now.Load
+	unlock := lockLeaseRow(t, db.Pool)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Tick(ctx)
+	}()
+	waitBlockedOnLease(t, db.Pool)
+	now.Add(int64(2 * testFence)) // a is frozen, its claim in flight
+	unlock()
+	<-done
+	if a.held.Load() || p.changed.Load() != 0 {
+		t.Fatalf("an answer older than fence_timeout counted as acquiring the lease (held %v, gate changes %d)",
+			a.held.Load(), p.changed.Load())
+	}
+	// The next tick, answered in time, takes the expired lease.
+	a.Tick(ctx)
+	if !a.Serving() {
+		t.Fatal("a did not acquire on an answer in time")
+	}
+}
