@@ -62,14 +62,9 @@ type FileReceipt struct {
 func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile) (FileReceipt, error) {
 	lane := jobs.IngressLane(f.Channel)
 	n := len(f.Messages)
-	raw := make([][]byte, n)
-	size := make([]int32, n)
-	ctrl, typ, trig, app, fac := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	patient := make([]string, n)
+	c := newMessageColumns(n)
 	for i, m := range f.Messages {
-		raw[i], ctrl[i], typ[i], trig[i], app[i], fac[i] = f.Keys.Seal(ColRaw, m.Raw), ColumnText(m.ControlID), ColumnText(m.MessageType),
-			ColumnText(m.TriggerEvent), ColumnText(m.SendingApp), ColumnText(m.SendingFacility)
-		size[i], patient[i] = int32(len(m.Raw)), patientKey(f.Keys, m.PatientID)
+		c.set(i, f.Keys, m)
 	}
 	b := &pgx.Batch{}
 	if f.LeaseOwner != "" {
@@ -101,8 +96,8 @@ func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile
 		SELECT id, 'ingress', $13, $1 FROM m
 		ORDER BY id
 		RETURNING message_id`,
-		f.Channel, f.Name, f.Size, f.SHA256[:], n, raw, ctrl, typ, trig, app, fac, SourceFile, lane, f.LeaseOwner,
-		size, patient).Query(func(rows pgx.Rows) error {
+		f.Channel, f.Name, f.Size, f.SHA256[:], n, c.raw, c.ctrl, c.typ, c.trig, c.app, c.fac, SourceFile, lane, f.LeaseOwner,
+		c.size, c.patient).Query(func(rows pgx.Rows) error {
 		var err error
 		r.MessageIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err

@@ -161,16 +161,11 @@ func queueReceive(ms []Inbound, ids []int64, activate func(b *pgx.Batch, lanes [
 func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
 	n := len(idx)
 	channel, source, remote, ident, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	ctrl, typ, trig, app, fac, patient := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	size, raw := make([]int32, n), make([][]byte, n)
+	c := newMessageColumns(n)
 	for k, i := range idx {
 		in := ms[i]
 		channel[k], source[k], remote[k], ident[k], lane[k] = in.Channel, in.Source, in.RemoteAddr, in.SourceIdentity, jobs.IngressLane(in.Channel)
-		ctrl[k], typ[k], trig[k], app[k], fac[k] = ColumnText(in.ControlID), ColumnText(in.MessageType),
-			ColumnText(in.TriggerEvent), ColumnText(in.SendingApp), ColumnText(in.SendingFacility)
-		patient[k] = patientKey(in.Keys, in.PatientID)
-		// Size is the plaintext's, the body is sealed.
-		size[k], raw[k] = int32(len(in.Raw)), in.Keys.Seal(ColRaw, in.Raw)
+		c.set(k, in.Keys, in)
 	}
 	// The message ids are drawn in u.n order, and the work rows (with their
 	// seq) in id order, so ids and seq follow idx.
@@ -194,7 +189,7 @@ func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
 		FROM m JOIN (SELECT DISTINCT channel, lane FROM u) l ON l.channel = m.channel
 		ORDER BY m.id
 		RETURNING message_id`,
-		channel, source, remote, ctrl, typ, trig, app, fac, size, raw, ident, patient, lane).Query(func(rows pgx.Rows) error {
+		channel, source, remote, c.ctrl, c.typ, c.trig, c.app, c.fac, c.size, c.raw, ident, c.patient, lane).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
 			return err
@@ -237,6 +232,30 @@ func queueMalformed(b *pgx.Batch, in Inbound, id *int64) {
 		*id = got[0]
 		return nil
 	})
+}
+
+// messageColumns hold, one slice per column for an unnest, what every
+// stored message writes of itself: the sealed body with its plaintext size,
+// the header fields as a text column can hold them, and the patient key.
+type messageColumns struct {
+	raw                                [][]byte
+	size                               []int32
+	ctrl, typ, trig, app, fac, patient []string
+}
+
+func newMessageColumns(n int) *messageColumns {
+	return &messageColumns{raw: make([][]byte, n), size: make([]int32, n),
+		ctrl: make([]string, n), typ: make([]string, n), trig: make([]string, n),
+		app: make([]string, n), fac: make([]string, n), patient: make([]string, n)}
+}
+
+// set fills row k from in, sealing and blinding with kr.
+func (c *messageColumns) set(k int, kr *crypt.Keyring, in Inbound) {
+	// Size is the plaintext's, the body is sealed.
+	c.raw[k], c.size[k] = kr.Seal(ColRaw, in.Raw), int32(len(in.Raw))
+	c.ctrl[k], c.typ[k], c.trig[k] = ColumnText(in.ControlID), ColumnText(in.MessageType), ColumnText(in.TriggerEvent)
+	c.app[k], c.fac[k] = ColumnText(in.SendingApp), ColumnText(in.SendingFacility)
+	c.patient[k] = patientKey(kr, in.PatientID)
 }
 
 // patientKey is the stored form of a patient id; "" stays "" (NULL).
