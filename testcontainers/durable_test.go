@@ -1,10 +1,7 @@
 package testcontainers
 
 import (
-	"bufio"
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,27 +79,7 @@ func TestDurableServerIsDurableAndLeavesNoVolume(t *testing.T) {
 // A durable container of a killed test binary is swept with its volume.
 func TestKilledBinaryDurableVolumeIsSwept(t *testing.T) {
 	ctx := context.Background()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartAndHang$", "-test.v")
-	cmd.Env = append(os.Environ(), "MEFOR_HARNESS_HELPER=1", "MEFOR_PG_DURABLE=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var id string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "CONTAINER "); ok {
-			id = rest
-			break
-		}
-	}
-	if id == "" {
-		_ = cmd.Process.Kill()
-		t.Fatal("helper process did not report a container")
-	}
+	cmd, id := startHangingHelper(t, "MEFOR_PG_DURABLE=1")
 	vol := dataVolume(ctx, t, id)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()

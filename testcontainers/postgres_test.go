@@ -54,12 +54,13 @@ func TestHelperStartAndHang(t *testing.T) {
 	time.Sleep(10 * time.Minute)
 }
 
-// A test binary killed with SIGKILL cannot stop its container; the next
-// start must remove it (there is no Ryuk to do it here).
-func TestKilledBinaryContainerIsSwept(t *testing.T) {
-	ctx := context.Background()
+// startHangingHelper runs TestHelperStartAndHang in a child test process
+// (with env added to its environment) and returns it with the id of the
+// container it started.
+func startHangingHelper(t *testing.T, env ...string) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartAndHang$", "-test.v")
-	cmd.Env = append(os.Environ(), "MEFOR_HARNESS_HELPER=1")
+	cmd.Env = append(append(os.Environ(), "MEFOR_HARNESS_HELPER=1"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +80,14 @@ func TestKilledBinaryContainerIsSwept(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("helper process did not report a container")
 	}
+	return cmd, id
+}
+
+// A test binary killed with SIGKILL cannot stop its container; the next
+// start must remove it (there is no Ryuk to do it here).
+func TestKilledBinaryContainerIsSwept(t *testing.T) {
+	ctx := context.Background()
+	cmd, id := startHangingHelper(t)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 
