@@ -2,13 +2,9 @@ package main
 
 import (
 	"bytes"
-	"io"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,42 +64,7 @@ func TestDatabaseTLSRule(t *testing.T) {
 func TestInsecureDatabaseRefusedAndOverridden(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	ip := nonLoopbackIP(t)
-	// The test database listens on loopback only; a forwarder on this
-	// machine's network address makes it a remote database as far as the
-	// URL says.
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", ip, err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	var conns atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go io.Copy(up, c)
-				io.Copy(c, up)
-			}()
-		}
-	}()
-	u.Host = ln.Addr().String() // sslmode=disable, from the harness
-	remote := u.String()
+	remote, conns := db.RemoteURL(t) // sslmode=disable, from the harness
 
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"--database-url", remote, "migrate", "--status"}, &stdout, &stderr); code != 1 {
@@ -124,22 +85,6 @@ func TestInsecureDatabaseRefusedAndOverridden(t *testing.T) {
 	if conns.Load() == 0 || !strings.Contains(stdout.String(), "river") {
 		t.Fatalf("with --allow-insecure-database the command did not reach the database:\n%s", stdout.String())
 	}
-}
-
-// nonLoopbackIP returns an address of this machine other than loopback.
-func nonLoopbackIP(t *testing.T) net.IP {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Skip(err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-			return n.IP
-		}
-	}
-	t.Skip("no non-loopback IPv4 address on this machine")
-	return nil
 }
 
 // `mefor config check` reports a SQL reference-set source that would reach

@@ -2,11 +2,8 @@ package reference_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +25,7 @@ func TestSyncSQLDatabaseTLSRule(t *testing.T) {
 		INSERT INTO lab_map VALUES ('GLU', '2345-7')`); err != nil {
 		t.Fatal(err)
 	}
-	remote, conns := forwardToRemote(t, lims.URL) // sslmode=disable, from the harness
+	remote, conns := lims.RemoteURL(t) // sslmode=disable, from the harness
 	src := &config.SQLSource{DatabaseURL: remote, Query: "select code, loinc from lab_map", Timeout: 10 * time.Second}
 	set := &config.ReferenceSet{Name: "lab-codes", Source: config.ReferenceSource{SQL: src}}
 	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
@@ -63,54 +60,4 @@ func TestSyncSQLDatabaseTLSRule(t *testing.T) {
 	if got := lookup(t, c, "lab-codes", "GLU", ""); got != "2345-7" {
 		t.Errorf("GLU -> %q after the allowed sync", got)
 	}
-}
-
-// forwardToRemote returns dbURL with its host replaced by a forwarder on
-// one of this machine's non-loopback addresses, and a count of the
-// connections it accepted.
-func forwardToRemote(t *testing.T, dbURL string) (string, *atomic.Int32) {
-	t.Helper()
-	var ip net.IP
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-			ip = n.IP
-			break
-		}
-	}
-	if ip == nil {
-		t.Skip("no non-loopback IPv4 address on this machine")
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", ip, err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	conns := new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go io.Copy(up, c)
-				io.Copy(c, up)
-			}()
-		}
-	}()
-	u.Host = ln.Addr().String()
-	return u.String(), conns
 }
