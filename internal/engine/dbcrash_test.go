@@ -1,0 +1,195 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// PostgreSQL crashes mid-stream (a server process is SIGKILLed, so the
+// postmaster resets shared memory and recovers from the WAL, losing what
+// sat in its WAL buffers). Route and transform hand-offs commit without
+// waiting for the WAL flush, so the crash may undo the last of them; intake
+// and delivery records wait for it. The sender, a real interface, resends
+// whatever got no ACK. Every ACKed message must still reach the partner, in
+// order, and no more sends may repeat than the open record window (plus the
+// messages stored whose ACK the crash cut off).
+func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := testcontainers.NewServer(t)
+	db, err := srv.CreateDB(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Pool.Close)
+	// The suite's server commits lazily by default; the node's sessions
+	// get PostgreSQL's own default, as on a production server, so that
+	// only what mefor chooses to commit lazily is.
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	node := &testcontainers.DB{Name: db.Name, URL: db.URL, Pool: pool, Server: srv}
+
+	// The partner holds one delivery until the crash is over, so that no
+	// delivery record flushes the WAL meanwhile: only intake's commits do.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
+		if id == "DC0020" && n == 1 {
+			<-release
+		}
+		return hl7.AckAccept
+	})
+	listen := freeAddr(t)
+	const window = 4
+	startNode(t, node, testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+    retry: {backoff: 100ms, max_backoff: 500ms}
+    record_batch: {rows: %d, window: 50ms}
+`, p.addr, window)), nil)
+
+	// The crash lands while the sender streams: the messages ACKed just
+	// before it are in the WAL buffers unless their commit flushed them.
+	const total, crashAt = 300, 80
+	var acked atomic.Int32
+	crashed := make(chan error, 1)
+	go func() {
+		for acked.Load() < crashAt {
+			time.Sleep(time.Millisecond)
+		}
+		crashed <- crashServer(db)
+	}()
+	var ids []string
+	resends := 0
+	for i := range total {
+		id := fmt.Sprintf("DC%04d", i)
+		ids = append(ids, id)
+		for try := 0; ; try++ {
+			ack, err := sendOne(listen, adt(id, "P"+strconv.Itoa(i)))
+			if err == nil && ack.Code == hl7.AckAccept {
+				break
+			}
+			if try > 600 {
+				t.Fatalf("%s got no ACK in a minute after the crash (last: %v %v)", id, ack.Code, err)
+			}
+			resends++
+			time.Sleep(100 * time.Millisecond)
+		}
+		acked.Add(1)
+	}
+	if err := <-crashed; err != nil {
+		t.Fatal(err)
+	}
+	unblock()
+	if resends == 0 {
+		t.Fatal("the crash refused no message: it did not happen while messages were in flight")
+	}
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := firstDeliveries(ours(p.acceptedIDs(), "DC"))
+		if len(got) == total {
+			if !slices.Equal(got, ids) {
+				t.Fatalf("first deliveries out of order:\n got  %v\n want %v", got, ids)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			var missing []string
+			for _, id := range ids {
+				if !slices.Contains(got, id) {
+					missing = append(missing, id)
+				}
+			}
+			t.Fatalf("%d of %d ACKed messages delivered; missing %v", len(got), total, missing)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Sends repeat only for the open record window at the crash (the held
+	// send), and for a message stored whose ACK the crash cut off (one
+	// sender: at most one in flight, resent until ACKed).
+	got := ours(p.acceptedIDs(), "DC")
+	if dups := len(got) - total; dups > window+1 {
+		t.Fatalf("%d sends repeated after one database crash, want at most %d: %v", dups, window+1, got)
+	}
+	t.Logf("one database crash: %d resends by the sender, %d repeated deliveries", resends, len(got)-total)
+}
+
+// firstDeliveries keeps the first occurrence of each id, in order.
+func firstDeliveries(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// crashServer SIGKILLs one of db's server processes: the postmaster then
+// ends every session and recovers from the WAL, as after a crash, losing
+// its WAL buffers. It returns once another session has seen the reset.
+func crashServer(db *testcontainers.DB) error {
+	ctx := context.Background()
+	victim, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		return err
+	}
+	// Referenced to the end: an unreachable connection's socket is closed
+	// by its finalizer, and its server process would leave before the kill.
+	defer victim.Close(ctx)
+	witness, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		return err
+	}
+	defer witness.Close(ctx)
+	var pid int
+	if err := victim.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return err
+	}
+	code, out, err := db.Server.Container().Exec(ctx, []string{"sh", "-c", "kill -KILL " + strconv.Itoa(pid)})
+	if err != nil || code != 0 {
+		var msg []byte
+		if out != nil {
+			msg, _ = io.ReadAll(out)
+		}
+		return fmt.Errorf("kill server process %d: exit %d, %v: %q", pid, code, err, msg)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := witness.Exec(ctx, `SELECT 1`); err != nil {
+			return nil // the postmaster ended this session too: a crash reset
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the server did not reset after one of its processes was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
