@@ -146,13 +146,16 @@ func (s *statements) top(b *testing.B, n int) []stmtStat {
 // format renders statement statistics as a table, queries cut to width.
 func formatStatements(title string, sts []stmtStat, width int) string {
 	var w strings.Builder
-	fmt.Fprintf(&w, "%s\n%10s %12s %10s %10s  query\n", title, "calls", "total_ms", "mean_ms", "rows")
+	fmt.Fprintf(&w, "%s\n%10s %12s %10s %10s %10s  query\n", title, "calls", "total_ms", "mean_ms", "rows", "blks/call")
 	for _, st := range sts {
 		q := st.query
 		if len(q) > width {
 			q = q[:width] + "…"
 		}
-		fmt.Fprintf(&w, "%10d %12.1f %10.3f %10d  %s\n", st.calls, st.totalMS, st.meanMS, st.rows, q)
+		// Buffers touched per call: a statement whose count grows with the
+		// tables is scanning them.
+		blks := float64(st.sharedHit+st.shRead) / float64(max(st.calls, 1))
+		fmt.Fprintf(&w, "%10d %12.1f %10.3f %10d %10.1f  %s\n", st.calls, st.totalMS, st.meanMS, st.rows, blks, q)
 	}
 	return w.String()
 }
