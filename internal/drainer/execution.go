@@ -95,9 +95,6 @@ type handoff struct {
 	checks []func() error
 	// keys seals what the hand-off writes.
 	keys *crypt.Keyring
-	// lazy commits the hand-off without waiting for its WAL to reach disk
-	// (queueLazyCommit).
-	lazy bool
 }
 
 func newHandoff(ex Execution) *handoff {
@@ -121,31 +118,11 @@ func (h *handoff) deadLetter(rows []Row, reasons []string) {
 	store.QueueDeadLetter(&h.b, ids, sealed)
 }
 
-// queueLazyCommit, when lazy, makes the transaction's commit return
-// before its WAL is flushed (synchronous_commit off, for this transaction
-// only). Route and transform hand-offs commit this way: they change nothing
-// outside the database, so a database crash that loses the last of them
-// only rolls the pipeline back to an earlier consistent point (the lost
-// commits are a suffix of the WAL), and the rows they had consumed are
-// pending again and handed off again. Everything that answers to the world
-// outside waits for the flush: intake's commit before the ACK, and a
-// delivery's record, whose flush also makes every hand-off before it in the
-// WAL durable, the ones that produced the row sent included. A crash thus
-// repeats no more sends than the open record windows, as before. On a
-// disk whose flush costs a millisecond or more, the flush of each light
-// lane's hand-offs was most of what a message cost.
-func queueLazyCommit(b *pgx.Batch, lazy bool) {
-	if lazy {
-		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	}
-}
-
 // run sends the batch inside tx: the fence, the writes, the finalizer and
 // the live-drainer checks; then it checks the fence and activates the
 // lanes that had no live drainer (with ins; nil activates none).
 func (h *handoff) run(ctx context.Context, tx pgx.Tx, ins jobs.Inserter) error {
 	b := &pgx.Batch{}
-	queueLazyCommit(b, h.lazy)
 	if h.ex.unfenced() {
 		h.fenced = true
 	} else {

@@ -69,7 +69,6 @@ func RouteBatchTrip(ctx context.Context, t *Trip, ex Execution, rows []Row, deci
 
 func routeHandoff(ex Execution, rows []Row, decisions []RouteDecision) *handoff {
 	h := newHandoff(ex)
-	h.lazy = true
 	var (
 		dead        []Row
 		deadReasons []string
@@ -177,7 +176,6 @@ func TransformBatchTrip(ctx context.Context, t *Trip, ex Execution, rows []Row, 
 
 func transformHandoff(ex Execution, rows []Row, decisions []TransformDecision) *handoff {
 	h := newHandoff(ex)
-	h.lazy = true
 	var (
 		dead                 []Row
 		deadReasons          []string

@@ -62,7 +62,6 @@ func (t *Trip) send(ctx context.Context, h *handoff) error {
 		return ErrNeedsTx
 	}
 	b := &pgx.Batch{}
-	queueLazyCommit(b, h.lazy)
 	if !h.ex.unfenced() {
 		b.Queue(fenceTripSQL, h.ex.JobID, h.ex.AttemptedAt).QueryRow(func(r pgx.Row) error {
 			var one int64

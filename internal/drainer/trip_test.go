@@ -3,16 +3,13 @@ package drainer_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/drainer"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -191,130 +188,4 @@ type countingBatcher struct {
 func (c countingBatcher) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	*c.n++
 	return c.Batcher.SendBatch(ctx, b)
-}
-
-// Route and transform hand-offs commit without waiting for the WAL flush;
-// intake and a delivery's record wait for it, in a transaction block or as
-// a trip (drainer's queueLazyCommit says why that is safe). A test trigger
-// logs the setting each write to mefor_work ran under.
-func TestHandoffsCommitLazilyRecordsDurably(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	ctx := context.Background()
-	// The suite's server commits lazily by default; this test's sessions
-	// start from PostgreSQL's own default, as a production server does.
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	db = &testcontainers.DB{Name: db.Name, URL: db.URL, Pool: pool, Server: db.Server}
-	ins := inserter(t, db)
-	exec(t, db, `
-		CREATE TABLE test_commit_mode (op text, stage text, mode text);
-		CREATE FUNCTION test_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			INSERT INTO test_commit_mode SELECT TG_OP, stage, current_setting('synchronous_commit') FROM mefor_new GROUP BY stage;
-			RETURN NULL;
-		END $$;
-		CREATE TRIGGER test_commit_mode_insert AFTER INSERT ON mefor_work
-			REFERENCING NEW TABLE AS mefor_new FOR EACH STATEMENT EXECUTE FUNCTION test_commit_mode();
-		CREATE TRIGGER test_commit_mode_update AFTER UPDATE ON mefor_work
-			REFERENCING NEW TABLE AS mefor_new FOR EACH STATEMENT EXECUTE FUNCTION test_commit_mode()`)
-	modes := func() string {
-		t.Helper()
-		var s string
-		if err := db.Pool.QueryRow(ctx, `
-			SELECT coalesce(string_agg(DISTINCT format('%s %s %s', op, stage, mode), ', '), '') FROM test_commit_mode`).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		exec(t, db, `TRUNCATE test_commit_mode`)
-		return s
-	}
-	head := func(lane string) []drainer.Row {
-		t.Helper()
-		rows, err := drainer.PendingRows(ctx, db.Pool, lane, 1)
-		if err != nil || len(rows) != 1 {
-			t.Fatalf("pending row of %s: %v %v", lane, rows, err)
-		}
-		return rows
-	}
-	inTx := func(fn func(tx pgx.Tx) error) {
-		t.Helper()
-		if err := pgx.BeginFunc(ctx, db.Pool, fn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, viaTrip := range []bool{false, true} {
-		ch := fmt.Sprintf("c%v", viaTrip)
-		inTx(func(tx pgx.Tx) error {
-			_, err := store.Receive(ctx, tx, ins, store.Inbound{Channel: ch, Source: "test",
-				Raw: []byte(handoffBody), ControlID: "C1", MessageType: "ADT", TriggerEvent: "A01"})
-			return err
-		})
-		if got, want := modes(), "INSERT ingress on"; got != want {
-			t.Errorf("intake ran with %q, want %q", got, want)
-		}
-		route := []drainer.RouteDecision{{Outs: []drainer.RoutedOut{{Route: "r", Handler: "h"}}}}
-		transform := []drainer.TransformDecision{{Outs: []drainer.OutboundOut{{Destination: "d", Lane: "outbound:d" + ch, Payload: []byte("x")}}}}
-		steps := []struct {
-			name, lane, want string
-			tx               func(tx pgx.Tx, rows []drainer.Row) error
-			trip             func(tr *drainer.Trip, rows []drainer.Row) error
-		}{
-			{"route", jobs.IngressLane(ch), "INSERT routed off, UPDATE ingress off",
-				func(tx pgx.Tx, rows []drainer.Row) error {
-					return drainer.RouteBatch(ctx, tx, ins, drainer.NoFence, rows, route)
-				},
-				func(tr *drainer.Trip, rows []drainer.Row) error {
-					return drainer.RouteBatchTrip(ctx, tr, drainer.NoFence, rows, route)
-				}},
-			{"transform", jobs.RoutedLane(ch), "INSERT outbound off, UPDATE routed off",
-				func(tx pgx.Tx, rows []drainer.Row) error {
-					return drainer.TransformBatch(ctx, tx, ins, drainer.NoFence, rows, transform)
-				},
-				func(tr *drainer.Trip, rows []drainer.Row) error {
-					return drainer.TransformBatchTrip(ctx, tr, drainer.NoFence, rows, transform)
-				}},
-			{"record", "outbound:d" + ch, "UPDATE outbound on",
-				func(tx pgx.Tx, rows []drainer.Row) error {
-					_, err := drainer.RecordAttempts(ctx, tx, drainer.NoFence, []drainer.Outcome{{Row: rows[0], Delivered: true,
-						Attempt: drainer.Attempt{Outcome: "delivered", AckCode: "AA"}}})
-					return err
-				},
-				func(tr *drainer.Trip, rows []drainer.Row) error {
-					_, err := drainer.RecordAttemptsTrip(ctx, tr, drainer.NoFence, []drainer.Outcome{{Row: rows[0], Delivered: true,
-						Attempt: drainer.Attempt{Outcome: "delivered", AckCode: "AA"}}})
-					return err
-				}},
-		}
-		for _, s := range steps {
-			rows := head(s.lane)
-			if viaTrip {
-				for _, lane := range []string{jobs.RoutedLane(ch), "outbound:d" + ch} {
-					inTx(func(tx pgx.Tx) error {
-						if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
-							return err
-						}
-						return jobs.Activate(ctx, tx, ins, []string{lane})
-					})
-				}
-				modes()
-				// The lanes written to have live drainers: the trip goes through.
-				if err := s.trip(&drainer.Trip{DB: db.Pool}, rows); err != nil {
-					t.Fatalf("%s as a trip: %v", s.name, err)
-				}
-			} else {
-				inTx(func(tx pgx.Tx) error { return s.tx(tx, rows) })
-			}
-			if got := modes(); got != s.want {
-				t.Errorf("%s (trip %v) ran with %q, want %q", s.name, viaTrip, got, s.want)
-			}
-		}
-	}
 }

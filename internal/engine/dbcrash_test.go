@@ -21,12 +21,12 @@ import (
 
 // PostgreSQL crashes mid-stream (a server process is SIGKILLed, so the
 // postmaster resets shared memory and recovers from the WAL, losing what
-// sat in its WAL buffers). Route and transform hand-offs commit without
-// waiting for the WAL flush, so the crash may undo the last of them; intake
-// and delivery records wait for it. The sender, a real interface, resends
-// whatever got no ACK. Every ACKed message must still reach the partner, in
-// order, and no more sends may repeat than the open record window (plus the
-// messages stored whose ACK the crash cut off).
+// sat in its WAL buffers). The sender, a real interface, resends whatever
+// got no ACK. Every ACKed message must still reach the partner, in order,
+// and no more sends may repeat than the open record window plus the
+// message stored whose ACK the crash cut off. A commit that returned
+// before its WAL was flushed (synchronous_commit off, for intake as a
+// mutant) loses ACKed messages here.
 func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -36,9 +36,8 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Pool.Close)
-	// The suite's server commits lazily by default; the node's sessions
-	// get PostgreSQL's own default, as on a production server, so that
-	// only what mefor chooses to commit lazily is.
+	// The suite's server commits without waiting for the flush; the node's
+	// sessions get PostgreSQL's own default, as on a production server.
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
