@@ -20,33 +20,6 @@ type stepResult struct {
 	// snooze > 0: the head must wait this long; the drainer yields its lane
 	// without completing, so nothing behind the head can overtake it.
 	snooze time.Duration
-	// next, when set, is the lane read again at the end of the step's last
-	// transaction (drainer.Trip): the drain loop serves it instead of
-	// reading the lane once more.
-	next *prefetch
-}
-
-// prefetch is a read of the lane that rode a step's last transaction.
-type prefetch struct {
-	rows []drainer.Row
-	// woken was taken before the read was sent, as the drain loop takes
-	// its own before reading.
-	woken <-chan struct{}
-}
-
-// trip returns a drainer.Trip that reads r's lane again at its end, and the
-// wake channel to wait on should that read find nothing, taken before it.
-func (d *Deps) trip(r *run) (*drainer.Trip, <-chan struct{}) {
-	woken := d.wakeC(r.lane)
-	return &drainer.Trip{DB: d.Pool, Lane: r.lane, Limit: d.Limits.Batch, Live: d.Wake.Running}, woken
-}
-
-// prefetched is what t read, for stepResult.next; nil when it read nothing.
-func prefetched(t *drainer.Trip, woken <-chan struct{}) *prefetch {
-	if t == nil || !t.Read {
-		return nil
-	}
-	return &prefetch{rows: t.Next, woken: woken}
 }
 
 // run is one execution of a drainer, as its steps see it.
@@ -69,7 +42,6 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	if job.AttemptedAt == nil {
 		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
 	}
-	defer d.Wake.Run(lane)()
 	r := &run{
 		ex:   drainer.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt, Keys: d.Keys},
 		ins:  river.ClientFromContext[pgx.Tx](ctx),
@@ -89,26 +61,16 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	lim := d.Limits
 	deadline := time.Now().Add(lim.Slice)
 	served := 0
-	var next *prefetch
 
 	for {
 		if d.stopping() || served >= lim.MaxRows || time.Now().After(deadline) {
 			// Yield: available again at once, for this node or another.
 			return r.snooze(ctx, 0)
 		}
-		var (
-			rows  []drainer.Row
-			woken <-chan struct{}
-		)
-		if next != nil {
-			rows, woken, next = next.rows, next.woken, nil
-		} else {
-			woken = d.wakeC(lane) // before reading, so a commit in between still wakes us
-			var err error
-			rows, err = drainer.PendingRows(ctx, d.Pool, lane, lim.Batch)
-			if err != nil {
-				return err
-			}
+		woken := d.wakeC(lane) // before reading, so a commit in between still wakes us
+		rows, err := drainer.PendingRows(ctx, d.Pool, lane, lim.Batch)
+		if err != nil {
+			return err
 		}
 		if err := drainer.OpenBodies(d.Keys, rows); err != nil {
 			// Nothing is handed on or sent from a value that did not open:
@@ -151,7 +113,6 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		if res.snooze > 0 {
 			return r.snooze(ctx, res.snooze)
 		}
-		next = res.next
 	}
 }
 

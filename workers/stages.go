@@ -61,19 +61,14 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepR
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	trip, woken := d.trip(r)
-	err := drainer.RouteBatchTrip(ctx, trip, r.ex, rows, decisions)
-	if errors.Is(err, drainer.ErrNeedsTx) {
-		trip = nil
-		err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-			return drainer.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
-		})
-	}
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		return drainer.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
+	})
 	if err != nil {
 		return stepResult{}, err
 	}
 	d.Wake.Notify(jobs.RoutedLane(rows[0].Channel))
-	return stepResult{served: len(rows), snooze: wait, next: prefetched(trip, woken)}, nil
+	return stepResult{served: len(rows), snooze: wait}, nil
 }
 
 // RoutedWorker runs handlers for a channel's routed messages.
@@ -151,14 +146,9 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (s
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	trip, woken := d.trip(r)
-	err := drainer.TransformBatchTrip(ctx, trip, r.ex, rows, decisions)
-	if errors.Is(err, drainer.ErrNeedsTx) {
-		trip = nil
-		err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-			return drainer.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
-		})
-	}
+	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		return drainer.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
+	})
 	if d.stateConflict(ctx, rows[0].Lane, err) {
 		return stepResult{}, nil // the drainer reads the lane and runs it again
 	}
@@ -171,7 +161,7 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (s
 			d.Wake.Notify(o.Lane)
 		}
 	}
-	return stepResult{served: len(rows), snooze: wait, next: prefetched(trip, woken)}, nil
+	return stepResult{served: len(rows), snooze: wait}, nil
 }
 
 // OutboundWorker delivers one destination lane.
@@ -233,32 +223,19 @@ func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []
 		served += n
 		return true, err
 	}
-	// last ends the step at the end of its rows: the open window's record
-	// rides a trip that reads the lane again, for the drain loop's next
-	// turn (drainer.Trip).
-	last := func() (stepResult, error) {
-		t, woken := d.trip(r)
-		rec, err := w.flushTrip(ctx, t)
-		if err != nil {
-			return stepResult{served: served}, err
-		}
-		if rec.CancelsPending {
-			n, err := d.cancelMarked(ctx, ex, r.lane)
-			return stepResult{served: served + n}, err
-		}
-		return stepResult{served: served, next: prefetched(t, woken)}, nil
-	}
 	for i := 0; ; i++ {
 		if i == len(rows) {
 			if w.empty() || served >= d.Limits.Batch || d.stopping() {
-				return last()
+				_, err := settle()
+				return stepResult{served: served}, err
 			}
 			more, err := d.moreRows(ctx, r.lane, rows[len(rows)-1].Seq, w)
 			if err != nil {
 				return stepResult{served: served}, err
 			}
 			if len(more) == 0 {
-				return last()
+				_, err := settle()
+				return stepResult{served: served}, err
 			}
 			rows, i = more, 0
 		}

@@ -2,7 +2,6 @@ package workers
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,29 +61,17 @@ const flushTimeout = 10 * time.Second
 // flush records the window's sends in one fenced transaction (nothing when
 // the execution was superseded) and empties it.
 func (w *recordWindow) flush(ctx context.Context) (drainer.Recorded, error) {
-	return w.flushTrip(ctx, nil)
-}
-
-// flushTrip is flush whose record, when t is set, rides t (one round trip,
-// reading the lane again at its end) unless it needs a transaction.
-func (w *recordWindow) flushTrip(ctx context.Context, t *drainer.Trip) (drainer.Recorded, error) {
 	if w.empty() {
 		return drainer.Recorded{Recorded: true}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	var rec drainer.Recorded
-	err := drainer.ErrNeedsTx
-	if t != nil {
-		rec, err = drainer.RecordAttemptsTrip(ctx, t, w.ex, w.outs)
-	}
-	if errors.Is(err, drainer.ErrNeedsTx) {
-		err = pgx.BeginFunc(ctx, w.d.Pool, func(tx pgx.Tx) error {
-			var err error
-			rec, err = drainer.RecordAttempts(ctx, tx, w.ex, w.outs)
-			return err
-		})
-	}
+	err := pgx.BeginFunc(ctx, w.d.Pool, func(tx pgx.Tx) error {
+		var err error
+		rec, err = drainer.RecordAttempts(ctx, tx, w.ex, w.outs)
+		return err
+	})
 	outs, took := w.outs, w.took
 	w.outs, w.took = w.outs[:0], w.took[:0]
 	if err != nil {

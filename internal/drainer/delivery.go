@@ -104,30 +104,6 @@ func recordAttempts(ctx context.Context, tx pgx.Tx, ex Execution, outs []Outcome
 	if len(outs) == 0 {
 		return Recorded{Recorded: true}, nil
 	}
-	h, res, ins := recordHandoff(ex, outs, dueBy)
-	if err := h.run(ctx, tx, ins); err != nil {
-		return Recorded{}, err
-	}
-	res.Recorded = res.Rows == len(outs)
-	return *res, nil
-}
-
-// RecordAttemptsTrip is RecordAttempts sent as one round trip (Trip).
-func RecordAttemptsTrip(ctx context.Context, t *Trip, ex Execution, outs []Outcome) (Recorded, error) {
-	if len(outs) == 0 {
-		return Recorded{Recorded: true}, nil
-	}
-	h, res, _ := recordHandoff(ex, outs, nil)
-	if err := t.send(ctx, h); err != nil {
-		return Recorded{}, err
-	}
-	res.Recorded = res.Rows == len(outs)
-	return *res, nil
-}
-
-// recordHandoff builds the hand-off that records outs, with what its
-// statements will report and the inserter of the drainers it activates.
-func recordHandoff(ex Execution, outs []Outcome, dueBy *time.Time) (*handoff, *Recorded, jobs.Inserter) {
 	h := newHandoff(ex)
 	lane := outs[0].Row.Lane
 	var (
@@ -165,7 +141,7 @@ func recordHandoff(ex Execution, outs []Outcome, dueBy *time.Time) (*handoff, *R
 	}
 	queueReplyLocks(h, routes)
 
-	res := &Recorded{}
+	var res Recorded
 	scan := func(r pgx.Row) error {
 		var n int
 		var cancels bool
@@ -241,9 +217,10 @@ func recordHandoff(ex Execution, outs []Outcome, dueBy *time.Time) (*handoff, *R
 			h.finalize = append(h.finalize, o.Row.MessageID)
 		}
 	}
+	var act *jobs.Activation
 	var ins jobs.Inserter
 	if len(reached) > 0 {
-		h.activate = reached
+		act = jobs.QueueActivation(&h.b, reached)
 		for _, i := range replies {
 			if outs[i].Attempt.ReplyTo.Ins != nil {
 				ins = outs[i].Attempt.ReplyTo.Ins
@@ -251,7 +228,11 @@ func recordHandoff(ex Execution, outs []Outcome, dueBy *time.Time) (*handoff, *R
 			}
 		}
 	}
-	return h, res, ins
+	if err := h.run(ctx, tx, ins, act); err != nil {
+		return Recorded{}, err
+	}
+	res.Recorded = res.Rows == len(outs)
+	return res, nil
 }
 
 // CancelMarked cancels the rows of lane an operator marked for cancelling

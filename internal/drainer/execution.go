@@ -79,17 +79,11 @@ const fenceSQL = `SELECT 1 FROM river_job WHERE id = $1 AND state = 'running' AN
 // committed before the lock was granted. If the fence fails, the caller's
 // transaction is rolled back with everything queued.
 
-// handoff accumulates one transaction's batch: the statements that write
-// the rows served (b), then, queued by run or trip, the fence before them
-// and the finalizer and the live-drainer checks after them.
+// handoff accumulates one transaction's batch.
 type handoff struct {
-	ex       Execution
 	b        pgx.Batch
 	fenced   bool // set by the fence query when the execution is current
 	finalize []int64
-	// activate is the lanes the hand-off writes rows to: each must have a
-	// live drainer when it commits.
-	activate []string
 	// checks run after the batch, once the fence held; an error rolls the
 	// hand-off back (transform state: state.go).
 	checks []func() error
@@ -98,7 +92,18 @@ type handoff struct {
 }
 
 func newHandoff(ex Execution) *handoff {
-	return &handoff{ex: ex, keys: ex.Keys}
+	h := &handoff{keys: ex.Keys}
+	if ex.unfenced() {
+		h.fenced = true
+		return h
+	}
+	h.b.Queue(fenceSQL, ex.JobID, ex.AttemptedAt).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			h.fenced = true
+		}
+		return rows.Err()
+	})
+	return h
 }
 
 // deadLetter queues dead-lettering of rows with their reasons.
@@ -118,30 +123,12 @@ func (h *handoff) deadLetter(rows []Row, reasons []string) {
 	store.QueueDeadLetter(&h.b, ids, sealed)
 }
 
-// run sends the batch inside tx: the fence, the writes, the finalizer and
-// the live-drainer checks; then it checks the fence and activates the
-// lanes that had no live drainer (with ins; nil activates none).
-func (h *handoff) run(ctx context.Context, tx pgx.Tx, ins jobs.Inserter) error {
-	b := &pgx.Batch{}
-	if h.ex.unfenced() {
-		h.fenced = true
-	} else {
-		b.Queue(fenceSQL, h.ex.JobID, h.ex.AttemptedAt).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				h.fenced = true
-			}
-			return rows.Err()
-		})
-	}
-	b.QueuedQueries = append(b.QueuedQueries, h.b.QueuedQueries...)
+// run sends the batch, checks the fence, finalizes and activates lanes.
+func (h *handoff) run(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, act *jobs.Activation) error {
 	if len(h.finalize) > 0 {
-		store.QueueFinalize(b, h.finalize)
+		store.QueueFinalize(&h.b, h.finalize)
 	}
-	var act *jobs.Activation
-	if len(h.activate) > 0 {
-		act = jobs.QueueActivation(b, h.activate)
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, &h.b).Close(); err != nil {
 		return err
 	}
 	if !h.fenced {

@@ -41,7 +41,7 @@ func TransformHandoff(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, row Row
 func DeadLetter(ctx context.Context, tx pgx.Tx, ex Execution, row Row, reason string) error {
 	h := newHandoff(ex)
 	h.deadLetter([]Row{row}, []string{reason})
-	return h.run(ctx, tx, nil)
+	return h.run(ctx, tx, nil, nil)
 }
 
 // RouteDecision is what the router chose for one ingress row: the routes
@@ -59,15 +59,6 @@ type RouteDecision struct {
 // after the drainer read it (dead-lettered by an operator or an orphan
 // sweep) yields nothing.
 func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []Row, decisions []RouteDecision) error {
-	return routeHandoff(ex, rows, decisions).run(ctx, tx, ins)
-}
-
-// RouteBatchTrip is RouteBatch sent as one round trip (Trip).
-func RouteBatchTrip(ctx context.Context, t *Trip, ex Execution, rows []Row, decisions []RouteDecision) error {
-	return t.send(ctx, routeHandoff(ex, rows, decisions))
-}
-
-func routeHandoff(ex Execution, rows []Row, decisions []RouteDecision) *handoff {
 	h := newHandoff(ex)
 	var (
 		dead        []Row
@@ -111,6 +102,7 @@ func routeHandoff(ex Execution, rows []Row, decisions []RouteDecision) *handoff 
 		evName, evDetail = append(evName, store.EventRouted), append(evDetail, detail)
 	}
 
+	var act *jobs.Activation
 	if len(rWork) > 0 {
 		routedLane = jobs.RoutedLane(channel)
 		jobs.QueueLocks(&h.b, []string{routedLane})
@@ -142,9 +134,9 @@ func routeHandoff(ex Execution, rows []Row, decisions []RouteDecision) *handoff 
 			cWork, cMsg, cStatus, evWork, evName, evDetail, rWork, rRoute, rHandler, routedLane, channel)
 	}
 	if len(rWork) > 0 {
-		h.activate = []string{routedLane}
+		act = jobs.QueueActivation(&h.b, []string{routedLane})
 	}
-	return h
+	return h.run(ctx, tx, ins, act)
 }
 
 // TransformDecision is what a handler produced for one routed row: the
@@ -165,16 +157,6 @@ type TransformDecision struct {
 // RouteBatch, the outbound rows and events are produced in the statement
 // that consumes, only for the rows it consumed.
 func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []Row, decisions []TransformDecision) error {
-	return transformHandoff(ex, rows, decisions).run(ctx, tx, ins)
-}
-
-// TransformBatchTrip is TransformBatch sent as one round trip (Trip). A
-// batch that reads or writes transform state is not: it returns ErrNeedsTx.
-func TransformBatchTrip(ctx context.Context, t *Trip, ex Execution, rows []Row, decisions []TransformDecision) error {
-	return t.send(ctx, transformHandoff(ex, rows, decisions))
-}
-
-func transformHandoff(ex Execution, rows []Row, decisions []TransformDecision) *handoff {
 	h := newHandoff(ex)
 	var (
 		dead                 []Row
@@ -220,6 +202,7 @@ func transformHandoff(ex Execution, rows []Row, decisions []TransformDecision) *
 	// Lanes before message locks: the order every writer follows.
 	jobs.QueueLocks(&h.b, lanes)
 	h.deadLetter(dead, deadReasons)
+	var act *jobs.Activation
 	if len(consumed) > 0 {
 		h.b.Queue(`
 			WITH consumed AS (
@@ -244,7 +227,7 @@ func transformHandoff(ex Execution, rows []Row, decisions []TransformDecision) *
 	// After the lane locks and the consume, before the message locks.
 	queueState(h, rows, decisions)
 	if len(oWork) > 0 {
-		h.activate = lanes
+		act = jobs.QueueActivation(&h.b, lanes)
 	}
-	return h
+	return h.run(ctx, tx, ins, act)
 }

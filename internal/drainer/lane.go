@@ -60,51 +60,24 @@ func PendingRows(ctx context.Context, q store.DBTX, lane string, limit int) ([]R
 // delivery drainer has sent and not yet recorded (a record window), which
 // are still pending in the table.
 func PendingRowsAfter(ctx context.Context, q store.DBTX, lane string, after int64, limit int) ([]Row, error) {
-	rows, err := q.Query(ctx, pendingRowsSQL, pendingRowsArgs(lane, after, limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("read lane %s: %w", lane, err)
-	}
-	out, err := collectPendingRows(rows)
-	if err != nil {
-		return nil, fmt.Errorf("read lane %s: %w", lane, err)
-	}
-	return out, nil
-}
-
-// queuePendingRows queues PendingRowsAfter's read onto b, setting *dst
-// when its results arrive.
-func queuePendingRows(b *pgx.Batch, lane string, after int64, limit int, dst *[]Row) {
-	b.Queue(pendingRowsSQL, pendingRowsArgs(lane, after, limit)...).Query(func(rows pgx.Rows) error {
-		out, err := collectPendingRows(rows)
-		if err != nil {
-			return fmt.Errorf("read lane %s: %w", lane, err)
-		}
-		*dst = out
-		return nil
-	})
-}
-
-const pendingRowsSQL = `
-	SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
-		coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
-		w.attempts, w.cancel_requested_at IS NOT NULL,
-		w.seq > coalesce(b.seq, w.seq),
-		greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
-		coalesce(w.payload, m.raw, ''::bytea), w.payload IS NOT NULL,
-		coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
-	FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
-	LEFT JOIN (` + layoutBarrierSQL + `) b ON $3
-	WHERE w.lane = $1 AND w.status = 'pending' AND w.seq > $4
-	ORDER BY w.seq
-	LIMIT $2`
-
-func pendingRowsArgs(lane string, after int64, limit int) []any {
 	stage, _, _ := strings.Cut(lane, ":")
-	return []any{lane, limit, stage == jobs.StageOutbound, after}
-}
-
-func collectPendingRows(rows pgx.Rows) ([]Row, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+	rows, err := q.Query(ctx, `
+		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
+			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
+			w.attempts, w.cancel_requested_at IS NOT NULL,
+			w.seq > coalesce(b.seq, w.seq),
+			greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
+			coalesce(w.payload, m.raw, ''::bytea), w.payload IS NOT NULL,
+			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
+		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		LEFT JOIN (`+layoutBarrierSQL+`) b ON $3
+		WHERE w.lane = $1 AND w.status = 'pending' AND w.seq > $4
+		ORDER BY w.seq
+		LIMIT $2`, lane, limit, stage == jobs.StageOutbound, after)
+	if err != nil {
+		return nil, fmt.Errorf("read lane %s: %w", lane, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		var w Row
 		var dueIn float64
 		var fromPayload bool
@@ -118,6 +91,10 @@ func collectPendingRows(rows pgx.Rows) ([]Row, error) {
 		}
 		return w, err
 	})
+	if err != nil {
+		return nil, fmt.Errorf("read lane %s: %w", lane, err)
+	}
+	return out, nil
 }
 
 // OpenBodies opens the bodies of rows read by PendingRows, in place. A body
