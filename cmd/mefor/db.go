@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/store"
 )
 
 // errNoDatabase is returned by commands that need PostgreSQL when no URL was given.
@@ -45,6 +46,12 @@ func (g *Globals) poolWith(ctx context.Context, adjust func(*pgxpool.Config)) (*
 		// opened on demand, so a CLI command still uses one or two.
 		cfg.MaxConns = defaultMaxConns
 	}
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	// Every command that stores or changes messages (enqueue, replay,
+	// cancel, run) must not be answered before its commit is on disk.
+	store.DurableCommits(cfg.ConnConfig.RuntimeParams)
 	if adjust != nil {
 		adjust(cfg)
 	}

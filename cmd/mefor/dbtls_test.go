@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,5 +140,38 @@ reference_sets:
 	stderr.Reset()
 	if code := run([]string{"config", "check", cfg}, &stdout, &stderr); code != 0 {
 		t.Fatalf("with allow_insecure_database: true: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// Every command's sessions commit durably on a server whose default is not
+// (the suite's), unless the URL names a level itself: a command that stores
+// or changes messages must not be answered before its commit is on disk.
+func TestCommandSessionsCommitDurably(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	setting := func(url string) string {
+		t.Helper()
+		g := &Globals{DatabaseURL: url}
+		pool, err := g.pool(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		var v string
+		if err := pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var server string
+	if err := db.Pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&server); err != nil || server != "off" {
+		t.Fatalf("the suite's server default is %q (%v); this test needs it off", server, err)
+	}
+	if got := setting(db.URL); got != "on" {
+		t.Fatalf("a command's session on a server defaulting to off: synchronous_commit %q, want on", got)
+	}
+	if got := setting(db.URL + "&synchronous_commit=remote_apply"); got != "remote_apply" {
+		t.Fatalf("a URL naming remote_apply: synchronous_commit %q, want remote_apply", got)
 	}
 }

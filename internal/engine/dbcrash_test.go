@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
@@ -26,7 +25,8 @@ import (
 // and no more sends may repeat than the open record window plus the
 // message stored whose ACK the crash cut off. A commit that returned
 // before its WAL was flushed (synchronous_commit off, for intake as a
-// mutant) loses ACKed messages here.
+// mutant, or for every session on this server without
+// store.DurableCommits) loses ACKed messages here.
 func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -36,19 +36,10 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Pool.Close)
-	// The suite's server commits without waiting for the flush; the node's
-	// sessions get PostgreSQL's own default, as on a production server.
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	node := &testcontainers.DB{Name: db.Name, URL: db.URL, Pool: pool, Server: srv}
+	// The suite's server commits without waiting for the flush, as a
+	// careless production server might; the node's sessions must not
+	// (store.DurableCommits).
+	node := db
 
 	// The partner holds one delivery until the crash is over, so that no
 	// delivery record flushes the WAL meanwhile: only intake's commits do.

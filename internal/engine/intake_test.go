@@ -113,13 +113,25 @@ func TestNodeSessionsNamedAndBounded(t *testing.T) {
     type: file
     file: {directory: ./unused}
 `), named("sessions-node"))
-	var name, idle string
+	var name, idle, syncCommit, serverDefault string
 	if err := n.Pool().QueryRow(context.Background(),
-		`SELECT current_setting('application_name'), current_setting('idle_in_transaction_session_timeout')`).Scan(&name, &idle); err != nil {
+		`SELECT current_setting('application_name'), current_setting('idle_in_transaction_session_timeout'),
+			current_setting('synchronous_commit')`).Scan(&name, &idle, &syncCommit); err != nil {
 		t.Fatal(err)
 	}
 	if name != "mefor sessions-node" || idle != "5s" {
 		t.Fatalf("node session: application_name %q, idle_in_transaction_session_timeout %q; want \"mefor sessions-node\" and the 5s lease_ttl", name, idle)
+	}
+	// The suite's server commits without waiting for the flush; a node's
+	// sessions must not, or an ACK could precede the message's durability.
+	if err := db.Pool.QueryRow(context.Background(), `SELECT current_setting('synchronous_commit')`).Scan(&serverDefault); err != nil {
+		t.Fatal(err)
+	}
+	if serverDefault != "off" {
+		t.Fatalf("the suite's server default synchronous_commit is %q; this test needs it off", serverDefault)
+	}
+	if syncCommit != "on" {
+		t.Fatalf("node session: synchronous_commit %q on a server whose default is off; want on", syncCommit)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/state"
+	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
@@ -593,6 +594,7 @@ func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration)
 	if _, set := params["idle_in_transaction_session_timeout"]; !set {
 		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
 	}
+	store.DurableCommits(params)
 	return cfg
 }
 
