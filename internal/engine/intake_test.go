@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,21 @@ func TestHeaderNotUTF8StoredAndAcknowledged(t *testing.T) {
 	}
 	if facility != "H\uFFFDPITAL\uFFFD" {
 		t.Fatalf("sending_facility stored as %q", facility)
+	}
+}
+
+// A node on a server that is not crash-safe says so at start: the suite's
+// server runs with fsync and full_page_writes off.
+func TestNodeWarnsOfServerThatIsNotCrashSafe(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	logs := newLogWatch(testLogger(t).Handler(), "the database server is not crash-safe")
+	startNode(t, db, testConfig(t, freeAddr(t), `
+  out:
+    type: file
+    file: {directory: ./unused}
+`), func(o *engine.Options) { o.Logger = slog.New(logs) })
+	if logs.count("the database server is not crash-safe") != 1 {
+		t.Fatal("a node on a server with fsync off did not warn, once, at start")
 	}
 }

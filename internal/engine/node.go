@@ -323,6 +323,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.membership.Join(ctx); err != nil {
 		return err
 	}
+	n.warnIfNotDurable(ctx)
 	n.startCertWatch(ctx)
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	n.stopBeat, n.beatDone = stopBeat, make(chan struct{})
@@ -596,6 +597,24 @@ func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration)
 	}
 	store.DurableCommits(params)
 	return cfg
+}
+
+// warnIfNotDurable logs, once at start, a server whose settings let a crash
+// of its machine lose what it reported committed: with fsync or
+// full_page_writes off, an acknowledged message is only as safe as the
+// operating system's cache. The node's own sessions already wait for the
+// flush (store.DurableCommits); these two are the server's.
+func (n *Node) warnIfNotDurable(ctx context.Context) {
+	var fsync, fpw string
+	err := n.Pool().QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('full_page_writes')`).Scan(&fsync, &fpw)
+	if err != nil {
+		n.logger.WarnContext(ctx, "could not read the database server's durability settings", "error", err)
+		return
+	}
+	if fsync != "on" || fpw != "on" {
+		n.logger.WarnContext(ctx, "the database server is not crash-safe: a crash of its machine can lose messages already acknowledged; set fsync and full_page_writes on",
+			"fsync", fsync, "full_page_writes", fpw)
+	}
 }
 
 // quietHandler raises the level of a library's logger: River reports
