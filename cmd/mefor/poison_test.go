@@ -130,6 +130,14 @@ destinations:
 	if want := []string{"POISON", "POISON", "POISON", "AFTER1", "AFTER1", "AFTER2"}; !slices.Equal(got, want) {
 		t.Fatalf("partner received %v, want %v: three crashes, then the lane moves on", got, want)
 	}
+	// The partner has AFTER2 before its send's record window is recorded
+	// (with AFTER1's delivery, in the same transaction): wait for that.
+	eventuallyT(t, 30*time.Second, "the last deliveries recorded", func() bool {
+		var n int
+		err := db.Pool.QueryRow(context.Background(), `
+			SELECT count(*) FROM mefor_message WHERE control_id IN ('AFTER1', 'AFTER2') AND status = 'processed'`).Scan(&n)
+		return err == nil && n == 2
+	})
 	var status string
 	var attempts int
 	if err := db.Pool.QueryRow(context.Background(), `
