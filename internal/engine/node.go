@@ -176,6 +176,11 @@ func New(opts Options) (*Node, error) {
 	// connection would fence a healthy holder and fail the listeners over.
 	ccfg := opts.Pool.Config().Copy()
 	ccfg.MaxConns, ccfg.MinConns = 2, 0
+	if ccfg.ConnConfig.RuntimeParams == nil {
+		ccfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	// A stepdown's audit row and answer are written here.
+	store.DurableCommits(ccfg.ConnConfig.RuntimeParams)
 	cpool, err := pgxpool.NewWithConfig(context.Background(), ccfg)
 	if err != nil {
 		pool.Close()
