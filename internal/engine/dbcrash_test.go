@@ -39,7 +39,6 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	// The suite's server commits without waiting for the flush, as a
 	// careless production server might; the node's sessions must not
 	// (store.DurableCommits).
-	node := db
 
 	// The partner holds one delivery until the crash is over, so that no
 	// delivery record flushes the WAL meanwhile: only intake's commits do.
@@ -55,7 +54,7 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	})
 	listen := freeAddr(t)
 	const window = 4
-	startNode(t, node, testConfig(t, listen, fmt.Sprintf(`
+	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
   downstream:
     type: mllp
     mllp: {address: "%s"}
