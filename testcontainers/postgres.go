@@ -89,8 +89,14 @@ var (
 
 // configure sets up testcontainers-go for machines without a registry. It
 // must run before testcontainers-go reads its configuration, which it does
-// once, on first use.
-func configure() {
+// once, on first use. It runs once: servers started by parallel tests
+// (NewServer beside the shared one) would otherwise race on the
+// environment and on testcontainers-go's logger.
+func configure() { configureOnce.Do(configureTestcontainers) }
+
+var configureOnce sync.Once
+
+func configureTestcontainers() {
 	// Ryuk's image cannot be pulled without a registry; our labels and sweep
 	// do its job. testcontainers-go reads this once, before its first use.
 	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
