@@ -176,14 +176,7 @@ func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
 
 	eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 	got := p.receivedIDs()
-	var firsts []string
-	seen := map[string]bool{}
-	for _, id := range got {
-		if !seen[id] {
-			seen[id] = true
-			firsts = append(firsts, id)
-		}
-	}
+	firsts := firstDeliveries(got)
 	if !slices.Equal(firsts, ids) {
 		t.Fatalf("partner received %v: first deliveries out of order", got)
 	}

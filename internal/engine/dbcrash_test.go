@@ -129,19 +129,6 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	t.Logf("one database crash: %d resends by the sender, %d repeated deliveries", resends, len(got)-total)
 }
 
-// firstDeliveries keeps the first occurrence of each id, in order.
-func firstDeliveries(ids []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
 // crashServer SIGKILLs one of db's server processes: the postmaster then
 // ends every session and recovers from the WAL, as after a crash, losing
 // its WAL buffers. It returns once another session has seen the reset.

@@ -152,16 +152,10 @@ func TestHeaderNotUTF8StoredAndAcknowledged(t *testing.T) {
 `, p.addr))
 	startNode(t, db, cfg, nil)
 
-	c := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second}
-	defer c.Close()
 	latin1 := bytes.Replace(adt("L001", "P\xe91"), []byte("|HOSP|"), []byte("|H\xd4PITAL\x00|"), 1)
-	for _, msg := range [][]byte{latin1, adt("L002", "P2")} {
-		raw, err := c.Send(context.Background(), msg)
-		if err != nil {
-			t.Fatalf("send: %v", err)
-		}
-		if ack, err := hl7.ParseACK(raw); err != nil || ack.Code != hl7.AckAccept {
-			t.Fatalf("answered %+v (%v), want AA", ack, err)
+	for _, ack := range send(t, listen, latin1, adt("L002", "P2")) {
+		if ack.Code != hl7.AckAccept {
+			t.Fatalf("answered %+v, want AA", ack)
 		}
 	}
 	eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })

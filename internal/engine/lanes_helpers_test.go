@@ -324,3 +324,16 @@ func ours(ids []string, prefix string) []string {
 	}
 	return out
 }
+
+// firstDeliveries keeps the first occurrence of each id, in order.
+func firstDeliveries(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
