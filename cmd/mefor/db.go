@@ -46,12 +46,9 @@ func (g *Globals) poolWith(ctx context.Context, adjust func(*pgxpool.Config)) (*
 		// opened on demand, so a CLI command still uses one or two.
 		cfg.MaxConns = defaultMaxConns
 	}
-	if cfg.ConnConfig.RuntimeParams == nil {
-		cfg.ConnConfig.RuntimeParams = map[string]string{}
-	}
 	// Every command that stores or changes messages (enqueue, replay,
 	// cancel, run) must not be answered before its commit is on disk.
-	store.DurableCommits(cfg.ConnConfig.RuntimeParams)
+	store.DurableCommits(&cfg.ConnConfig.Config)
 	if adjust != nil {
 		adjust(cfg)
 	}

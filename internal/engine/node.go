@@ -176,11 +176,8 @@ func New(opts Options) (*Node, error) {
 	// connection would fence a healthy holder and fail the listeners over.
 	ccfg := opts.Pool.Config().Copy()
 	ccfg.MaxConns, ccfg.MinConns = 2, 0
-	if ccfg.ConnConfig.RuntimeParams == nil {
-		ccfg.ConnConfig.RuntimeParams = map[string]string{}
-	}
 	// A stepdown's audit row and answer are written here.
-	store.DurableCommits(ccfg.ConnConfig.RuntimeParams)
+	store.DurableCommits(&ccfg.ConnConfig.Config)
 	cpool, err := pgxpool.NewWithConfig(context.Background(), ccfg)
 	if err != nil {
 		pool.Close()
@@ -600,7 +597,7 @@ func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration)
 	if _, set := params["idle_in_transaction_session_timeout"]; !set {
 		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
 	}
-	store.DurableCommits(params)
+	store.DurableCommits(&cfg.ConnConfig.Config)
 	return cfg
 }
 
