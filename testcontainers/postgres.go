@@ -300,10 +300,12 @@ func StartServer(ctx context.Context) (*Server, error) {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
 	if envOn("MEFOR_PG_STATEMENTS") {
-		// Benchmarks read per-statement times; the extension's view still
-		// needs CREATE EXTENSION in the database that reads it.
+		// Benchmarks read per-statement times, planning included (a
+		// statement planned at every execution costs the server more
+		// than running it); the extension's view still needs CREATE
+		// EXTENSION in the database that reads it.
 		args = append(args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=top",
-			"-c", "track_wal_io_timing=on")
+			"-c", "pg_stat_statements.track_planning=on", "-c", "track_wal_io_timing=on")
 	}
 	var opts []tc.ContainerCustomizer
 	if !hostNet {

@@ -49,7 +49,7 @@ func runIdleScenario(b *testing.B, env *benchEnv, sc benchScenario) scenarioResu
 	node.stop(b)
 	if top != nil {
 		writeProfileFile(b, sc.name+".pg_stat_statements.txt",
-			formatStatements(fmt.Sprintf("%s: top 15 statements by total_exec_time over %s idle", sc.name, window), top, 300))
+			formatStatements(fmt.Sprintf("%s: top 15 statements by execution and planning time over %s idle", sc.name, window), top, 300))
 	}
 	r := scenarioResult{rssMB: s1.hwmMB}
 	r.extras = append(r.extras,

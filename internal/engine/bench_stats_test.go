@@ -85,22 +85,52 @@ func (s *statements) reset(b *testing.B) {
 	}
 }
 
-// walSyncs is the server's WAL flushes to disk since the last reset and
-// their mean time. A durable commit waits for one; a flush that covers
-// several commits is group commit at work.
-func (s *statements) walSyncs(b *testing.B) (n int64, mean time.Duration) {
+// walStats is what the server wrote to its WAL since the last reset.
+type walStats struct {
+	syncs     int64         // flushes to disk: a durable commit waits for one
+	syncMean  time.Duration // their mean time
+	bytes     int64         // WAL written, full-page images included
+	fullPages int64         // full-page images among it
+}
+
+// wal is the server's WAL statistics since the last reset. A flush that
+// covers several commits is group commit at work; the bytes are the work
+// every row and index entry a message writes costs the server, and unlike
+// a time they repeat from run to run on a noisy machine.
+func (s *statements) wal(b *testing.B) walStats {
 	b.Helper()
 	if s == nil {
-		return 0, 0
+		return walStats{}
 	}
+	var w walStats
 	var ms float64
-	if err := s.db.Pool.QueryRow(context.Background(), `SELECT wal_sync, wal_sync_time FROM pg_stat_wal`).Scan(&n, &ms); err != nil {
+	if err := s.db.Pool.QueryRow(context.Background(),
+		`SELECT wal_sync, wal_sync_time, wal_bytes::bigint, wal_fpi FROM pg_stat_wal`).Scan(&w.syncs, &ms, &w.bytes, &w.fullPages); err != nil {
 		b.Fatalf("read pg_stat_wal: %v", err)
 	}
-	if n > 0 {
-		mean = time.Duration(ms / float64(n) * float64(time.Millisecond))
+	if w.syncs > 0 {
+		w.syncMean = time.Duration(ms / float64(w.syncs) * float64(time.Millisecond))
 	}
-	return n, mean
+	return w
+}
+
+// blocks is the shared buffers the bench database's statements touched
+// since the last reset (hit, read or dirtied): with the WAL bytes, the
+// server's work per message, counted rather than timed.
+func (s *statements) blocks(b *testing.B) int64 {
+	b.Helper()
+	if s == nil {
+		return 0
+	}
+	var n int64
+	if err := s.db.Pool.QueryRow(context.Background(), `
+		SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint
+		FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND query NOT LIKE '%pg_stat_statements%'`).Scan(&n); err != nil {
+		b.Fatalf("read pg_stat_statements: %v", err)
+	}
+	return n
 }
 
 type stmtStat struct {
@@ -109,6 +139,8 @@ type stmtStat struct {
 	totalMS, meanMS   float64
 	rows              int64
 	sharedHit, shRead int64
+	plans             int64
+	planMS            float64
 }
 
 // top is the bench database's n statements with the most total execution
@@ -120,11 +152,11 @@ func (s *statements) top(b *testing.B, n int) []stmtStat {
 	}
 	rows, err := s.db.Pool.Query(context.Background(), `
 		SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, mean_exec_time, rows,
-			shared_blks_hit, shared_blks_read
+			shared_blks_hit, shared_blks_read, plans, total_plan_time
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND query NOT LIKE '%pg_stat_statements%'
-		ORDER BY total_exec_time DESC LIMIT $1`, n)
+		ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, n)
 	if err != nil {
 		b.Fatalf("read pg_stat_statements: %v", err)
 	}
@@ -132,7 +164,7 @@ func (s *statements) top(b *testing.B, n int) []stmtStat {
 	var out []stmtStat
 	for rows.Next() {
 		var st stmtStat
-		if err := rows.Scan(&st.query, &st.calls, &st.totalMS, &st.meanMS, &st.rows, &st.sharedHit, &st.shRead); err != nil {
+		if err := rows.Scan(&st.query, &st.calls, &st.totalMS, &st.meanMS, &st.rows, &st.sharedHit, &st.shRead, &st.plans, &st.planMS); err != nil {
 			b.Fatal(err)
 		}
 		out = append(out, st)
@@ -146,7 +178,7 @@ func (s *statements) top(b *testing.B, n int) []stmtStat {
 // format renders statement statistics as a table, queries cut to width.
 func formatStatements(title string, sts []stmtStat, width int) string {
 	var w strings.Builder
-	fmt.Fprintf(&w, "%s\n%10s %12s %10s %10s %10s  query\n", title, "calls", "total_ms", "mean_ms", "rows", "blks/call")
+	fmt.Fprintf(&w, "%s\n%10s %12s %10s %10s %10s %8s %10s  query\n", title, "calls", "total_ms", "mean_ms", "rows", "blks/call", "plans", "plan_ms")
 	for _, st := range sts {
 		q := st.query
 		if len(q) > width {
@@ -155,7 +187,9 @@ func formatStatements(title string, sts []stmtStat, width int) string {
 		// Buffers touched per call: a statement whose count grows with the
 		// tables is scanning them.
 		blks := float64(st.sharedHit+st.shRead) / float64(max(st.calls, 1))
-		fmt.Fprintf(&w, "%10d %12.1f %10.3f %10d %10.1f  %s\n", st.calls, st.totalMS, st.meanMS, st.rows, blks, q)
+		// plans close to calls: the server plans the statement at every
+		// execution (a custom plan), and plan_ms is what that costs.
+		fmt.Fprintf(&w, "%10d %12.1f %10.3f %10d %10.1f %8d %10.1f  %s\n", st.calls, st.totalMS, st.meanMS, st.rows, blks, st.plans, st.planMS, q)
 	}
 	return w.String()
 }

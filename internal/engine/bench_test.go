@@ -174,14 +174,18 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 		rssMB:       st.hwmMB,
 	}
 	r.extras = append(r.extras, fmt.Sprintf("node_cpu_us_per_msg=%.0f", float64((st.cpu-cpu0).Microseconds())/float64(tr.total)))
-	if syncs, mean := stm.walSyncs(b); stm != nil {
-		r.extras = append(r.extras, fmt.Sprintf("wal_fsyncs_per_msg=%.2f", float64(syncs)/float64(tr.total)),
-			fmt.Sprintf("wal_fsync_us=%.0f", float64(mean)/float64(time.Microsecond)))
+	if w := stm.wal(b); stm != nil {
+		n := float64(tr.total)
+		r.extras = append(r.extras, fmt.Sprintf("wal_fsyncs_per_msg=%.2f", float64(w.syncs)/n),
+			fmt.Sprintf("wal_fsync_us=%.0f", float64(w.syncMean)/float64(time.Microsecond)),
+			fmt.Sprintf("wal_bytes_per_msg=%.0f", float64(w.bytes)/n),
+			fmt.Sprintf("wal_fpi_per_msg=%.2f", float64(w.fullPages)/n),
+			fmt.Sprintf("blks_per_msg=%.0f", float64(stm.blocks(b))/n))
 	}
 	top := stm.top(b, 15)
 	if top != nil {
 		writeProfileFile(b, sc.name+".pg_stat_statements.txt",
-			formatStatements(fmt.Sprintf("%s: top 15 statements by total_exec_time, %d messages", sc.name, tr.total), top, 300))
+			formatStatements(fmt.Sprintf("%s: top 15 statements by execution and planning time, %d messages", sc.name, tr.total), top, 300))
 	}
 	if sc.breakdown {
 		r.extras = append(r.extras, ackBreakdown(b, stm)...)
