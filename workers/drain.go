@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/mefor/mefor/internal/drainer"
+	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -199,7 +200,7 @@ func (d *Deps) wakeC(lane string) <-chan struct{} {
 // saw the lane empty under the lane lock.
 func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string) (bool, error) {
 	done := false
-	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
 		if err := drainer.Fence(ctx, tx, ex); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -61,7 +62,7 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepR
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
 		return drainer.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if err != nil {
@@ -146,7 +147,7 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (s
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
 		return drainer.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
 	})
 	if d.stateConflict(ctx, rows[0].Lane, err) {

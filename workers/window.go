@@ -9,6 +9,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/metrics"
+	"github.com/mefor/mefor/internal/store"
 )
 
 // A record window gathers a lane's sends whose outcomes are not recorded
@@ -67,7 +68,7 @@ func (w *recordWindow) flush(ctx context.Context) (drainer.Recorded, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	var rec drainer.Recorded
-	err := pgx.BeginFunc(ctx, w.d.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, w.d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
 		var err error
 		rec, err = drainer.RecordAttempts(ctx, tx, w.ex, w.outs)
 		return err

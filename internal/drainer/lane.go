@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -50,18 +51,32 @@ type Row struct {
 	ReceivedAt  time.Time
 }
 
+// Batcher sends batches of statements: a pool, a connection or a
+// transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // PendingRows returns up to limit pending rows of a lane, head first. For
 // an outbound lane the same query reads the layout barrier (Held).
-func PendingRows(ctx context.Context, q store.DBTX, lane string, limit int) ([]Row, error) {
+func PendingRows(ctx context.Context, q Batcher, lane string, limit int) ([]Row, error) {
 	return PendingRowsAfter(ctx, q, lane, 0, limit)
 }
 
 // PendingRowsAfter is PendingRows without the rows up to seq after: those a
 // delivery drainer has sent and not yet recorded (a record window), which
 // are still pending in the table.
-func PendingRowsAfter(ctx context.Context, q store.DBTX, lane string, after int64, limit int) ([]Row, error) {
+//
+// Read outside a transaction, the read plans generically
+// (store.QueueGenericPlans), in the same round trip; in a transaction, as
+// the transaction does.
+func PendingRowsAfter(ctx context.Context, q Batcher, lane string, after int64, limit int) ([]Row, error) {
 	stage, _, _ := strings.Cut(lane, ":")
-	rows, err := q.Query(ctx, `
+	b := &pgx.Batch{}
+	if _, inTx := q.(pgx.Tx); !inTx {
+		store.QueueGenericPlans(b)
+	}
+	b.Queue(`
 		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
 			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
 			w.attempts, w.cancel_requested_at IS NOT NULL,
@@ -74,6 +89,14 @@ func PendingRowsAfter(ctx context.Context, q store.DBTX, lane string, after int6
 		WHERE w.lane = $1 AND w.status = 'pending' AND w.seq > $4
 		ORDER BY w.seq
 		LIMIT $2`, lane, limit, stage == jobs.StageOutbound, after)
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("read lane %s: %w", lane, err)
+		}
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}
@@ -92,6 +115,9 @@ func PendingRowsAfter(ctx context.Context, q store.DBTX, lane string, after int6
 		return w, err
 	})
 	if err != nil {
+		return nil, fmt.Errorf("read lane %s: %w", lane, err)
+	}
+	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}
 	return out, nil
@@ -134,11 +160,19 @@ func CompleteIfEmpty(ctx context.Context, tx pgx.Tx, lane string) (bool, error) 
 	if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
 		return false, err
 	}
-	var pending bool
+	// The head, not EXISTS: the planner drops an EXISTS's ORDER BY, and a
+	// generic plan (store.PipelineTx) of the EXISTS expects any lane to be
+	// long and scans the table for a first match, which for a short lane
+	// beside a long one means reading the long one. Ordered by seq, only
+	// the lane's partial index gives the head without a sort.
+	var head int64
 	err := tx.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM mefor_work WHERE lane = $1 AND status = 'pending')`, lane).Scan(&pending)
+		SELECT seq FROM mefor_work WHERE lane = $1 AND status = 'pending' ORDER BY seq LIMIT 1`, lane).Scan(&head)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("check lane %s: %w", lane, err)
 	}
-	return !pending, nil
+	return false, nil
 }

@@ -55,7 +55,7 @@ type Inbound struct {
 // transaction block, and transactions.
 type IntakeDB interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // Receive durably stores one inbound message in tx: the message row, its
@@ -74,16 +74,19 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 // returns without error: the commit is done.
 //
 // When every lane written to has a live drainer (the usual case) this costs
-// one round trip: the lease checks, the lane locks (sorted), the inserts and
-// the live-drainer check go as one batch outside a transaction block, which
-// PostgreSQL runs as one implicit transaction, committed when the batch ends
-// unless a statement raised; the lease and drainer checks raise, so a
-// refusal rolls back everything. A lane without a live drainer makes that
-// batch fail before it writes (or draws an id), and the messages are stored again in a
-// transaction that also inserts the drainer, as Receive does.
+// one round trip: the generic-plan settings (PipelineTx), the lease checks,
+// the lane locks (sorted), the inserts and the live-drainer check go as one
+// batch outside a transaction block, which PostgreSQL runs as one implicit
+// transaction, committed when the batch ends unless a statement raised; the
+// lease and drainer checks raise, so a refusal rolls back everything. A lane
+// without a live drainer makes that batch fail before it writes (or draws
+// an id), and the messages are stored again in a transaction that also
+// inserts the drainer, as Receive does.
 func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	ids := make([]int64, len(ms))
-	b := queueReceive(ms, ids, jobs.QueueLiveDrainerCheck)
+	b := &pgx.Batch{}
+	QueueGenericPlans(b)
+	queueReceive(b, ms, ids, jobs.QueueLiveDrainerCheck)
 	err := db.SendBatch(ctx, b).Close()
 	if err == nil {
 		return ids, nil
@@ -91,7 +94,7 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 	if !errors.Is(err, jobs.ErrNoLiveDrainer) {
 		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
 	}
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, db, PipelineTx, func(tx pgx.Tx) error {
 		var err error
 		ids, err = receiveTx(ctx, tx, ins, ms)
 		return err
@@ -106,7 +109,8 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	ids := make([]int64, len(ms))
 	var act *jobs.Activation
-	b := queueReceive(ms, ids, func(b *pgx.Batch, lanes []string) { act = jobs.QueueActivation(b, lanes) })
+	b := &pgx.Batch{}
+	queueReceive(b, ms, ids, func(b *pgx.Batch, lanes []string) { act = jobs.QueueActivation(b, lanes) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
 	}
@@ -116,7 +120,7 @@ func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound) 
 	return ids, nil
 }
 
-// queueReceive queues the writes that store ms, in this order: the lease
+// queueReceive queues on b the writes that store ms, in this order: the lease
 // checks, the lanes' locks (sorted, as every writer takes them), the lanes'
 // activation check (queued by activate, under the locks, and before any
 // insert, so a batch it fails has drawn no ids), the parsed messages in one
@@ -126,8 +130,7 @@ func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound) 
 // seq is drawn under the lane lock in the order of ms (ids, then work rows,
 // are inserted in that order), so two messages of one lane keep the order
 // they arrived in.
-func queueReceive(ms []Inbound, ids []int64, activate func(b *pgx.Batch, lanes []string)) *pgx.Batch {
-	b := &pgx.Batch{}
+func queueReceive(b *pgx.Batch, ms []Inbound, ids []int64, activate func(b *pgx.Batch, lanes []string)) {
 	var owners []string
 	for _, in := range ms {
 		if in.LeaseOwner != "" && !slices.Contains(owners, in.LeaseOwner) {
@@ -153,7 +156,6 @@ func queueReceive(ms []Inbound, ids []int64, activate func(b *pgx.Batch, lanes [
 			queueMalformed(b, in, &ids[i])
 		}
 	}
-	return b
 }
 
 // queueParsed queues one statement storing the parsed messages ms[idx...]:

@@ -1,6 +1,9 @@
 package store
 
-import "github.com/jackc/pgx/v5/pgconn"
+import (
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
 
 // DurableCommits makes the sessions of a connection configuration wait for
 // their commits to be flushed: synchronous_commit "on", unless the
@@ -16,4 +19,37 @@ func DurableCommits(cfg *pgconn.Config) {
 	if _, set := cfg.RuntimeParams["synchronous_commit"]; !set {
 		cfg.RuntimeParams["synchronous_commit"] = "on"
 	}
+}
+
+// The pipeline's own statements (intake, lane reads, hand-offs, delivery
+// records) run with generic plans: planned once per session, not at every
+// execution.
+//
+// PostgreSQL plans a prepared statement anew for each execution as long as
+// a plan made for the values at hand is estimated cheaper than one made for
+// any value. For these statements it always is (an unnest of a one-element
+// array against one of ten; a lane known to be short), so every execution
+// was planned, and planning cost the server more than running them: a lane
+// read took 0.4-0.7 ms to plan and 0.06 ms to run, and in the channels-50
+// bench planning was about 40 % of the server's time (docs/performance.md).
+// Their plans need no values: each reaches its rows through the ids or the
+// lane it is given (the pipeline tests and the bench's statement table
+// would show a scan). Parallel workers are off with them, as a plan for
+// any lane assumes a long one and would start workers for it.
+//
+// The settings last for the transaction only. Maintenance, River's own
+// queries and operators' commands keep PostgreSQL's choice: their plans do
+// depend on the values (a time bound, a state, a status that is rare).
+const genericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL max_parallel_workers_per_gather = 0"
+
+// PipelineTx begins a transaction of the pipeline's own statements, with
+// generic plans, in the one round trip of its BEGIN.
+var PipelineTx = pgx.TxOptions{BeginQuery: "BEGIN; " + genericPlansSQL}
+
+// QueueGenericPlans queues, first in a batch sent outside a transaction
+// block, what PipelineTx sets: the batch is one implicit transaction, and
+// its statements after this one plan generically.
+func QueueGenericPlans(b *pgx.Batch) {
+	b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+		set_config('max_parallel_workers_per_gather', '0', true)`)
 }
