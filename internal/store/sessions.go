@@ -33,14 +33,23 @@ func DurableCommits(cfg *pgconn.Config) {
 // read took 0.4-0.7 ms to plan and 0.06 ms to run, and in the channels-50
 // bench planning was about 40 % of the server's time (docs/performance.md).
 // Their plans need no values: each reaches its rows through the ids or the
-// lane it is given (the pipeline tests and the bench's statement table
-// would show a scan). Parallel workers are off with them, as a plan for
-// any lane assumes a long one and would start workers for it.
+// lane it is given, by an index (TestPipelineStatementsPlanOnce checks that
+// none scans a table). Parallel workers are off with them, as a plan for
+// any lane assumes a long one and would start workers for it. So are
+// sequential scans where an index serves: a plan is kept until the next
+// ANALYZE of its tables, and one made while a new install's tables were
+// nearly empty would otherwise scan them as they grow (on a fresh
+// database, ten times the scans of mefor_work and mefor_message in the
+// first minute of traffic). And JIT compilation is off: a scan made that
+// dear pushes a plan's estimate past jit_above_cost, as can the estimate
+// of a generic plan for a long lane, and compiling took 1.5 s of a lane
+// read that runs in well under a millisecond.
 //
 // The settings last for the transaction only. Maintenance, River's own
 // queries and operators' commands keep PostgreSQL's choice: their plans do
 // depend on the values (a time bound, a state, a status that is rare).
-const genericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL max_parallel_workers_per_gather = 0"
+const genericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL max_parallel_workers_per_gather = 0; " +
+	"SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
 
 // PipelineTx begins a transaction of the pipeline's own statements, with
 // generic plans, in the one round trip of its BEGIN.
@@ -51,5 +60,6 @@ var PipelineTx = pgx.TxOptions{BeginQuery: "BEGIN; " + genericPlansSQL}
 // its statements after this one plan generically.
 func QueueGenericPlans(b *pgx.Batch) {
 	b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-		set_config('max_parallel_workers_per_gather', '0', true)`)
+		set_config('max_parallel_workers_per_gather', '0', true), set_config('enable_seqscan', 'off', true),
+		set_config('jit', 'off', true)`)
 }
