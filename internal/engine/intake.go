@@ -38,8 +38,22 @@ type Intake struct {
 	// Keys seals what is stored; nil stores it in clear.
 	Keys *crypt.Keyring
 
+	// Linger is how long the node's drainers wait on an empty lane before
+	// completing (workers.Limits.Linger). A lane whose last message intake
+	// stored longer ago than that has probably no live drainer, and its
+	// messages are stored in the transaction that activates one, not first
+	// in the one round trip that would be refused (lanes). Zero: always
+	// try the one round trip first.
+	Linger time.Duration
+
 	// group stores messages arriving together in one transaction.
 	group groupCommit
+	// lanes is when intake last stored a message into each ingress lane.
+	// Intake of a channel runs on the listener lease's holder alone, so
+	// this node sees every message of its lanes (but those of `mefor
+	// enqueue`, for which a wrong guess costs a round trip, never a
+	// message).
+	lanes laneClock
 	// onCommit, when set (by tests), is told the size of each batch as its
 	// commit starts.
 	onCommit func(messages int)

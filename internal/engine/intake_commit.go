@@ -5,10 +5,12 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
 
@@ -79,6 +81,38 @@ func (g *groupCommit) do(ctx context.Context, r *commitReq, commit func(context.
 	commit(ctx, batch)
 }
 
+// laneClock is when intake last stored a message into each lane.
+type laneClock struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// allSince reports whether every one of lanes was last stored into at or
+// after t.
+func (c *laneClock) allSince(lanes []string, t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range lanes {
+		if at, ok := c.last[l]; !ok || at.Before(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// mark records that lanes were stored into at t. The map holds a key per
+// channel's ingress lane, so it stays as small as the config.
+func (c *laneClock) mark(lanes []string, t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = map[string]time.Time{}
+	}
+	for _, l := range lanes {
+		c.last[l] = t
+	}
+}
+
 // errCommitPanicked refuses the messages of a batch whose commit panicked.
 var errCommitPanicked = errors.New("intake commit failed unexpectedly")
 
@@ -115,11 +149,20 @@ func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
 		in.onCommit(len(batch))
 	}
 	ms := make([]store.Inbound, len(batch))
+	var lanes []string
 	for i, r := range batch {
 		ms[i] = r.msg
+		if r.msg.ParseError == "" {
+			lanes = append(lanes, jobs.IngressLane(r.msg.Channel))
+		}
 	}
-	ids, err := store.ReceiveBatch(ctx, in.Pool, in.Inserter, ms)
+	receive := store.ReceiveBatch
+	if in.Linger > 0 && !in.lanes.allSince(lanes, in.now().Add(-in.Linger)) {
+		receive = store.ReceiveBatchActivating
+	}
+	ids, err := receive(ctx, in.Pool, in.Inserter, ms)
 	if err == nil {
+		in.lanes.mark(lanes, in.now())
 		for i, r := range batch {
 			r.id = ids[i]
 		}

@@ -260,7 +260,7 @@ func New(opts Options) (*Node, error) {
 	}
 	n.client = client
 	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease, Metrics: n.metrics,
-		Keys: opts.Keys}
+		Keys: opts.Keys, Linger: opts.Limits.Linger}
 	return n, nil
 }
 
