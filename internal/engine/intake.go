@@ -40,10 +40,10 @@ type Intake struct {
 
 	// Linger is how long the node's drainers wait on an empty lane before
 	// completing (workers.Limits.Linger). A lane whose last message intake
-	// stored longer ago than that has probably no live drainer, and its
-	// messages are stored in the transaction that activates one, not first
-	// in the one round trip that would be refused (lanes). Zero: always
-	// try the one round trip first.
+	// stored longer ago than that has probably no live drainer: its
+	// messages go straight to the transaction that activates one, not
+	// first to the one round trip, which the database would refuse (and
+	// log as an ERROR). Zero: always try the one round trip first.
 	Linger time.Duration
 
 	// group stores messages arriving together in one transaction.

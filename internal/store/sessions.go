@@ -34,7 +34,7 @@ func DurableCommits(cfg *pgconn.Config) {
 // bench planning was about 40 % of the server's time (docs/performance.md).
 // Their plans need no values: each reaches its rows through the ids or the
 // lane it is given, by an index (TestPipelineStatementsPlanOnce checks that
-// none scans a table). Parallel workers are off with them, as a plan for
+// none scans mefor_work or mefor_message). Parallel workers are off with them, as a plan for
 // any lane assumes a long one and would start workers for it. So are
 // sequential scans where an index serves: a plan is kept until the next
 // ANALYZE of its tables, and one made while a new install's tables were
