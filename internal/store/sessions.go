@@ -1,6 +1,9 @@
 package store
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -34,8 +37,9 @@ func DurableCommits(cfg *pgconn.Config) {
 // bench planning was about 40 % of the server's time (docs/performance.md).
 // Their plans need no values: each reaches its rows through the ids or the
 // lane it is given, by an index (TestPipelineStatementsPlanOnce checks that
-// none scans mefor_work or mefor_message). Parallel workers are off with them, as a plan for
-// any lane assumes a long one and would start workers for it. So are
+// none scans mefor_work or mefor_message). Parallel workers are off with
+// them, as a plan for any lane assumes a long one and would start workers
+// for it. So are
 // sequential scans where an index serves: a plan is kept until the next
 // ANALYZE of its tables, and one made while a new install's tables were
 // nearly empty would otherwise scan them as they grow (on a fresh
@@ -48,18 +52,36 @@ func DurableCommits(cfg *pgconn.Config) {
 // The settings last for the transaction only. Maintenance, River's own
 // queries and operators' commands keep PostgreSQL's choice: their plans do
 // depend on the values (a time bound, a state, a status that is rare).
-const genericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL max_parallel_workers_per_gather = 0; " +
-	"SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
+var pipelineSettings = []struct{ name, value string }{
+	{"plan_cache_mode", "force_generic_plan"},
+	{"max_parallel_workers_per_gather", "0"},
+	{"enable_seqscan", "off"},
+	{"jit", "off"},
+}
 
 // PipelineTx begins a transaction of the pipeline's own statements, with
 // generic plans, in the one round trip of its BEGIN.
-var PipelineTx = pgx.TxOptions{BeginQuery: "BEGIN; " + genericPlansSQL}
+var PipelineTx = pgx.TxOptions{BeginQuery: pipelineSQL("BEGIN", "SET LOCAL %s = %s")}
 
 // QueueGenericPlans queues, first in a batch sent outside a transaction
 // block, what PipelineTx sets: the batch is one implicit transaction, and
 // its statements after this one plan generically.
-func QueueGenericPlans(b *pgx.Batch) {
-	b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-		set_config('max_parallel_workers_per_gather', '0', true), set_config('enable_seqscan', 'off', true),
-		set_config('jit', 'off', true)`)
+func QueueGenericPlans(b *pgx.Batch) { b.Queue(setConfigSQL) }
+
+// setConfigSQL is pipelineSettings as one statement of transaction-local
+// set_config calls.
+var setConfigSQL = "SELECT " + strings.Join(pipelineStmts("set_config('%s', '%s', true)"), ", ")
+
+// pipelineSQL is head followed by one statement per setting, as format
+// gives it, in one simple-protocol string.
+func pipelineSQL(head, format string) string {
+	return strings.Join(append([]string{head}, pipelineStmts(format)...), "; ")
+}
+
+func pipelineStmts(format string) []string {
+	out := make([]string, len(pipelineSettings))
+	for i, st := range pipelineSettings {
+		out[i] = fmt.Sprintf(format, st.name, st.value)
+	}
+	return out
 }
