@@ -180,9 +180,7 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 			return true
 		case <-polls:
 		}
-		var pending bool
-		err := d.Pool.QueryRow(ctx,
-			"SELECT EXISTS (SELECT 1 FROM mefor_work WHERE lane = $1 AND status = 'pending')", lane).Scan(&pending)
+		pending, err := drainer.HasPending(ctx, d.Pool, lane)
 		if err != nil || pending {
 			return err == nil
 		}

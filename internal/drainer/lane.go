@@ -160,19 +160,25 @@ func CompleteIfEmpty(ctx context.Context, tx pgx.Tx, lane string) (bool, error) 
 	if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
 		return false, err
 	}
+	pending, err := HasPending(ctx, tx, lane)
+	return !pending, err
+}
+
+// HasPending reports whether lane has a pending row.
+func HasPending(ctx context.Context, q store.DBTX, lane string) (bool, error) {
 	// The head, not EXISTS: the planner drops an EXISTS's ORDER BY, and a
 	// generic plan (store.PipelineTx) of the EXISTS expects any lane to be
 	// long and scans the table for a first match, which for a short lane
 	// beside a long one means reading the long one. Ordered by seq, only
 	// the lane's partial index gives the head without a sort.
 	var head int64
-	err := tx.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 		SELECT seq FROM mefor_work WHERE lane = $1 AND status = 'pending' ORDER BY seq LIMIT 1`, lane).Scan(&head)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return true, nil
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("check lane %s: %w", lane, err)
 	}
-	return false, nil
+	return true, nil
 }
