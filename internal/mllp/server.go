@@ -283,11 +283,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 
 	s.mu.Lock()
-	s.cancelBase()
+	// Connections first: a handler woken by the cancel returns at once, and
+	// its reply, made for a message it was told to give up on, must find
+	// the connection closed, not reach the sender.
 	forced := len(s.conns)
 	for c := range s.conns {
 		c.rwc.Close()
 	}
+	s.cancelBase()
 	s.mu.Unlock()
 	log.Warn("mllp server shutdown deadline passed; connections force-closed", "connections", forced)
 	return ctx.Err()
