@@ -40,18 +40,31 @@ const orphanSQL = `
 
 type orphan struct {
 	id, messageID int64
-	lane, reason  string
+	reason        string
 }
 
-func readOrphans(ctx context.Context, q DBTX, k Known, extra string, args ...any) ([]orphan, error) {
-	rows, err := q.Query(ctx, orphanSQL+extra+` ORDER BY lane, seq`,
-		append([]any{k.Channels, k.Routes, k.Handlers, k.Destinations}, args...)...)
+// orphanLanes lists the lanes that hold rows the config k can no longer
+// serve: one string per lane, however many rows each holds.
+func orphanLanes(ctx context.Context, q DBTX, k Known) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT lane FROM (`+orphanSQL+`) o GROUP BY lane ORDER BY lane`,
+		k.Channels, k.Routes, k.Handlers, k.Destinations)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// readLaneOrphans reads the first limit orphans of lane, head first.
+func readLaneOrphans(ctx context.Context, q DBTX, k Known, lane string, limit int) ([]orphan, error) {
+	rows, err := q.Query(ctx, orphanSQL+` AND lane = $5 ORDER BY seq LIMIT $6`,
+		k.Channels, k.Routes, k.Handlers, k.Destinations, lane, limit)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
 		var o orphan
-		err := r.Scan(&o.id, &o.messageID, &o.lane, &o.reason)
+		var lane string
+		err := r.Scan(&o.id, &o.messageID, &lane, &o.reason)
 		return o, err
 	})
 }
@@ -69,15 +82,13 @@ func readOrphans(ctx context.Context, q DBTX, k Known, extra string, args ...any
 // left alone: that drainer reaches the rows and dead-letters them itself,
 // fenced, as it meets them.
 func DeadLetterOrphans(ctx context.Context, pool *pgxpool.Pool, k Known) (int, error) {
-	found, err := readOrphans(ctx, pool, k, "")
+	return deadLetterOrphans(ctx, pool, k, orphanChunk)
+}
+
+func deadLetterOrphans(ctx context.Context, pool *pgxpool.Pool, k Known, chunk int) (int, error) {
+	lanes, err := orphanLanes(ctx, pool, k)
 	if err != nil {
 		return 0, fmt.Errorf("find rows the config no longer serves: %w", err)
-	}
-	var lanes []string
-	for _, o := range found {
-		if len(lanes) == 0 || lanes[len(lanes)-1] != o.lane {
-			lanes = append(lanes, o.lane)
-		}
 	}
 	total := 0
 	for try := 0; len(lanes) > 0; try++ {
@@ -93,7 +104,7 @@ func DeadLetterOrphans(ctx context.Context, pool *pgxpool.Pool, k Known) (int, e
 		}
 		var busy []string
 		for _, lane := range lanes {
-			n, running, err := deadLetterLaneOrphans(ctx, pool, k, lane)
+			n, running, err := deadLetterLaneOrphans(ctx, pool, k, lane, chunk)
 			if err != nil {
 				return total, err
 			}
@@ -110,6 +121,11 @@ func DeadLetterOrphans(ctx context.Context, pool *pgxpool.Pool, k Known) (int, e
 	return total, nil
 }
 
+// orphanChunk bounds the rows dead-lettered in one transaction, and so what
+// the node holds in memory: a destination removed with a million deliveries
+// queued for it is dead-lettered in a hundred transactions, not read whole.
+const orphanChunk = 10_000
+
 // orphanTries and orphanRetry bound how long DeadLetterOrphans waits for a
 // lane's running drainer to stop.
 const (
@@ -117,9 +133,23 @@ const (
 	orphanRetry = 200 * time.Millisecond
 )
 
-// deadLetterLaneOrphans dead-letters the orphans of one lane unless its
-// drainer is running, which it reports.
-func deadLetterLaneOrphans(ctx context.Context, pool *pgxpool.Pool, k Known, lane string) (int, bool, error) {
+// deadLetterLaneOrphans dead-letters the orphans of one lane, chunk rows
+// per transaction, unless its drainer is running, which it reports.
+func deadLetterLaneOrphans(ctx context.Context, pool *pgxpool.Pool, k Known, lane string, chunk int) (int, bool, error) {
+	total := 0
+	for {
+		n, running, err := deadLetterLaneChunk(ctx, pool, k, lane, chunk)
+		total += n
+		if err != nil || running || n < chunk {
+			return total, running, err
+		}
+	}
+}
+
+// deadLetterLaneChunk dead-letters up to chunk orphans from the head of
+// lane, in one transaction under the lane's drainer job lock and lane lock;
+// nothing when its drainer is running, which it reports.
+func deadLetterLaneChunk(ctx context.Context, pool *pgxpool.Pool, k Known, lane string, chunk int) (int, bool, error) {
 	n := 0
 	running := false
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -131,7 +161,7 @@ func deadLetterLaneOrphans(ctx context.Context, pool *pgxpool.Pool, k Known, lan
 			return err
 		}
 		// Read again under the locks: a drainer may have served some.
-		orphans, err := readOrphans(ctx, tx, k, ` AND lane = $5`, lane)
+		orphans, err := readLaneOrphans(ctx, tx, k, lane, chunk)
 		if err != nil {
 			return fmt.Errorf("find rows of lane %s the config no longer serves: %w", lane, err)
 		}
