@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
@@ -189,5 +191,42 @@ func TestNodeWarnsOfServerThatIsNotCrashSafe(t *testing.T) {
 `), func(o *engine.Options) { o.Logger = slog.New(logs) })
 	if logs.count("the database server is not crash-safe") != 1 {
 		t.Fatal("a node on a server with fsync off did not warn, once, at start")
+	}
+}
+
+// A database URL naming synchronous_commit=off is used as given (an
+// operator's explicit choice), but the node says at start what it costs;
+// without it, on the same server, it says nothing of the kind. (Each node
+// is stopped here and again by startNode's cleanup: a second Stop is
+// harmless.)
+func TestNodeWarnsOfCommitsThatDoNotWait(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	const warning = "the node's sessions commit without waiting for the flush"
+	for _, c := range []struct {
+		url  string
+		want int
+	}{{db.URL, 0}, {db.URL + "&synchronous_commit=off", 1}} {
+		pool, err := pgxpool.New(context.Background(), c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		logs := newLogWatch(testLogger(t).Handler(), warning)
+		n := startNode(t, db, testConfig(t, freeAddr(t), `
+  out:
+    type: file
+    file: {directory: ./unused}
+`), func(o *engine.Options) {
+			o.Logger = slog.New(logs)
+			o.Pool = pool
+			o.NodeID = fmt.Sprintf("sync-%d", c.want)
+		})
+		if got := logs.count(warning); got != c.want {
+			t.Errorf("node on %s: warned %d times that commits do not wait, want %d", strings.TrimPrefix(c.url, db.URL), got, c.want)
+		}
+		if err := n.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -69,6 +69,8 @@ type Node struct {
 	senders  *connector.Pool
 	intake   *Intake
 	stopping chan struct{}
+	stopOnce sync.Once
+	stopErr  error
 
 	membership *leader.Membership
 	stopBeat   context.CancelFunc
@@ -530,7 +532,15 @@ func (n *Node) ListenerAddrs() map[string]string {
 // then each drainer finishes the row in hand and yields its lane, then the
 // River client stops. Past StopTimeout, drainers still running are
 // cancelled; their rows stay pending and are served again (at-least-once).
+//
+// Stop may be called more than once (a second signal, a deferred stop after
+// an explicit one): later calls wait for the first and return its error.
 func (n *Node) Stop(ctx context.Context) error {
+	n.stopOnce.Do(func() { n.stopErr = n.stop(ctx) })
+	return n.stopErr
+}
+
+func (n *Node) stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.StopTimeout)
 	defer cancel()
 	n.stopConfigWatch() // no reload may rebind listeners from here on
@@ -601,14 +611,17 @@ func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration)
 	return cfg
 }
 
-// warnIfNotDurable logs, once at start, a server whose settings let a crash
-// of its machine lose what it reported committed: with fsync or
-// full_page_writes off, an acknowledged message is only as safe as the
-// operating system's cache. The node's own sessions already wait for the
-// flush (store.DurableCommits); these two are the server's.
+// warnIfNotDurable logs, once at start, settings that let a crash lose
+// what the server reported committed. With fsync or full_page_writes off
+// (the server's), an acknowledged message is only as safe as the operating
+// system's cache. With synchronous_commit off in the node's own sessions
+// (only when the database URL names it: store.DurableCommits turns it on
+// otherwise), a commit returns before its flush, so a sender can hold an
+// ACK for a message a crash of the server then loses.
 func (n *Node) warnIfNotDurable(ctx context.Context) {
-	var fsync, fpw string
-	err := n.Pool().QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('full_page_writes')`).Scan(&fsync, &fpw)
+	var fsync, fpw, syncCommit string
+	err := n.Pool().QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('full_page_writes'),
+		current_setting('synchronous_commit')`).Scan(&fsync, &fpw, &syncCommit)
 	if err != nil {
 		n.logger.WarnContext(ctx, "could not read the database server's durability settings", "error", err)
 		return
@@ -616,6 +629,10 @@ func (n *Node) warnIfNotDurable(ctx context.Context) {
 	if fsync != "on" || fpw != "on" {
 		n.logger.WarnContext(ctx, "the database server is not crash-safe: a crash of its machine can lose messages already acknowledged; set fsync and full_page_writes on",
 			"fsync", fsync, "full_page_writes", fpw)
+	}
+	if syncCommit == "off" {
+		n.logger.WarnContext(ctx, "the node's sessions commit without waiting for the flush: a crash of the database server can lose messages already acknowledged; remove synchronous_commit=off from the database URL",
+			"synchronous_commit", syncCommit)
 	}
 }
 
