@@ -212,3 +212,54 @@ func writeProfileFile(b *testing.B, name, content string) {
 		b.Fatal(err)
 	}
 }
+
+// serverCPU is the CPU time PostgreSQL's processes have used since its
+// container started (every backend, autovacuum and the WAL writer, those
+// that exited included), read from the container's cgroup on this host.
+// ok is false where the engine is remote or the cgroup is not readable.
+//
+// CPU per message is the server's cost of the work, far steadier on a
+// shared machine than throughput: a neighbour's load slows a scenario but
+// leaves what each message cost roughly as it was.
+func serverCPU(b *testing.B, db *testcontainers.DB) (time.Duration, bool) {
+	b.Helper()
+	info, err := db.Server.Container().Inspect(context.Background())
+	if err != nil || info.State == nil || info.State.Pid == 0 {
+		return 0, false
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", info.State.Pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "": // cgroup v2: usage_usec in cpu.stat
+			raw, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", f[2], "cpu.stat"))
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(raw), "\n") {
+				var us int64
+				if _, err := fmt.Sscanf(l, "usage_usec %d", &us); err == nil {
+					return time.Duration(us) * time.Microsecond, true
+				}
+			}
+		case strings.Contains(","+f[1]+",", ",cpuacct,"): // cgroup v1: nanoseconds
+			for _, dir := range []string{"cpuacct", f[1]} {
+				raw, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", dir, f[2], "cpuacct.usage"))
+				if err != nil {
+					continue
+				}
+				var ns int64
+				if _, err := fmt.Sscanf(strings.TrimSpace(string(raw)), "%d", &ns); err == nil {
+					return time.Duration(ns), true
+				}
+			}
+		}
+	}
+	return 0, false
+}

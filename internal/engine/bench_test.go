@@ -156,12 +156,14 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 	node := startNodeProc(b, env.bin, db, yaml, listens, keyEnv...)
 	stm.reset(b)
 	cpu0 := node.stats(b).cpu
+	pg0, pgOK := serverCPU(b, db)
 
 	b.ResetTimer()
 	tr := drive(b, listens, sc, p, 0)
 	b.StopTimer()
 
 	st := node.stats(b)
+	pg1, _ := serverCPU(b, db)
 	node.stop(b)
 	waitSessionsGone(b, db)
 	x1 := xactCommits(b, db, db.Name)
@@ -174,6 +176,9 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 		rssMB:       st.hwmMB,
 	}
 	r.extras = append(r.extras, fmt.Sprintf("node_cpu_us_per_msg=%.0f", float64((st.cpu-cpu0).Microseconds())/float64(tr.total)))
+	if pgOK {
+		r.extras = append(r.extras, fmt.Sprintf("pg_cpu_us_per_msg=%.0f", float64((pg1-pg0).Microseconds())/float64(tr.total)))
+	}
 	if w := stm.wal(b); stm != nil {
 		n := float64(tr.total)
 		r.extras = append(r.extras, fmt.Sprintf("wal_fsyncs_per_msg=%.2f", float64(w.syncs)/n),
