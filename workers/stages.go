@@ -69,7 +69,7 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepR
 		return stepResult{}, err
 	}
 	d.Wake.Notify(jobs.RoutedLane(rows[0].Channel))
-	return stepResult{served: len(rows), snooze: wait}, nil
+	return stepResult{served: len(rows), snooze: wait, drained: true}, nil
 }
 
 // RoutedWorker runs handlers for a channel's routed messages.
@@ -162,7 +162,7 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (s
 			d.Wake.Notify(o.Lane)
 		}
 	}
-	return stepResult{served: len(rows), snooze: wait}, nil
+	return stepResult{served: len(rows), snooze: wait, drained: true}, nil
 }
 
 // OutboundWorker delivers one destination lane.
@@ -226,17 +226,19 @@ func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []
 	}
 	for i := 0; ; i++ {
 		if i == len(rows) {
+			// Every row read is served: unless resolving cancels asks for
+			// a fresh read, the lane's end may have been reached.
 			if w.empty() || served >= d.Limits.Batch || d.stopping() {
-				_, err := settle()
-				return stepResult{served: served}, err
+				again, err := settle()
+				return stepResult{served: served, drained: !again}, err
 			}
 			more, err := d.moreRows(ctx, r.lane, rows[len(rows)-1].Seq, w)
 			if err != nil {
 				return stepResult{served: served}, err
 			}
 			if len(more) == 0 {
-				_, err := settle()
-				return stepResult{served: served}, err
+				again, err := settle()
+				return stepResult{served: served, drained: !again}, err
 			}
 			rows, i = more, 0
 		}
