@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -35,27 +33,10 @@ func (r *laneReads) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.Tra
 // which before found the lane empty every time and doubled the reads.
 func TestLightLaneReadOncePerMessage(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	tracer := &laneReads{}
-	cfg := db.Pool.Config().Copy()
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-
-	p := newPartner(t, "")
-	listen := freeAddr(t)
-	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr)), func(o *engine.Options) {
-		o.Pool = pool
-		o.Limits.Linger = 3 * time.Second // the drainers stay through the whole run
-	})
+	// The drainers stay through the whole run.
+	listen, p := startTracedNode(t, db, tracer, 3*time.Second)
 
 	const n = 10
 	var want []string

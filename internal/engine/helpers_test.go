@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
@@ -201,6 +204,32 @@ func startNode(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod func
 		}
 	})
 	return n
+}
+
+// startTracedNode starts a node on db whose sessions report every
+// statement to tracer, its drainers lingering for linger, with one channel
+// delivering to a fresh partner. It returns the channel's listen address
+// and the partner.
+func startTracedNode(t *testing.T, db *testcontainers.DB, tracer pgx.QueryTracer, linger time.Duration) (string, *partner) {
+	t.Helper()
+	cfg := db.Pool.Config().Copy()
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // after the node's stop, registered below
+	p := newPartner(t, "")
+	listen := freeAddr(t)
+	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+`, p.addr)), func(o *engine.Options) {
+		o.Pool = pool
+		o.Limits.Linger = linger
+	})
+	return listen, p
 }
 
 // send sends each message to addr over one MLLP connection and returns the ACKs.

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -37,28 +35,10 @@ func (r *refusals) TraceBatchEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceB
 // that needs a live one; they arrive, in order.
 func TestQuietInterfaceIsNotRefusedFirst(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	tracer := &refusals{}
-	cfg := db.Pool.Config().Copy()
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-
-	p := newPartner(t, "")
-	listen := freeAddr(t)
 	const linger = 100 * time.Millisecond
-	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr)), func(o *engine.Options) {
-		o.Pool = pool
-		o.Limits.Linger = linger
-	})
+	listen, p := startTracedNode(t, db, tracer, linger)
 
 	var want []string
 	for i := range 5 {

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -22,7 +20,8 @@ import (
 // statements named in marks it counts where they ran: in such a
 // transaction, or in any other.
 type pipelineTxTracer struct {
-	marks map[string]string // label: a fragment only that statement has
+	tripCounter                   // the tracer methods it has no use for
+	marks       map[string]string // label: a fragment only that statement has
 
 	mu       sync.Mutex
 	pipeline map[*pgx.Conn]bool // open transactions: began with the settings
@@ -75,12 +74,6 @@ func (p *pipelineTxTracer) count(conn *pgx.Conn, sql string) {
 	}
 }
 
-func (p *pipelineTxTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (p *pipelineTxTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-func (p *pipelineTxTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
 // The workers' transactions (the route and transform hand-offs, the
 // delivery records, the drainer's empty check) run with the pipeline's plan
 // settings, as intake and the lane reads do (TestPipelineStatementsPlanOnce,
@@ -88,7 +81,6 @@ func (p *pipelineTxTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 // again, which cost the server more than running them.
 func TestWorkerTransactionsPlanGenerically(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	tracer := newPipelineTxTracer(map[string]string{
 		"route hand-off":     "SELECT c.message_id, 'routed', $10",
@@ -96,24 +88,7 @@ func TestWorkerTransactionsPlanGenerically(t *testing.T) {
 		"delivery record":    "UPDATE mefor_work w SET status = 'done', attempts = w.attempts + 1",
 		"empty check":        "WHERE lane = $1 AND status = 'pending' ORDER BY seq LIMIT 1",
 	})
-	cfg := db.Pool.Config().Copy()
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-
-	p := newPartner(t, "")
-	listen := freeAddr(t)
-	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr)), func(o *engine.Options) {
-		o.Pool = pool
-		o.Limits.Linger = 100 * time.Millisecond
-	})
+	listen, p := startTracedNode(t, db, tracer, 100*time.Millisecond)
 
 	var want []string
 	var msgs [][]byte
