@@ -39,12 +39,11 @@ func DurableCommits(cfg *pgconn.Config) {
 // lane it is given, by an index (TestPipelineStatementsPlanOnce checks that
 // none scans mefor_work or mefor_message). Parallel workers are off with
 // them, as a plan for any lane assumes a long one and would start workers
-// for it. So are
-// sequential scans where an index serves: a plan is kept until the next
-// ANALYZE of its tables, and one made while a new install's tables were
-// nearly empty would otherwise scan them as they grow (on a fresh
-// database, ten times the scans of mefor_work and mefor_message in the
-// first minute of traffic). And JIT compilation is off: a scan made that
+// for it. So are sequential scans where an index serves: a plan is kept
+// until the next ANALYZE of its tables, and one made while a new install's
+// tables were nearly empty would otherwise scan them as they grow (on a
+// fresh database, ten times the scans of mefor_work and mefor_message in
+// the first minute of traffic). And JIT compilation is off: a scan made that
 // dear pushes a plan's estimate past jit_above_cost, as can the estimate
 // of a generic plan for a long lane, and compiling took 1.5 s of a lane
 // read that runs in well under a millisecond.
