@@ -157,6 +157,11 @@ func TestMonitoringExamples(t *testing.T) {
 
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
+		// CI sets MEFOR_REQUIRE_PROMTOOL (.ci/run): there, rules that
+		// promtool would reject must fail the build, not pass unchecked.
+		if os.Getenv("MEFOR_REQUIRE_PROMTOOL") != "" {
+			t.Fatal("promtool not on PATH and MEFOR_REQUIRE_PROMTOOL is set: export PATH=\"$(bash .ci/promtool.sh):$PATH\"")
+		}
 		t.Log("promtool not on PATH: rules checked by parsing only")
 		return
 	}
