@@ -166,7 +166,7 @@ func recordAttempts(ctx context.Context, tx pgx.Tx, ex Execution, outs []Outcome
 			), w AS (
 				UPDATE mefor_work w SET status = 'done', attempts = w.attempts + 1, last_error = NULL,
 					updated_at = clock_timestamp(), finished_at = clock_timestamp()
-				FROM u WHERE w.id = u.id AND w.status = 'pending'
+				FROM u WHERE w.id = u.id AND w.status = `+store.PendingByID+`
 				RETURNING w.id, w.message_id, w.attempts, u.destination, u.outcome, u.ack_code, u.body, u.n
 			), r AS (
 				INSERT INTO mefor_response (message_id, work_id, destination, attempt, outcome, ack_code, body)
@@ -196,7 +196,7 @@ func recordAttempts(ctx context.Context, tx pgx.Tx, ex Execution, outs []Outcome
 					status = CASE WHEN $10 THEN 'dead' ELSE 'pending' END,
 					finished_at = CASE WHEN $10 THEN clock_timestamp() END,
 					updated_at = clock_timestamp()
-				WHERE id = $3 AND status = 'pending' AND ($12::timestamptz IS NULL OR next_attempt_at <= $12)
+				WHERE id = $3 AND status = `+store.PendingByID+` AND ($12::timestamptz IS NULL OR next_attempt_at <= $12)
 				RETURNING id, message_id, attempts, status
 			), r AS (
 				INSERT INTO mefor_response (message_id, work_id, destination, attempt, outcome, ack_code, body)

@@ -113,7 +113,7 @@ func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution,
 			WITH u AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(work, msg, status)),
 			consumed AS (
 				UPDATE mefor_work w SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
-				FROM u WHERE w.id = u.work AND w.status = 'pending'
+				FROM u WHERE w.id = u.work AND w.status = `+store.PendingByID+`
 				RETURNING w.id, w.message_id
 			), st AS (
 				UPDATE mefor_message m SET status = u.status, updated_at = clock_timestamp()
@@ -207,7 +207,7 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 		h.b.Queue(`
 			WITH consumed AS (
 				UPDATE mefor_work SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
-				WHERE id = ANY($1::bigint[]) AND status = 'pending'
+				WHERE id = ANY($1::bigint[]) AND status = `+store.PendingByID+`
 				RETURNING id, message_id
 			), ev AS (
 				INSERT INTO mefor_event (message_id, event, work_id, detail)

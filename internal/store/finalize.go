@@ -24,7 +24,7 @@ func QueueDeadLetter(b *pgx.Batch, ids []int64, reasons []string) {
 		w AS (
 			UPDATE mefor_work w SET status = 'dead', last_error = u.reason,
 				updated_at = clock_timestamp(), finished_at = clock_timestamp()
-			FROM u WHERE w.id = u.id AND w.status = 'pending'
+			FROM u WHERE w.id = u.id AND w.status = `+PendingByID+`
 			RETURNING w.id, w.message_id, w.destination, u.reason, u.n
 		)
 		INSERT INTO mefor_event (message_id, event, work_id, destination, detail)

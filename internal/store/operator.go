@@ -140,7 +140,7 @@ func ReplayMessage(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, messageID 
 	rows, err := tx.Query(ctx, `
 		WITH old AS (
 			SELECT id, next_attempt_at > clock_timestamp() AS waiting
-			FROM mefor_work WHERE id = ANY($1) AND status = 'pending'
+			FROM mefor_work WHERE id = ANY($1) AND status = `+PendingByID+`
 			FOR UPDATE
 		)
 		UPDATE mefor_work w SET attempts = 0, last_error = NULL, next_attempt_at = clock_timestamp(),
@@ -492,7 +492,7 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 	if len(later) > 0 {
 		marked, err := tx.Query(ctx, `
 			UPDATE mefor_work SET cancel_requested_at = clock_timestamp(), updated_at = clock_timestamp()
-			WHERE id = ANY($1) AND status = 'pending'
+			WHERE id = ANY($1) AND status = `+PendingByID+`
 			RETURNING id`, later)
 		if err != nil {
 			return res, fmt.Errorf("mark deliveries to %s for cancelling: %w", f.Destination, err)
@@ -501,7 +501,7 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 			return res, fmt.Errorf("mark deliveries to %s for cancelling: %w", f.Destination, err)
 		}
 	}
-	c, err := cancelRows(ctx, tx, `id = ANY($1)`, now)
+	c, err := cancelRows(ctx, tx, `id = ANY($1) AND status = `+PendingByID, now)
 	if err != nil {
 		return res, fmt.Errorf("cancel deliveries to %s: %w", f.Destination, err)
 	}
@@ -537,14 +537,16 @@ func lockDrainers(ctx context.Context, tx pgx.Tx, lanes []string) (map[string]bo
 	return running, nil
 }
 
-// cancelRows cancels the pending rows of mefor_work matching where (with
-// $1 = arg), records a cancelled event each and finalizes their messages.
+// cancelRows cancels the rows of mefor_work matching where (with $1 = arg),
+// which names them pending (by lane, as the pending indexes serve; by id,
+// with PendingByID), records a cancelled event each and finalizes their
+// messages.
 // The caller holds the rows' lane locks or their drainer's fence.
 func cancelRows(ctx context.Context, tx pgx.Tx, where string, arg any) (BatchResult, error) {
 	var res BatchResult
 	rows, err := tx.Query(ctx, `
 		WITH c AS (
-			SELECT id FROM mefor_work WHERE `+where+` AND status = 'pending' ORDER BY id FOR UPDATE
+			SELECT id FROM mefor_work WHERE `+where+` ORDER BY id FOR UPDATE
 		), w AS (
 			UPDATE mefor_work w SET status = 'cancelled', updated_at = clock_timestamp(), finished_at = clock_timestamp()
 			FROM c WHERE w.id = c.id
@@ -602,7 +604,7 @@ func CancelMarkedIdle(ctx context.Context, tx pgx.Tx, lanes []string) (BatchResu
 	if err := jobs.LockLanes(ctx, tx, idle); err != nil {
 		return BatchResult{}, err
 	}
-	res, err := cancelRows(ctx, tx, `lane = ANY($1) AND cancel_requested_at IS NOT NULL`, idle)
+	res, err := cancelRows(ctx, tx, `lane = ANY($1) AND cancel_requested_at IS NOT NULL AND status = 'pending'`, idle)
 	if err != nil {
 		return res, fmt.Errorf("cancel marked deliveries: %w", err)
 	}
@@ -614,7 +616,7 @@ func CancelMarkedIdle(ctx context.Context, tx pgx.Tx, lanes []string) (BatchResu
 // rows have no other writer) when it learned of marks and before it sends
 // anything else. It returns how many rows it cancelled.
 func CancelMarked(ctx context.Context, tx pgx.Tx, lane string) (int, error) {
-	res, err := cancelRows(ctx, tx, `lane = $1 AND cancel_requested_at IS NOT NULL`, lane)
+	res, err := cancelRows(ctx, tx, `lane = $1 AND cancel_requested_at IS NOT NULL AND status = 'pending'`, lane)
 	if err != nil {
 		return 0, fmt.Errorf("cancel marked deliveries of lane %s: %w", lane, err)
 	}
@@ -642,7 +644,7 @@ func MarkedStatus(ctx context.Context, q DBTX, ids []int64) (map[string][]int64,
 // MarkedLanes returns the lanes of ids (rows CancelBatch marked) that still
 // have one of them pending.
 func MarkedLanes(ctx context.Context, q DBTX, ids []int64) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT DISTINCT lane FROM mefor_work WHERE id = ANY($1) AND status = 'pending' ORDER BY lane`, ids)
+	rows, err := q.Query(ctx, `SELECT DISTINCT lane FROM mefor_work WHERE id = ANY($1) AND status = `+PendingByID+` ORDER BY lane`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read lanes of marked deliveries: %w", err)
 	}

@@ -1,0 +1,187 @@
+package drainer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/drainer"
+	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// A hand-off or a delivery record changes rows it names by id, and must
+// reach them by id whatever the statistics say, or one partner's backlog
+// slows every lane.
+//
+// The plans are generic (store.PipelineTx), made once per session and kept
+// until the next ANALYZE of the table. Statistics taken while nothing was
+// pending (a quiet night, all work done) estimate no pending rows at all;
+// a plan made from them for "id = ANY($1) AND status = 'pending'" walked
+// a partial index of pending rows instead of the primary key, since an
+// empty index costs nothing to walk. When a partner then went down and its
+// backlog grew, every hand-off of every lane walked the whole backlog:
+// 62 ms instead of 0.2 ms for one row with 200,000 pending, until
+// autovacuum analyzed the table again (after a tenth of it changed).
+//
+// Here the statistics say nothing is pending, one session makes its plans
+// (route, transform, a replay, a hold, a failed attempt, a delivery, a dead
+// letter, a cancel), a backlog of another lane's rows is added, and the
+// same statements run again: the pending indexes may give up the session's
+// own few rows, never the backlog. The operator's statements are planned
+// for their values each time, and their plans made the same choice.
+func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	ins := inserter(t, db)
+
+	// The statistics stay as this test makes them.
+	exec(t, db, `ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)
+	exec(t, db, `ALTER TABLE mefor_message SET (autovacuum_enabled = false)`)
+	exec(t, db, `INSERT INTO mefor_message (channel, source, size, raw, status)
+		SELECT 'adt', 'test', 1, 'x', 'processed' FROM generate_series(1, 2000)`)
+	exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel, status)
+		SELECT id, 'ingress', 'ingress:adt', 'adt', 'done' FROM mefor_message`)
+	exec(t, db, `ANALYZE mefor_work, mefor_message`)
+
+	c, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	conn := c.Conn()
+	// reads counts, by step, the entries of the pending indexes each step
+	// read; measure turns it on.
+	reads := map[string]int{}
+	measure := false
+	inTx := func(what string, f func(tx pgx.Tx) error) {
+		t.Helper()
+		before := 0
+		if measure {
+			before = pendingReads(t, db, conn)
+		}
+		if err := pgx.BeginTxFunc(ctx, conn, store.PipelineTx, f); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if measure {
+			reads[what] += pendingReads(t, db, conn) - before
+		}
+	}
+	head := func(lane string) drainer.Row {
+		t.Helper()
+		rows, err := drainer.PendingRows(ctx, conn, lane, 10)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("read %s: %d rows, %v", lane, len(rows), err)
+		}
+		return rows[0]
+	}
+	const outLane = "outbound:d"
+	// life takes three messages through every write by id of the pipeline
+	// and of the operator commands.
+	life := func(round int) {
+		t.Helper()
+		for k, end := range []string{"delivered", "dead", "cancelled"} {
+			ctrl := fmt.Sprintf("R%dM%d", round, k)
+			step := func(what string) string { return what + " (" + end + ")" }
+			_, err := store.ReceiveBatch(ctx, conn, ins, []store.Inbound{{Channel: "adt", Source: "test",
+				Raw: []byte(strings.Replace(handoffBody, "|C1|", "|"+ctrl+"|", 1)), ControlID: ctrl, MessageType: "ADT", TriggerEvent: "A01"}})
+			if err != nil {
+				t.Fatalf("store %s: %v", ctrl, err)
+			}
+			row := head(jobs.IngressLane("adt"))
+			if end == "dead" {
+				inTx(step("dead-letter"), func(tx pgx.Tx) error {
+					return drainer.RouteBatch(ctx, tx, ins, drainer.NoFence, []drainer.Row{row},
+						[]drainer.RouteDecision{{DeadReason: "test"}})
+				})
+				continue
+			}
+			inTx(step("route"), func(tx pgx.Tx) error {
+				return drainer.RouteHandoff(ctx, tx, ins, row, []drainer.RoutedOut{{Route: "r", Handler: "passthrough"}})
+			})
+			row = head(jobs.RoutedLane("adt"))
+			inTx(step("transform"), func(tx pgx.Tx) error {
+				return drainer.TransformHandoff(ctx, tx, ins, row, []drainer.OutboundOut{{Destination: "d", Lane: outLane, Payload: []byte("p")}})
+			})
+			row = head(outLane)
+			if end == "cancelled" {
+				// An operator's by-id statements: the rows it found by
+				// destination, then those of them still pending.
+				inTx(step("cancel"), func(tx pgx.Tx) error {
+					res, err := store.CancelBatch(ctx, tx, store.CancelFilter{Destination: "d"}, 0, row.ID, 10)
+					if err == nil && res.Rows != 1 {
+						err = fmt.Errorf("cancelled %d rows, want 1", res.Rows)
+					}
+					return err
+				})
+				inTx(step("marked lanes"), func(tx pgx.Tx) error {
+					_, err := store.MarkedLanes(ctx, tx, []int64{row.ID})
+					return err
+				})
+				continue
+			}
+			inTx(step("replay"), func(tx pgx.Tx) error {
+				_, err := store.ReplayMessage(ctx, tx, ins, row.MessageID)
+				return err
+			})
+			inTx(step("hold"), func(tx pgx.Tx) error {
+				return drainer.RecordHold(ctx, tx, drainer.NoFence, row, "test", 0)
+			})
+			inTx(step("failed attempt"), func(tx pgx.Tx) error {
+				return drainer.Failed(ctx, tx, row, drainer.Attempt{Outcome: "refused", Error: "test"}, 0, false)
+			})
+			inTx(step("delivery"), func(tx pgx.Tx) error {
+				ok, err := drainer.Delivered(ctx, tx, row, drainer.Attempt{Outcome: "delivered", AckCode: "AA"})
+				if err == nil && !ok {
+					err = fmt.Errorf("row %d not recorded", row.ID)
+				}
+				return err
+			})
+		}
+	}
+	life(1) // the plans are made, from statistics that say nothing is pending
+	const backlog = 20000
+	exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel, destination)
+		SELECT (SELECT min(id) FROM mefor_message), 'outbound', 'outbound:down', 'other', 'down'
+		FROM generate_series(1, $1::int)`, backlog)
+	measure = true
+	life(2)
+	for what, n := range reads {
+		limit := backlog / 10
+		if what == "cancel (cancelled)" {
+			// Its first statement finds the destination's pending rows
+			// in id order, which no index gives: it reads the pending
+			// rows of every destination once. What it then does by id
+			// must not read them again.
+			limit += backlog
+		}
+		if n > limit {
+			t.Errorf("%s read %d entries of the pending indexes with %d rows of another lane pending, want at most %d: a statement by id walked the backlog", what, n, backlog, limit)
+		}
+	}
+	if len(reads) != 11 {
+		t.Errorf("measured %d steps, want 11: %v", len(reads), reads)
+	}
+	if n := count(t, db, `SELECT count(*) FROM mefor_work WHERE lane = $1 AND status = 'done'`, outLane); n != 2 {
+		t.Fatalf("%d deliveries recorded, want 2", n)
+	}
+}
+
+// pendingReads is how many entries of mefor_work's pending indexes the
+// server has read, conn's reads included.
+func pendingReads(t *testing.T, db *testcontainers.DB, conn *pgx.Conn) int {
+	t.Helper()
+	// The session's counts reach the statistics when it goes idle after
+	// this call.
+	if _, err := conn.Exec(context.Background(), `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	return count(t, db, `SELECT coalesce(sum(s.idx_tup_read), 0)::int
+		FROM pg_stat_user_indexes s JOIN pg_index i ON i.indexrelid = s.indexrelid
+		WHERE s.relname = 'mefor_work' AND pg_get_expr(i.indpred, i.indrelid) LIKE '%pending%'`)
+}
