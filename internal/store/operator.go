@@ -445,9 +445,13 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 			ORDER BY id
 			LIMIT $5`, f.Destination, f.Channel, after, upTo, limit)
 	} else {
+		// In id order from the cursor, by the primary key: no index has
+		// the pending rows of a destination in id order, and a plan that
+		// walked a pending index would walk every destination's pending
+		// rows at each batch (PendingByID).
 		rows, err = tx.Query(ctx, `
 			SELECT id, lane FROM mefor_work
-			WHERE stage = 'outbound' AND status = 'pending' AND destination = $1
+			WHERE stage = 'outbound' AND status = `+PendingByID+` AND destination = $1
 			  AND ($2 = '' OR channel = $2) AND id > $3 AND id <= $4
 			ORDER BY id
 			LIMIT $5`, f.Destination, f.Channel, after, upTo, limit)
