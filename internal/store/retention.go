@@ -149,9 +149,9 @@ func (r *retention) deletePass(ctx context.Context, cut, deadCut time.Time) erro
 			tag, err := tx.Exec(ctx, `
 				DELETE FROM mefor_message m
 				WHERE id = ANY($1) AND received_at < $2
-				  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = 'pending')
+				  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = `+PendingByID+`)
 				  AND ($3::timestamptz IS NULL OR NOT EXISTS (
-					SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = 'dead'
+					SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = `+DeadByID+`
 					  AND coalesce(w.finished_at, w.updated_at) >= $3))`,
 				ids, cut, spare)
 			if err != nil {
@@ -183,10 +183,10 @@ func (r *retention) bodyPass(ctx context.Context, bodies, dead time.Time) error 
 				WITH due AS (
 					SELECT m.id FROM mefor_message m
 					WHERE m.id = ANY($1) AND m.body_purged_at IS NULL
-					  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = 'pending')
-					  AND CASE WHEN EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = 'dead')
+					  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = `+PendingByID+`)
+					  AND CASE WHEN EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = `+DeadByID+`)
 						THEN (SELECT max(coalesce(w.finished_at, w.updated_at)) FROM mefor_work w
-							WHERE w.message_id = m.id AND w.status = 'dead') < $3
+							WHERE w.message_id = m.id AND w.status = `+DeadByID+`) < $3
 						ELSE m.received_at < $2 END
 				), msg AS (
 					UPDATE mefor_message m SET raw = NULL, error = NULL, body_purged_at = clock_timestamp()

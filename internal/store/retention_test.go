@@ -319,3 +319,67 @@ func TestRetentionDeleteAfterSparesRecentDeadLetters(t *testing.T) {
 		t.Errorf("counts = %+v, want 1 message deleted", got)
 	}
 }
+
+// Retention looks for pending and dead rows of each message it may purge or
+// delete, by message. Statistics taken while nothing was pending or dead
+// made those lookups walk the partial indexes of pending and dead rows
+// instead: a batch of 500 messages compared each with every pending row
+// (900 ms with 20,000 pending, 32 ms by message), so a partner's backlog
+// slowed retention in proportion to it (store.PendingByID, DeadByID).
+func TestRetentionIgnoresStatisticsOfNoPendingRows(t *testing.T) {
+	f := newFixture(t)
+	f.exec(`ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)
+	f.exec(`ALTER TABLE mefor_message SET (autovacuum_enabled = false)`)
+	for _, age := range []string{"100 days", "10 days"} {
+		f.exec(`WITH m AS (
+				INSERT INTO mefor_message (channel, source, size, raw, status, received_at)
+				SELECT 'adt', 'test', 1, 'x', 'processed', now() - $1::interval FROM generate_series(1, 500)
+				RETURNING id)
+			INSERT INTO mefor_work (message_id, stage, lane, channel, destination, status, finished_at)
+			SELECT id, 'outbound', 'outbound:lab', 'adt', 'lab', 'done', now() - $1::interval FROM m`, age)
+	}
+	f.exec(`ANALYZE mefor_work, mefor_message`)
+	// Then a partner goes down: a recent message with many rows pending
+	// and dead, which retention leaves alone.
+	const backlog = 20000
+	recent := f.message(time.Hour, time.Hour)
+	f.exec(`INSERT INTO mefor_work (message_id, stage, lane, channel, destination, status)
+		SELECT $1, 'outbound', 'outbound:down', 'adt', 'down', s
+		FROM generate_series(1, $2::int), (VALUES ('pending'), ('dead')) AS v(s)`, recent, backlog)
+
+	reads := func() (partial, byMessage int64) {
+		t.Helper()
+		if err := f.db.Pool.QueryRow(f.ctx, `
+			SELECT coalesce(sum(s.idx_tup_read) FILTER (WHERE pg_get_expr(i.indpred, i.indrelid) LIKE '%pending%'
+					OR pg_get_expr(i.indpred, i.indrelid) LIKE '%dead%'), 0)::bigint,
+				coalesce(sum(s.idx_tup_read) FILTER (WHERE s.indexrelname = 'mefor_work_message'), 0)::bigint
+			FROM pg_stat_user_indexes s JOIN pg_index i ON i.indexrelid = s.indexrelid
+			WHERE s.relname = 'mefor_work'`).Scan(&partial, &byMessage); err != nil {
+			t.Fatal(err)
+		}
+		return partial, byMessage
+	}
+	before, beforeByMessage := reads()
+	c := f.retain(store.RetentionPolicy{KeepBodies: day, KeepDead: 7 * day, DeleteAfter: 30 * day, Batch: 100})
+	if c.MessagesDeleted != 500 || c.BodiesNulled != 500 {
+		t.Fatalf("retention deleted %d and purged %d messages, want 500 and 500", c.MessagesDeleted, c.BodiesNulled)
+	}
+	// The batches' sessions report their counts when they end; every
+	// batch reads the work rows of its messages, so the counts are in once
+	// those reads show.
+	f.db.Pool.Reset()
+	var n int64
+	for i := 0; ; i++ {
+		partial, byMessage := reads()
+		if n = partial - before; byMessage > beforeByMessage {
+			break
+		}
+		if i == 50 {
+			t.Fatal("the retention sessions' index reads never reached the statistics")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n > backlog/10 {
+		t.Errorf("retention read %d entries of the pending and dead indexes in %d batches, with %d rows of another message pending and as many dead: it walked them at each batch", n, c.Batches, backlog)
+	}
+}

@@ -35,9 +35,9 @@ const (
 	WorkCancelled = "cancelled"
 )
 
-// PendingByID is what a statement that names its mefor_work rows by id
-// compares status with, as in "id = ANY($1) AND status = " + PendingByID:
-// the value 'pending', which no plan can see when it is made.
+// PendingByID is what a statement that names its mefor_work rows by id (or
+// by message) compares status with, as in "id = ANY($1) AND status = " +
+// PendingByID: the value 'pending', which no plan can see when it is made.
 //
 // Written as a literal, status = 'pending' lets the planner answer the
 // statement from a partial index of pending rows (mefor_work_lane_pending,
@@ -52,6 +52,11 @@ const (
 // partial index's predicate from it and the id's index is used. Lane reads
 // keep the literal: the pending index is what serves them.
 const PendingByID = "(SELECT 'pending')"
+
+// DeadByID is PendingByID for dead rows, which mefor_work_dead holds: where
+// nothing had died when the statistics were taken, each retention batch
+// read every dead row of the table.
+const DeadByID = "(SELECT 'dead')"
 
 // Events of the message timeline (mefor_event.event).
 const (
