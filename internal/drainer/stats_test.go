@@ -33,9 +33,9 @@ import (
 // (route, transform, a replay, a hold, a failed attempt, a delivery, a dead
 // letter, a cancel, and the lane reads and empty checks between them), a
 // backlog of another lane's rows is added, and the same statements run
-// again: the pending indexes may give up the session's
-// own few rows, never the backlog. The operator's statements are planned
-// for their values each time, and their plans made the same choice.
+// again: the pending indexes may give up the session's own few rows, never
+// the backlog. The operator's statements are planned for their values each
+// time, and their plans made the same choice.
 func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
