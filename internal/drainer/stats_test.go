@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,7 +32,8 @@ import (
 //
 // Here the statistics say nothing is pending, one session makes its plans
 // (route, transform, a replay, a hold, a failed attempt, a delivery, a dead
-// letter, a cancel, and the lane reads and empty checks between them), a
+// letter, a cancel, a cancel that marks for a running drainer, and the lane
+// reads and empty checks between them), a
 // backlog of another lane's rows is added, and the same statements run
 // again: the pending indexes may give up the session's own few rows, never
 // the backlog. The operator's statements are planned for their values each
@@ -97,11 +99,11 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 		return rows[0]
 	}
 	const outLane = "outbound:d"
-	// life takes three messages through every write by id of the pipeline
+	// life takes four messages through every write by id of the pipeline
 	// and of the operator commands.
 	life := func(round int) {
 		t.Helper()
-		for k, end := range []string{"delivered", "dead", "cancelled"} {
+		for k, end := range []string{"delivered", "dead", "cancelled", "marked"} {
 			ctrl := fmt.Sprintf("R%dM%d", round, k)
 			step := func(what string) string { return what + " (" + end + ")" }
 			_, err := store.ReceiveBatch(ctx, conn, ins, []store.Inbound{{Channel: "adt", Source: "test",
@@ -121,10 +123,29 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 				return drainer.RouteHandoff(ctx, tx, ins, row, []drainer.RoutedOut{{Route: "r", Handler: "passthrough"}})
 			})
 			row = head(jobs.RoutedLane("adt"))
+			dest, lane := "d", outLane
+			if end == "marked" {
+				// A lane of its own, whose row stays pending, marked.
+				dest, lane = "m", fmt.Sprintf("outbound:m%d", round)
+			}
 			inTx(step("transform"), func(tx pgx.Tx) error {
-				return drainer.TransformHandoff(ctx, tx, ins, row, []drainer.OutboundOut{{Destination: "d", Lane: outLane, Payload: []byte("p")}})
+				return drainer.TransformHandoff(ctx, tx, ins, row, []drainer.OutboundOut{{Destination: dest, Lane: lane, Payload: []byte("p")}})
 			})
-			row = head(outLane)
+			row = head(lane)
+			if end == "marked" {
+				// Its drainer is running: cancel marks the row for the
+				// drainer to cancel, by id.
+				exec(t, db, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
+					WHERE id = (SELECT job_id FROM mefor_lane WHERE name = $1)`, lane)
+				inTx(step("mark"), func(tx pgx.Tx) error {
+					res, err := store.CancelBatch(ctx, tx, store.CancelFilter{Destination: dest}, 0, row.ID, 10)
+					if err == nil && !slices.Contains(res.Marked, row.ID) {
+						err = fmt.Errorf("marked %v, want row %d among them", res.Marked, row.ID)
+					}
+					return err
+				})
+				continue
+			}
 			if end == "cancelled" {
 				// An operator's by-id statements: the rows it found by
 				// destination, then those of them still pending.
@@ -169,7 +190,7 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 	life(2)
 	for what, n := range reads {
 		limit := backlog / 10
-		if what == "cancel (cancelled)" {
+		if what == "cancel (cancelled)" || what == "mark (marked)" {
 			// Its first statement selects the destination's pending rows
 			// in id order, which no index gives, and may read every
 			// pending row once (store.CancelBatch). What it then does by
@@ -180,8 +201,8 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 			t.Errorf("%s read %d entries of the pending indexes with %d rows of another lane pending, want at most %d: a statement by id walked the backlog", what, n, backlog, limit)
 		}
 	}
-	if len(reads) != 11+2*3 {
-		t.Errorf("measured %d steps, want 17: %v", len(reads), reads)
+	if len(reads) != 22 {
+		t.Errorf("measured %d steps, want 22: %v", len(reads), reads)
 	}
 	if n := count(t, db, `SELECT count(*) FROM mefor_work WHERE lane = $1 AND status = 'done'`, outLane); n != 2 {
 		t.Fatalf("%d deliveries recorded, want 2", n)
