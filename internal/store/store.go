@@ -51,12 +51,12 @@ const (
 // value is only known when the statement runs, so no plan can prove a
 // partial index's predicate from it and the id's index is used. Lane reads
 // keep the literal: the pending index is what serves them.
-const PendingByID = "(SELECT 'pending')"
+const PendingByID = "(SELECT '" + WorkPending + "')"
 
 // DeadByID is PendingByID for dead rows, which mefor_work_dead holds: where
 // nothing had died when the statistics were taken, each retention batch
 // read every dead row of the table.
-const DeadByID = "(SELECT 'dead')"
+const DeadByID = "(SELECT '" + WorkDead + "')"
 
 // Events of the message timeline (mefor_event.event).
 const (
