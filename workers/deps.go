@@ -58,10 +58,6 @@ type Limits struct {
 	// Poll is how often a lingering drainer without a Wake looks at its
 	// lane for work; with one it does not poll (see linger).
 	Poll time.Duration
-	// Gather is how long a lingering drainer, woken by this node's commit,
-	// waits before it reads, so that the rows committed meanwhile share its
-	// read and its hand-off transaction (see linger). Zero reads at once.
-	Gather time.Duration
 }
 
 // DefaultLimits suit a 2-core node.
@@ -71,7 +67,6 @@ var DefaultLimits = Limits{
 	Batch:   100,
 	Linger:  200 * time.Millisecond,
 	Poll:    50 * time.Millisecond,
-	Gather:  3 * time.Millisecond,
 }
 
 // Deps is what every drainer needs.

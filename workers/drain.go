@@ -167,9 +167,8 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) er
 }
 
 // linger waits on an empty lane for up to Linger, reporting whether work
-// arrived: woken by this node's producers (then it gathers before it
-// returns), or found by a slow poll for work other nodes committed. It
-// gives up early when the node is stopping.
+// arrived: woken by this node's producers, or found by a slow poll for work
+// other nodes committed. It gives up early when the node is stopping.
 //
 // With a Wake it does not poll at all: this node's commits wake it, and
 // work another node committed meanwhile is found when the linger ends, by
@@ -203,7 +202,6 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 		case <-timer.C:
 			return false
 		case <-woken:
-			d.gather(ctx)
 			return true
 		case <-polls:
 		}
@@ -211,28 +209,6 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 		if err != nil || pending {
 			return err == nil
 		}
-	}
-}
-
-// gather waits Limits.Gather after a wake, before the drainer reads. A
-// lane that is woken is one whose drainer lingers, so it is busy: on one
-// connection sending a message per millisecond, each wake would otherwise
-// read one row and hand it off in a transaction of its own, at every stage,
-// and those transactions take the CPU the next message's intake (and its
-// ACK) waits for. Waiting lets the rows committed meanwhile share the read
-// and the hand-off. It delays only rows that reach a lingering drainer, by
-// at most Gather at each stage: a drainer that starts on a quiet lane reads
-// at once. Stopping ends the wait; the drain loop then yields.
-func (d *Deps) gather(ctx context.Context) {
-	if d.Limits.Gather <= 0 {
-		return
-	}
-	timer := time.NewTimer(d.Limits.Gather)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-	case <-d.Stopping:
-	case <-timer.C:
 	}
 }
 

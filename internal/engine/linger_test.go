@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -63,53 +62,4 @@ func TestLingeringDrainersDoNotPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 3*linger, "L2 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L2") })
-}
-
-// A drainer woken on its lingering lane waits Limits.Gather before it
-// reads, so that what is committed in that moment is handed on together
-// (docs/ARCHITECTURE.md, "Idle cost"); a drainer that starts on a quiet
-// lane reads at once.
-func TestWokenDrainerGathersRowsCommittedMeanwhile(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr))
-	// Long, so that a gather cannot pass unnoticed, nor a message sent in
-	// the middle of one miss it.
-	const gather = 3 * time.Second
-	startNode(t, db, cfg, func(o *engine.Options) {
-		o.Limits.Linger = time.Minute
-		o.Limits.Gather = gather
-	})
-
-	start := time.Now()
-	send(t, listen, adt("G1", "P1"))
-	eventually(t, 30*time.Second, "G1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "G1") })
-	if took := time.Since(start); took >= gather {
-		t.Fatalf("G1 took %s to cross three quiet lanes: a drainer that starts must not gather (gather %s)", took, gather)
-	}
-
-	// The three drainers linger now. G2 wakes the route drainer, and G3
-	// is committed while it gathers.
-	send(t, listen, adt("G2", "P1"))
-	time.Sleep(300 * time.Millisecond)
-	send(t, listen, adt("G3", "P1"))
-	eventually(t, 30*time.Second, "G2 and G3 delivered", func() bool { return len(p.acceptedIDs()) == 3 })
-	if got := p.acceptedIDs(); !slices.Equal(got, []string{"G1", "G2", "G3"}) {
-		t.Fatalf("partner accepted %v, want G1 G2 G3 in order", got)
-	}
-	// Events are inserted by the hand-off that records them and never
-	// updated, so their xmin is that hand-off's transaction.
-	for _, ev := range []string{store.EventRouted, store.EventTransformed} {
-		n := queryInt(t, db, `SELECT count(DISTINCT e.xmin::text)::int FROM mefor_event e
-			JOIN mefor_message m ON m.id = e.message_id WHERE e.event = $1 AND m.control_id IN ('G2', 'G3')`, ev)
-		if n != 1 {
-			t.Errorf("G2 and G3 got their %s events in %d transactions, want one hand-off for both", ev, n)
-		}
-	}
 }
