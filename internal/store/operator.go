@@ -183,7 +183,7 @@ func ReplayMessage(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, messageID 
 	err = tx.QueryRow(ctx, `
 		UPDATE mefor_message SET
 			status = CASE WHEN EXISTS (
-				SELECT 1 FROM mefor_work WHERE message_id = $1 AND stage = 'ingress' AND status = 'pending')
+				SELECT 1 FROM mefor_work WHERE message_id = $1 AND stage = 'ingress' AND status = `+PendingByID+`)
 				THEN 'received' ELSE 'routed' END,
 			error = NULL, updated_at = clock_timestamp()
 		WHERE id = $1
