@@ -33,10 +33,10 @@ import (
 // Here the statistics say nothing is pending, one session makes its plans
 // (route, transform, a replay, a hold, a failed attempt, a delivery, a dead
 // letter, a cancel, a cancel that marks for a running drainer, and the lane
-// reads and empty checks between them), a
-// backlog of another lane's rows is added, and the same statements run
-// again: the pending indexes may give up the session's own few rows, never
-// the backlog. The operator's statements are planned for their values each
+// reads and empty checks between them), backlogs of two other lanes are
+// added (a destination's and a channel's ingress lane), and the same
+// statements run again: the pending indexes may give up the session's own
+// few rows, never a backlog. The operator's statements are planned for their values each
 // time, and their plans made the same choice.
 func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 	t.Parallel()
