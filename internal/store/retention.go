@@ -184,10 +184,12 @@ func (r *retention) bodyPass(ctx context.Context, bodies, dead time.Time) error 
 					SELECT m.id FROM mefor_message m
 					WHERE m.id = ANY($1) AND m.body_purged_at IS NULL
 					  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = `+PendingByID+`)
-					  AND CASE WHEN EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = `+DeadByID+`)
-						THEN (SELECT max(coalesce(w.finished_at, w.updated_at)) FROM mefor_work w
-							WHERE w.message_id = m.id AND w.status = `+DeadByID+`) < $3
-						ELSE m.received_at < $2 END
+					  -- A message with dead rows is due by its latest death, others by
+					  -- their arrival: max is NULL only without dead rows (updated_at is
+					  -- never NULL), and $3 is never NULL (orNever).
+					  AND coalesce((SELECT max(coalesce(w.finished_at, w.updated_at)) FROM mefor_work w
+							WHERE w.message_id = m.id AND w.status = `+DeadByID+`) < $3,
+						m.received_at < $2)
 				), msg AS (
 					UPDATE mefor_message m SET raw = NULL, error = NULL, body_purged_at = clock_timestamp()
 					FROM due WHERE m.id = due.id
