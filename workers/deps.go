@@ -58,6 +58,11 @@ type Limits struct {
 	// Poll is how often a lingering drainer without a Wake looks at its
 	// lane for work; with one it does not poll (see linger).
 	Poll time.Duration
+	// Gather is how long a lingering drainer, woken by this node's commit
+	// while the host's CPUs are contended (Deps.Contended), waits before it
+	// reads, so that the rows committed meanwhile share its read and its
+	// hand-off transaction (see gather). Zero reads at once.
+	Gather time.Duration
 }
 
 // DefaultLimits suit a 2-core node.
@@ -67,6 +72,7 @@ var DefaultLimits = Limits{
 	Batch:   100,
 	Linger:  200 * time.Millisecond,
 	Poll:    50 * time.Millisecond,
+	Gather:  3 * time.Millisecond,
 }
 
 // Deps is what every drainer needs.
@@ -104,6 +110,10 @@ type Deps struct {
 	// Keys opens the content drainers read and seals what they write; nil
 	// means encryption is off.
 	Keys *crypt.Keyring
+	// Contended reports whether the host's CPUs are contended right now
+	// (cpupressure.Gauge.Busy); only then does a woken drainer gather. Nil
+	// means never: every drainer reads at once.
+	Contended func() bool
 }
 
 // unknownRetry is how long a lane whose head this node does not know is

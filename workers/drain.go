@@ -65,6 +65,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	lim := d.Limits
 	deadline := time.Now().Add(lim.Slice)
 	served := 0
+	var rate arrivals // this lane's, as this execution reads it
 
 	for {
 		if d.stopping() || served >= lim.MaxRows || time.Now().After(deadline) {
@@ -76,6 +77,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		if err != nil {
 			return err
 		}
+		rate.read(time.Now(), len(rows))
 		if err := drainer.OpenBodies(d.Keys, rows); err != nil {
 			// Nothing is handed on or sent from a value that did not open:
 			// the lane waits, looking again every few seconds, until the
@@ -84,7 +86,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return r.snooze(ctx, unopenedRetry)
 		}
 		if len(rows) == 0 {
-			if finished, err := atLaneEnd(ctx, d, ex, job, lane, deadline, woken); finished {
+			if finished, err := atLaneEnd(ctx, d, ex, job, lane, deadline, woken, &rate); finished {
 				return err
 			}
 			continue // woken, or a producer slipped a row in before the lock
@@ -116,7 +118,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			// woken is closed then too), and one another node committed is
 			// found by the locked look at the end of the linger, as after an
 			// empty read.
-			if finished, err := atLaneEnd(ctx, d, ex, job, lane, deadline, woken); finished {
+			if finished, err := atLaneEnd(ctx, d, ex, job, lane, deadline, woken, &rate); finished {
 				return err
 			}
 		}
@@ -128,8 +130,8 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 // its lock. It reports whether the execution is over (completed, or
 // superseded), with what drain returns; otherwise the drainer reads again.
 func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string,
-	deadline time.Time, woken <-chan struct{}) (bool, error) {
-	if d.linger(ctx, lane, deadline, woken) {
+	deadline time.Time, woken <-chan struct{}, rate *arrivals) (bool, error) {
+	if d.linger(ctx, lane, deadline, woken, rate) {
 		return false, nil
 	}
 	done, err := completeIfEmpty(ctx, d, ex, job, lane)
@@ -167,8 +169,9 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) er
 }
 
 // linger waits on an empty lane for up to Linger, reporting whether work
-// arrived: woken by this node's producers, or found by a slow poll for work
-// other nodes committed. It gives up early when the node is stopping.
+// arrived: woken by this node's producers (then it may gather before it
+// returns), or found by a slow poll for work other nodes committed. It
+// gives up early when the node is stopping.
 //
 // With a Wake it does not poll at all: this node's commits wake it, and
 // work another node committed meanwhile is found when the linger ends, by
@@ -176,7 +179,7 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) er
 // (completeIfEmpty), so it waits at most Linger. Polling every few
 // milliseconds on every lingering lane of every stage was most of the
 // statements a lightly loaded node made.
-func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woken <-chan struct{}) bool {
+func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woken <-chan struct{}, rate *arrivals) bool {
 	until := time.Now().Add(d.Limits.Linger)
 	if until.After(deadline) {
 		until = deadline
@@ -202,6 +205,7 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 		case <-timer.C:
 			return false
 		case <-woken:
+			d.gather(ctx, rate)
 			return true
 		case <-polls:
 		}
@@ -210,6 +214,78 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 			return err == nil
 		}
 	}
+}
+
+// gather waits Limits.Gather after a wake, before the drainer reads, when
+// the lane is expected to get another row within that time and the host's
+// CPUs are contended. On one connection sending a message every one or two
+// milliseconds, each wake would otherwise read one row and hand it off in
+// a transaction of its own, at every stage, and on a host whose CPUs are
+// short those transactions take the CPU the next message's intake (and
+// its ACK) waits for. Waiting lets the rows committed meanwhile share the
+// read and the hand-off, which costs the database less per message.
+//
+// It does not wait for company it does not expect: on a lane whose rows
+// come further apart than Gather, a wait only delays the row in hand. Nor
+// does it wait with CPU to spare: the pipeline's commits then come sooner
+// and smaller, and measured with paced senders on a host with idle CPU,
+// deferring them made every WAL flush longer and the ACKs that wait for
+// one slower (docs/performance.md, "Sixth run"). A row is delayed by at
+// most Gather at each stage; a drainer that starts on a quiet lane knows
+// no rate yet and reads at once. Stopping ends the wait; the drain loop
+// then yields.
+func (d *Deps) gather(ctx context.Context, rate *arrivals) {
+	g := d.Limits.Gather
+	if g <= 0 || rate.expected(g) < 1 || d.Contended == nil || !d.Contended() {
+		return
+	}
+	timer := time.NewTimer(g)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-d.Stopping:
+	case <-timer.C:
+	}
+}
+
+// arrivals estimates how fast rows come to a lane, from the drainer's own
+// reads: the rows each read found over the time since the previous one,
+// smoothed so that one burst or one pause does not decide alone. It is
+// kept per execution, so a drainer that starts knows nothing yet.
+type arrivals struct {
+	last    time.Time
+	perSec  float64
+	samples int
+}
+
+// arrivalsWeight is the share of the newest read in the estimate.
+const arrivalsWeight = 0.25
+
+func (a *arrivals) read(now time.Time, rows int) {
+	if a.last.IsZero() {
+		a.last = now
+		return
+	}
+	dt := now.Sub(a.last).Seconds()
+	a.last = now
+	if dt <= 0 {
+		return
+	}
+	inst := float64(rows) / dt
+	if a.samples == 0 {
+		a.perSec = inst
+	} else {
+		a.perSec += arrivalsWeight * (inst - a.perSec)
+	}
+	a.samples++
+}
+
+// expected is how many rows the lane should get within d.
+func (a *arrivals) expected(d time.Duration) float64 {
+	if a == nil {
+		return 0
+	}
+	return a.perSec * d.Seconds()
 }
 
 func (d *Deps) wakeC(lane string) <-chan struct{} {

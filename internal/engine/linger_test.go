@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -62,4 +63,66 @@ func TestLingeringDrainersDoNotPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 3*linger, "L2 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L2") })
+}
+
+// A drainer woken on its lingering lane waits Limits.Gather before it
+// reads when it expects another row within that time and the host's CPUs
+// are contended, so that what is committed in that moment is handed on
+// together (docs/ARCHITECTURE.md, "Idle cost"); with CPU to spare it reads
+// at once, and so does a drainer that starts on a quiet lane.
+func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing.T) {
+	t.Parallel()
+	for _, contended := range []bool{true, false} {
+		t.Run(fmt.Sprintf("contended=%v", contended), func(t *testing.T) {
+			t.Parallel()
+			db := testcontainers.NewDB(t)
+			p := newPartner(t, "")
+			listen := freeAddr(t)
+			cfg := testConfig(t, listen, fmt.Sprintf(`
+  downstream:
+    type: mllp
+    mllp: {address: "%s"}
+`, p.addr))
+			// Long, so that a gather cannot pass unnoticed, nor a message
+			// sent in the middle of one miss it; a row every 300ms is then
+			// plenty of company.
+			const gather = 3 * time.Second
+			startNode(t, db, cfg, func(o *engine.Options) {
+				o.Limits.Linger = time.Minute
+				o.Limits.Gather = gather
+				o.Contended = func() bool { return contended }
+			})
+
+			start := time.Now()
+			send(t, listen, adt("G1", "P1"))
+			eventually(t, 30*time.Second, "G1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "G1") })
+			if took := time.Since(start); took >= gather {
+				t.Fatalf("G1 took %s to cross three quiet lanes: a drainer that starts must not gather (gather %s)", took, gather)
+			}
+
+			// The drainers linger now. G2 gives the route drainer a rate
+			// (it read G1 when it started, which counts for none); G3
+			// wakes it again, and G4 is committed while it gathers, if it
+			// does.
+			for _, id := range []string{"G2", "G3", "G4"} {
+				send(t, listen, adt(id, "P1"))
+				time.Sleep(300 * time.Millisecond)
+			}
+			eventually(t, 30*time.Second, "G2 to G4 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
+			if got := p.acceptedIDs(); !slices.Equal(got, []string{"G1", "G2", "G3", "G4"}) {
+				t.Fatalf("partner accepted %v, want G1 to G4 in order", got)
+			}
+			want := 2 // with CPU to spare, each is handed on as it comes
+			if contended {
+				want = 1
+			}
+			// Events are inserted by the hand-off that records them and
+			// never updated, so their xmin is that hand-off's transaction.
+			n := queryInt(t, db, `SELECT count(DISTINCT e.xmin::text)::int FROM mefor_event e
+				JOIN mefor_message m ON m.id = e.message_id WHERE e.event = $1 AND m.control_id IN ('G3', 'G4')`, store.EventRouted)
+			if n != want {
+				t.Errorf("G3 and G4 were routed in %d transactions, want %d", n, want)
+			}
+		})
+	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
+	"github.com/mefor/mefor/internal/cpupressure"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
@@ -58,6 +59,10 @@ type Options struct {
 	// AlertRetryBase is the wait before an alert notification's first
 	// retry (it doubles each time, up to 5m); zero means 1s.
 	AlertRetryBase time.Duration
+	// Contended, when set, replaces the node's reading of the host's CPU
+	// pressure (cpupressure.Gauge): it decides whether woken drainers
+	// gather (workers.Limits.Gather). Tests set it to fix the answer.
+	Contended func() bool
 }
 
 // Node is one running mefor node.
@@ -75,6 +80,10 @@ type Node struct {
 	membership *leader.Membership
 	stopBeat   context.CancelFunc
 	beatDone   chan struct{}
+
+	// pressure tells the drainers whether the host's CPUs are contended;
+	// nil when Options.Contended answers instead.
+	pressure *cpupressure.Gauge
 
 	// The listener lease decides whether this node binds the inbound
 	// listeners; the other loops keep it, the listeners and the answers to
@@ -153,6 +162,11 @@ func New(opts Options) (*Node, error) {
 
 	wake := workers.NewWake()
 	n.metrics = newMetrics(n)
+	contended := opts.Contended
+	if contended == nil {
+		n.pressure = cpupressure.NewGauge(cpupressure.DefaultPath)
+		contended = n.pressure.Busy
+	}
 	deps := &workers.Deps{
 		Metrics:      n.metrics,
 		Keys:         opts.Keys,
@@ -165,6 +179,7 @@ func New(opts Options) (*Node, error) {
 		Stopping:     n.stopping,
 		State:        n.state,
 		ConfigAgreed: n.configAgreed,
+		Contended:    contended,
 		// Stop sending a heartbeat before the others may count this node as
 		// dead.
 		Alive: func() bool {
@@ -329,6 +344,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.warnIfNotDurable(ctx)
 	n.startCertWatch(ctx)
+	n.checkPressure(ctx)
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	n.stopBeat, n.beatDone = stopBeat, make(chan struct{})
 	go func() {
@@ -576,6 +592,18 @@ func (n *Node) stop(ctx context.Context) error {
 	}
 	n.closePools()
 	return err
+}
+
+// checkPressure says once, at start, when the host's CPU pressure cannot
+// be read (not Linux, or pressure stall information off in the kernel):
+// drainers then never gather, as on a host with CPU to spare.
+func (n *Node) checkPressure(ctx context.Context) {
+	if n.pressure == nil {
+		return
+	}
+	if err := n.pressure.Check(); err != nil {
+		n.logger.InfoContext(ctx, "CPU pressure is not readable on this host; drainers will not gather", "error", err)
+	}
 }
 
 // closePools closes the pools the node opened.
