@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/cpupressure"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
@@ -158,9 +159,11 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 	cpu0 := node.stats(b).cpu
 	pg0, pgOK := serverCPU(b, db)
 
+	stall0, stallErr := cpupressure.Stalled(cpupressure.DefaultPath)
 	b.ResetTimer()
 	tr := drive(b, listens, sc, p, 0)
 	b.StopTimer()
+	stall1, _ := cpupressure.Stalled(cpupressure.DefaultPath)
 
 	st := node.stats(b)
 	pg1, _ := serverCPU(b, db)
@@ -174,6 +177,9 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 		ackP99:      ms(percentile(tr.latencies, 99)),
 		xactsPerMsg: float64(x1-x0) / float64(tr.total),
 		rssMB:       st.hwmMB,
+	}
+	if stallErr == nil {
+		r.extras = append(r.extras, fmt.Sprintf("cpu_stall_pct=%.1f", 100*float64(stall1-stall0)/float64(tr.elapsed)))
 	}
 	r.extras = append(r.extras, fmt.Sprintf("node_cpu_us_per_msg=%.0f", float64((st.cpu-cpu0).Microseconds())/float64(tr.total)))
 	if pgOK {
