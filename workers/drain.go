@@ -205,7 +205,7 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 		case <-timer.C:
 			return false
 		case <-woken:
-			d.gather(ctx, rate)
+			d.gather(ctx, lane, rate)
 			return true
 		case <-polls:
 		}
@@ -234,11 +234,13 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 // most Gather at each stage; a drainer that starts on a quiet lane knows
 // no rate yet and reads at once. Stopping ends the wait; the drain loop
 // then yields.
-func (d *Deps) gather(ctx context.Context, rate *arrivals) {
+func (d *Deps) gather(ctx context.Context, lane string, rate *arrivals) {
 	g := d.Limits.Gather
 	if g <= 0 || rate.expected(g) < 1 || d.Contended == nil || !d.Contended() {
 		return
 	}
+	stage, _ := jobs.StageOf(lane)
+	d.Metrics.Gathered(stage)
 	timer := time.NewTimer(g)
 	defer timer.Stop()
 	select {

@@ -51,7 +51,7 @@ func TestGatherWaitsOnlyForExpectedCompanyUnderContention(t *testing.T) {
 			t.Parallel()
 			d := &Deps{Limits: Limits{Gather: gather}, Contended: func() bool { return c.contended }}
 			start := time.Now()
-			d.gather(context.Background(), &c.rate)
+			d.gather(context.Background(), "ingress:adt", &c.rate)
 			took := time.Since(start)
 			if c.wait && took < gather {
 				t.Errorf("returned after %s, want a wait of %s", took, gather)
@@ -67,7 +67,7 @@ func TestGatherWaitsOnlyForExpectedCompanyUnderContention(t *testing.T) {
 	d := &Deps{Limits: Limits{Gather: time.Hour}, Contended: func() bool { return true }, Stopping: stopping}
 	rate := dense
 	done := make(chan struct{})
-	go func() { d.gather(context.Background(), &rate); close(done) }()
+	go func() { d.gather(context.Background(), "ingress:adt", &rate); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

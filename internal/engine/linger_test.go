@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/testcontainers"
@@ -87,7 +89,7 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 			// sent in the middle of one miss it; a row every 300ms is then
 			// plenty of company.
 			const gather = 3 * time.Second
-			startNode(t, db, cfg, func(o *engine.Options) {
+			node := startNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute
 				o.Limits.Gather = gather
 				o.Contended = func() bool { return contended }
@@ -123,6 +125,36 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 			if n != want {
 				t.Errorf("G3 and G4 were routed in %d transactions, want %d", n, want)
 			}
+			// Operators see the gathers, and the gauge that allows them.
+			fams := gatherMetrics(t, node)
+			gathers := value(fams, "mefor_drainer_gathers_total", "stage", "ingress")
+			if contended && gathers < 1 {
+				t.Errorf("mefor_drainer_gathers_total{stage=ingress} = %v, want at least 1", gathers)
+			}
+			if !contended && gathers != -1 {
+				t.Errorf("mefor_drainer_gathers_total{stage=ingress} = %v without contention, want no sample", gathers)
+			}
+			wantGauge := 0.0
+			if contended {
+				wantGauge = 1
+			}
+			if got := value(fams, "mefor_cpu_contended"); got != wantGauge {
+				t.Errorf("mefor_cpu_contended = %v, want %v", got, wantGauge)
+			}
 		})
 	}
+}
+
+// gatherMetrics reads the node's registry as a scrape would.
+func gatherMetrics(t *testing.T, n *engine.Node) map[string]*dto.MetricFamily {
+	t.Helper()
+	list, err := n.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	for _, f := range list {
+		fams[f.GetName()] = f
+	}
+	return fams
 }

@@ -21,6 +21,7 @@ func newMetrics(n *Node) *metrics.Metrics {
 				age, ok := n.membership.HeartbeatAge()
 				return age.Seconds(), ok
 			},
+			CPUContended: func() bool { return n.contended() },
 		},
 	})
 }

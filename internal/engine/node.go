@@ -82,8 +82,10 @@ type Node struct {
 	beatDone   chan struct{}
 
 	// pressure tells the drainers whether the host's CPUs are contended;
-	// nil when Options.Contended answers instead.
-	pressure *cpupressure.Gauge
+	// nil when Options.Contended answers instead. contended is whichever
+	// answers.
+	pressure  *cpupressure.Gauge
+	contended func() bool
 
 	// The listener lease decides whether this node binds the inbound
 	// listeners; the other loops keep it, the listeners and the answers to
@@ -162,10 +164,10 @@ func New(opts Options) (*Node, error) {
 
 	wake := workers.NewWake()
 	n.metrics = newMetrics(n)
-	contended := opts.Contended
-	if contended == nil {
+	n.contended = opts.Contended
+	if n.contended == nil {
 		n.pressure = cpupressure.NewGauge(cpupressure.DefaultPath)
-		contended = n.pressure.Busy
+		n.contended = n.pressure.Busy
 	}
 	deps := &workers.Deps{
 		Metrics:      n.metrics,
@@ -179,7 +181,7 @@ func New(opts Options) (*Node, error) {
 		Stopping:     n.stopping,
 		State:        n.state,
 		ConfigAgreed: n.configAgreed,
-		Contended:    contended,
+		Contended:    n.contended,
 		// Stop sending a heartbeat before the others may count this node as
 		// dead.
 		Alive: func() bool {

@@ -25,6 +25,7 @@ func exposed(t *testing.T) map[string]bool {
 		HoldsLease:    func() bool { return true },
 		ConfigVersion: func() int64 { return 1 },
 		HeartbeatAge:  func() (float64, bool) { return 0.5, true },
+		CPUContended:  func() bool { return false },
 	}})
 	// Vectors only show once they have a child.
 	m.Received("c")
@@ -34,6 +35,7 @@ func exposed(t *testing.T) map[string]bool {
 	m.DeadLettered("d")
 	m.ReferenceSyncFailed("s")
 	m.MaintenanceRun("reclaim", "ok")
+	m.Gathered("ingress")
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +84,8 @@ func TestMonitoringExamples(t *testing.T) {
 		"mefor_dead_letters_total", "mefor_delivery_duration_seconds", "mefor_ack_duration_seconds",
 		"mefor_queue_depth", "mefor_queue_oldest_age_seconds", "mefor_stage_backlog",
 		"mefor_lease_holder", "mefor_river_leader", "mefor_config_version", "mefor_node_heartbeat_age_seconds",
-		"mefor_reference_sync_failures_total", "mefor_maintenance_runs_total",
+		"mefor_reference_sync_failures_total", "mefor_maintenance_runs_total", "mefor_drainer_gathers_total",
+		"mefor_cpu_contended",
 	} {
 		if !known[want] {
 			t.Errorf("metric %s is not exposed", want)

@@ -14,6 +14,9 @@ type NodeGauges struct {
 	// HeartbeatAge is the time since this node's last confirmed
 	// heartbeat, and false before the first one.
 	HeartbeatAge func() (float64, bool)
+	// CPUContended reports whether the host's CPUs are contended, as the
+	// node's drainers see it (they gather only then).
+	CPUContended func() bool
 }
 
 var (
@@ -23,6 +26,8 @@ var (
 		"The cluster config version this node applied (raised by each mefor reload).", nil, nil)
 	heartbeatAgeDesc = prometheus.NewDesc("mefor_node_heartbeat_age_seconds",
 		"Seconds since this node's last heartbeat the database confirmed.", nil, nil)
+	cpuContendedDesc = prometheus.NewDesc("mefor_cpu_contended",
+		"1 while this node's host is short of CPU by its pressure stall information (drainers of dense lanes then gather rows before a hand-off), else 0; always 0 where /proc/pressure/cpu cannot be read.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -30,6 +35,7 @@ func (g *NodeGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- leaseHolderDesc
 	ch <- configVersionDesc
 	ch <- heartbeatAgeDesc
+	ch <- cpuContendedDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -48,5 +54,12 @@ func (g *NodeGauges) Collect(ch chan<- prometheus.Metric) {
 		if age, ok := g.HeartbeatAge(); ok {
 			ch <- prometheus.MustNewConstMetric(heartbeatAgeDesc, prometheus.GaugeValue, age)
 		}
+	}
+	if g.CPUContended != nil {
+		v := 0.0
+		if g.CPUContended() {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(cpuContendedDesc, prometheus.GaugeValue, v)
 	}
 }
