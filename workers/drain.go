@@ -263,6 +263,9 @@ type arrivals struct {
 // arrivalsWeight is the share of the newest read in the estimate.
 const arrivalsWeight = 0.25
 
+// read takes a read at now that found rows. The first read of an
+// execution only starts the clock: what it finds is the backlog, not a
+// rate.
 func (a *arrivals) read(now time.Time, rows int) {
 	if a.last.IsZero() {
 		a.last = now
