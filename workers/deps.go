@@ -59,9 +59,10 @@ type Limits struct {
 	// lane for work; with one it does not poll (see linger).
 	Poll time.Duration
 	// Gather is how long a lingering drainer, woken by this node's commit
-	// while the host's CPUs are contended (Deps.Contended), waits before it
-	// reads, so that the rows committed meanwhile share its read and its
-	// hand-off transaction (see gather). Zero reads at once.
+	// on a lane that gets a row at least every Gather while the host's CPUs
+	// are contended (Deps.Contended), waits before it reads, so that the
+	// rows committed meanwhile share its read and its hand-off transaction
+	// (see gather). Zero reads at once.
 	Gather time.Duration
 }
 

@@ -9,7 +9,8 @@ import (
 // newMetrics builds the node's metrics: its own registry with the cluster
 // gauges (read from the database at scrape time) and the node's gauges.
 // The gauges read the node's lease, membership and applied config version,
-// which New sets up later; they are only called once a scrape comes.
+// which New sets up later; they are only called once a scrape comes. The
+// CPU gauge is taken as it is now, so New sets n.contended first.
 func newMetrics(n *Node) *metrics.Metrics {
 	return metrics.New(metrics.Options{
 		Logger:  n.logger,
@@ -21,7 +22,7 @@ func newMetrics(n *Node) *metrics.Metrics {
 				age, ok := n.membership.HeartbeatAge()
 				return age.Seconds(), ok
 			},
-			CPUContended: func() bool { return n.contended() },
+			CPUContended: n.contended,
 		},
 	})
 }

@@ -163,12 +163,12 @@ func New(opts Options) (*Node, error) {
 	n.graph.Store(g)
 
 	wake := workers.NewWake()
-	n.metrics = newMetrics(n)
 	n.contended = opts.Contended
 	if n.contended == nil {
 		n.pressure = cpupressure.NewGauge(cpupressure.DefaultPath)
 		n.contended = n.pressure.Busy
 	}
+	n.metrics = newMetrics(n)
 	deps := &workers.Deps{
 		Metrics:      n.metrics,
 		Keys:         opts.Keys,
