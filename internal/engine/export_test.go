@@ -5,8 +5,5 @@ package engine
 func SetCommitHook(in *Intake, f func(messages int)) { in.onCommit = f }
 
 // QueuedIntake is how many messages wait for the intake commit in flight.
-func QueuedIntake(in *Intake) int {
-	in.group.mu.Lock()
-	defer in.group.mu.Unlock()
-	return len(in.group.queue)
-}
+func QueuedIntake(in *Intake) int { return in.group.g.Waiting() }
+

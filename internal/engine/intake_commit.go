@@ -3,12 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/mefor/mefor/internal/groupcommit"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
@@ -19,17 +19,11 @@ import (
 const maxCommitBatch = 64
 
 // groupCommit stores the messages of all of a node's connections and
-// channels that arrive together in one transaction. There is no timer and no
-// committer goroutine: a caller that finds nobody committing commits at once,
-// alone if nobody else is there; callers that arrive while a commit is in
-// flight queue, and when it ends the first of them commits everything queued
-// (up to maxCommitBatch), its own message included. So a lone sender never
-// waits for company, and under load each commit carries what arrived during
-// the previous one.
+// channels that arrive together in one transaction (package groupcommit),
+// up to maxCommitBatch at a time.
 type groupCommit struct {
-	mu    sync.Mutex
-	queue []*commitReq
-	busy  bool // a caller is committing; queued requests wait for it
+	once sync.Once // sets g.Max: Intake is built as a literal
+	g    groupcommit.Group[*commitReq]
 }
 
 // commitReq is one message waiting to be stored.
@@ -37,48 +31,27 @@ type commitReq struct {
 	msg store.Inbound
 	id  int64
 	err error
-	// signal gets exactly one send: the request was committed (id or err
-	// set), or, with lead set, it heads the queue and must commit it.
-	signal chan struct{}
-	lead   bool
 }
 
 // do stores r.msg, in whatever batch it ends up in, and returns when that
 // batch's transaction has ended.
 func (g *groupCommit) do(ctx context.Context, r *commitReq, commit func(context.Context, []*commitReq)) {
-	r.signal = make(chan struct{}, 1)
-	g.mu.Lock()
-	g.queue = append(g.queue, r)
-	if g.busy {
-		g.mu.Unlock()
-		<-r.signal
-		if !r.lead {
-			return
-		}
-		g.mu.Lock()
-	}
-	g.busy = true
-	// r is the queue's head: it was either alone (nobody was committing) or
-	// handed the lead as the oldest waiter.
-	n := min(len(g.queue), maxCommitBatch)
-	batch := g.queue[:n:n]
-	g.queue = slices.Clone(g.queue[n:])
-	g.mu.Unlock()
-
-	defer g.handOff(r, batch)
-	defer func() {
-		// A panic (recovered by the listener for this connection) must not
-		// leave the others waiting forever or unanswered as if stored.
-		if v := recover(); v != nil {
-			for _, q := range batch {
-				if q.id == 0 && q.err == nil {
-					q.err = errCommitPanicked
+	g.once.Do(func() { g.g.Max = maxCommitBatch })
+	g.g.Do(ctx, r, func(ctx context.Context, batch []*commitReq) {
+		defer func() {
+			// A panic (recovered by the listener for this connection) must
+			// not leave the others unanswered as if stored.
+			if v := recover(); v != nil {
+				for _, q := range batch {
+					if q.id == 0 && q.err == nil {
+						q.err = errCommitPanicked
+					}
 				}
+				panic(v)
 			}
-			panic(v)
-		}
-	}()
-	commit(ctx, batch)
+		}()
+		commit(ctx, batch)
+	})
 }
 
 // laneClock is when intake last stored a message into each lane.
@@ -115,25 +88,6 @@ func (c *laneClock) mark(lanes []string, t time.Time) {
 
 // errCommitPanicked refuses the messages of a batch whose commit panicked.
 var errCommitPanicked = errors.New("intake commit failed unexpectedly")
-
-// handOff ends r's turn: the oldest waiter, if any, leads next; then the
-// batch's other callers learn their outcome.
-func (g *groupCommit) handOff(r *commitReq, batch []*commitReq) {
-	g.mu.Lock()
-	if len(g.queue) > 0 {
-		next := g.queue[0]
-		next.lead = true
-		next.signal <- struct{}{}
-	} else {
-		g.busy = false
-	}
-	g.mu.Unlock()
-	for _, q := range batch {
-		if q != r {
-			q.signal <- struct{}{}
-		}
-	}
-}
 
 // commitBatch stores a batch in one transaction. If the database refused
 // it (an error it reported, so it rolled everything back), each message is
