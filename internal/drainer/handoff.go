@@ -2,6 +2,9 @@ package drainer
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -51,94 +54,6 @@ type RouteDecision struct {
 	DeadReason string
 }
 
-// RouteBatch hands a batch of ingress rows of one channel off: consumes them,
-// writes one routed row per matched route (in row order, so the routed lane
-// keeps the ingress order), sets routed/unrouted, records the events and
-// activates the routed lane. Everything it produces is tied, in one
-// statement, to the rows it actually consumed: a row someone else ended
-// after the drainer read it (dead-lettered by an operator or an orphan
-// sweep) yields nothing.
-func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []Row, decisions []RouteDecision) error {
-	h := newHandoff(ex)
-	var (
-		dead        []Row
-		deadReasons []string
-		// consumed rows, each with the status its message gets
-		cWork, cMsg []int64
-		cStatus     []string
-		// routed rows to insert, by the row they come from
-		rWork               []int64
-		rRoute, rHandler    []string
-		evWork              []int64
-		evName, evDetail    []string
-		channel, routedLane string
-	)
-	for i, row := range rows {
-		d := decisions[i]
-		if d.DeadReason != "" {
-			dead = append(dead, row)
-			deadReasons = append(deadReasons, d.DeadReason)
-			continue
-		}
-		channel = row.Channel
-		cWork, cMsg = append(cWork, row.ID), append(cMsg, row.MessageID)
-		if len(d.Outs) == 0 {
-			cStatus = append(cStatus, store.StatusUnrouted)
-			evWork = append(evWork, row.ID)
-			evName, evDetail = append(evName, store.EventUnrouted), append(evDetail, "no route matched")
-			continue
-		}
-		cStatus = append(cStatus, store.StatusRouted)
-		detail := ""
-		for j, o := range d.Outs {
-			rWork = append(rWork, row.ID)
-			rRoute, rHandler = append(rRoute, o.Route), append(rHandler, o.Handler)
-			if j > 0 {
-				detail += ", "
-			}
-			detail += o.Route
-		}
-		evWork = append(evWork, row.ID)
-		evName, evDetail = append(evName, store.EventRouted), append(evDetail, detail)
-	}
-
-	var act *jobs.Activation
-	if len(rWork) > 0 {
-		routedLane = jobs.RoutedLane(channel)
-		jobs.QueueLocks(&h.b, []string{routedLane})
-	}
-	h.deadLetter(dead, deadReasons)
-	if len(cWork) > 0 {
-		h.b.Queue(`
-			WITH u AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(work, msg, status)),
-			consumed AS (
-				UPDATE mefor_work w SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
-				FROM u WHERE w.id = u.work AND w.status = `+store.PendingByID+`
-				RETURNING w.id, w.message_id
-			), st AS (
-				UPDATE mefor_message m SET status = u.status, updated_at = clock_timestamp()
-				FROM u JOIN consumed c ON c.id = u.work
-				WHERE m.id = u.msg
-			), ev AS (
-				INSERT INTO mefor_event (message_id, event, work_id, detail)
-				SELECT c.message_id, e.name, e.work, NULLIF(e.detail, '')
-				FROM unnest($4::bigint[], $5::text[], $6::text[]) WITH ORDINALITY AS e(work, name, detail, n)
-				JOIN consumed c ON c.id = e.work
-				ORDER BY e.n
-			)
-			INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler)
-			SELECT c.message_id, 'routed', $10, $11, r.route, r.handler
-			FROM unnest($7::bigint[], $8::text[], $9::text[]) WITH ORDINALITY AS r(work, route, handler, n)
-			JOIN consumed c ON c.id = r.work
-			ORDER BY r.n`,
-			cWork, cMsg, cStatus, evWork, evName, evDetail, rWork, rRoute, rHandler, routedLane, channel)
-	}
-	if len(rWork) > 0 {
-		act = jobs.QueueActivation(&h.b, []string{routedLane})
-	}
-	return h.run(ctx, tx, ins, act)
-}
-
 // TransformDecision is what a handler produced for one routed row: the
 // deliveries (none: filtered), or a reason to dead-letter the row.
 type TransformDecision struct {
@@ -150,6 +65,17 @@ type TransformDecision struct {
 	State *state.Change
 }
 
+// RouteBatch hands a batch of ingress rows of one channel off: consumes them,
+// writes one routed row per matched route (in row order, so the routed lane
+// keeps the ingress order), sets routed/unrouted, records the events and
+// activates the routed lane. Everything it produces is tied, in one
+// statement, to the rows it actually consumed: a row someone else ended
+// after the drainer read it (dead-lettered by an operator or an orphan
+// sweep) yields nothing.
+func RouteBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []Row, decisions []RouteDecision) error {
+	return RunHandoffs(ctx, tx, ins, PrepareRoute(ex, rows, decisions))
+}
+
 // TransformBatch hands a batch of routed rows off: consumes them, writes one
 // outbound row per delivery (in row order), records the events, finalizes
 // the messages it filtered or dead-lettered (the others have deliveries
@@ -157,27 +83,124 @@ type TransformDecision struct {
 // RouteBatch, the outbound rows and events are produced in the statement
 // that consumes, only for the rows it consumed.
 func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execution, rows []Row, decisions []TransformDecision) error {
-	h := newHandoff(ex)
-	var (
-		dead                 []Row
-		deadReasons          []string
-		consumed             []int64
-		oWork                []int64
-		oLane, oChan, oRoute []string
-		oHandler, oDest      []string
-		oPayload             [][]byte
-		evWork               []int64
-		evName, evDetail     []string
-		lanes                []string
-	)
+	return RunHandoffs(ctx, tx, ins, PrepareTransform(ex, rows, decisions))
+}
+
+// Handoff is one drainer's route or transform hand-off of a batch of its
+// lane's rows, prepared but not yet sent. RunHandoffs sends one, or the
+// hand-offs of several drainers (of any lanes and of both stages) in one
+// transaction: each statement of the hand-off then carries every
+// participant's rows, so k lanes handing off together cost one fence, one
+// consume-and-produce statement per stage, one finalizer and one activation
+// check instead of k of each. On a host whose database is short of CPU,
+// that fixed cost per statement (executor start, the plan's locks, the
+// status-count triggers) is most of a one-row hand-off.
+type Handoff struct {
+	ex Execution
+	// lanes are the lanes it writes into: locked before its writes,
+	// activated after them.
+	lanes []string
+	// rows dead-lettered, with their sealed reasons
+	dead        []int64
+	deadReasons []string
+	finalize    []int64
+	route       routeArgs
+	transform   transformArgs
+	// stateful is set when a transform row read or wrote transform state:
+	// its state statements and checks need the rows and decisions, and it
+	// runs alone (Shareable).
+	stateful  bool
+	rows      []Row
+	decisions []TransformDecision
+}
+
+// routeArgs are the route statement's arrays: the consumed rows with the
+// status each message gets, the events, and the routed rows to insert.
+type routeArgs struct {
+	cWork, cMsg      []int64
+	cStatus          []string
+	evWork           []int64
+	evName, evDetail []string
+	rWork            []int64
+	rRoute, rHandler []string
+	rLane, rChannel  []string
+}
+
+// transformArgs are the transform statement's arrays: the consumed rows,
+// the events and the outbound rows to insert.
+type transformArgs struct {
+	consumed             []int64
+	evWork               []int64
+	evName, evDetail     []string
+	oWork                []int64
+	oLane, oChan, oRoute []string
+	oHandler, oDest      []string
+	oPayload             [][]byte
+}
+
+// Shareable reports whether h may share a transaction with other drainers'
+// hand-offs. A hand-off with transform state runs alone: its key locks
+// come after its consume, so two such hand-offs in one transaction could
+// take keys in an order another transaction reverses.
+func (h *Handoff) Shareable() bool { return !h.stateful }
+
+// Rows is the number of rows h hands off.
+func (h *Handoff) Rows() int {
+	return len(h.dead) + len(h.route.cWork) + len(h.transform.consumed)
+}
+
+// PrepareRoute prepares RouteBatch's hand-off of rows.
+func PrepareRoute(ex Execution, rows []Row, decisions []RouteDecision) *Handoff {
+	h := &Handoff{ex: ex}
+	a := &h.route
 	for i, row := range rows {
 		d := decisions[i]
 		if d.DeadReason != "" {
-			dead = append(dead, row)
-			deadReasons = append(deadReasons, d.DeadReason)
+			h.deadLetter(row, d.DeadReason)
 			continue
 		}
-		consumed = append(consumed, row.ID)
+		a.cWork, a.cMsg = append(a.cWork, row.ID), append(a.cMsg, row.MessageID)
+		if len(d.Outs) == 0 {
+			a.cStatus = append(a.cStatus, store.StatusUnrouted)
+			a.evWork = append(a.evWork, row.ID)
+			a.evName, a.evDetail = append(a.evName, store.EventUnrouted), append(a.evDetail, "no route matched")
+			continue
+		}
+		a.cStatus = append(a.cStatus, store.StatusRouted)
+		lane := jobs.RoutedLane(row.Channel)
+		detail := ""
+		for j, o := range d.Outs {
+			a.rWork = append(a.rWork, row.ID)
+			a.rRoute, a.rHandler = append(a.rRoute, o.Route), append(a.rHandler, o.Handler)
+			a.rLane, a.rChannel = append(a.rLane, lane), append(a.rChannel, row.Channel)
+			if j > 0 {
+				detail += ", "
+			}
+			detail += o.Route
+		}
+		if len(h.lanes) == 0 || h.lanes[len(h.lanes)-1] != lane {
+			h.lanes = append(h.lanes, lane)
+		}
+		a.evWork = append(a.evWork, row.ID)
+		a.evName, a.evDetail = append(a.evName, store.EventRouted), append(a.evDetail, detail)
+	}
+	return h
+}
+
+// PrepareTransform prepares TransformBatch's hand-off of rows.
+func PrepareTransform(ex Execution, rows []Row, decisions []TransformDecision) *Handoff {
+	h := &Handoff{ex: ex}
+	a := &h.transform
+	for i, row := range rows {
+		d := decisions[i]
+		if !d.State.Empty() {
+			h.stateful = true
+		}
+		if d.DeadReason != "" {
+			h.deadLetter(row, d.DeadReason)
+			continue
+		}
+		a.consumed = append(a.consumed, row.ID)
 		if len(d.Outs) == 0 {
 			// Only a filtered row can end its message here: one that
 			// produced deliveries leaves them pending in this same
@@ -186,48 +209,206 @@ func TransformBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ex Execut
 			h.finalize = append(h.finalize, row.MessageID)
 		}
 		for _, o := range d.Outs {
-			oWork = append(oWork, row.ID)
-			oLane, oChan, oRoute = append(oLane, o.Lane), append(oChan, row.Channel), append(oRoute, row.Route)
-			oHandler, oDest = append(oHandler, row.Handler), append(oDest, o.Destination)
-			oPayload = append(oPayload, h.keys.Seal(store.ColPayload, o.Payload))
-			lanes = append(lanes, o.Lane)
+			a.oWork = append(a.oWork, row.ID)
+			a.oLane, a.oChan, a.oRoute = append(a.oLane, o.Lane), append(a.oChan, row.Channel), append(a.oRoute, row.Route)
+			a.oHandler, a.oDest = append(a.oHandler, row.Handler), append(a.oDest, o.Destination)
+			a.oPayload = append(a.oPayload, ex.Keys.Seal(store.ColPayload, o.Payload))
+			h.lanes = append(h.lanes, o.Lane)
 		}
 		ev := store.EventTransformed
 		if len(d.Outs) == 0 {
 			ev = store.EventFiltered
 		}
-		evWork, evName, evDetail = append(evWork, row.ID), append(evName, ev), append(evDetail, row.Handler)
+		a.evWork, a.evName, a.evDetail = append(a.evWork, row.ID), append(a.evName, ev), append(a.evDetail, row.Handler)
 	}
+	if h.stateful {
+		h.rows, h.decisions = rows, decisions
+	}
+	return h
+}
 
-	// Lanes before message locks: the order every writer follows.
-	jobs.QueueLocks(&h.b, lanes)
-	h.deadLetter(dead, deadReasons)
+// deadLetter adds row to h's dead letters, with its reason sealed.
+func (h *Handoff) deadLetter(row Row, reason string) {
+	h.dead = append(h.dead, row.ID)
+	h.deadReasons = append(h.deadReasons, h.ex.Keys.SealString(store.ColError, reason))
+	h.finalize = append(h.finalize, row.MessageID)
+}
+
+// SharedLockTimeout bounds how long a transaction of several drainers'
+// hand-offs waits for any lock (PostgreSQL's lock_timeout, for that
+// transaction only): a lane or job row held elsewhere then fails it, and
+// the caller commits each hand-off alone, so only the lane whose lock is
+// held waits for it.
+const SharedLockTimeout = 100 * time.Millisecond
+
+// RunHandoffs sends hs in tx as one batch, in the order every writer takes
+// its locks: the drainers' river_job rows (every execution's fence, by job
+// id), the lanes written (sorted), the rows consumed, the messages
+// finalized (by id). It returns ErrSuperseded when any execution is no
+// longer the running one; the caller must then roll tx back, since the
+// others' writes went with it. A hand-off that is not Shareable must be
+// alone.
+func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Handoff) error {
+	if len(hs) > 1 {
+		for _, h := range hs {
+			if !h.Shareable() {
+				return errors.New("a hand-off with transform state cannot share its transaction")
+			}
+		}
+	}
+	b := &handoff{fenced: true}
+	if len(hs) > 1 {
+		b.b.Queue(`SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", SharedLockTimeout.Milliseconds()))
+	}
+	queueFences(b, hs)
+	var (
+		lanes, deadReasons []string
+		dead               []int64
+		r                  routeArgs
+		t                  transformArgs
+	)
+	for _, h := range hs {
+		lanes = append(lanes, h.lanes...)
+		dead, deadReasons = append(dead, h.dead...), append(deadReasons, h.deadReasons...)
+		b.finalize = append(b.finalize, h.finalize...)
+		r.append(&h.route)
+		t.append(&h.transform)
+	}
+	// Lanes before rows and message locks: the order every writer follows.
+	jobs.QueueLocks(&b.b, lanes)
+	if len(dead) > 0 {
+		store.QueueDeadLetter(&b.b, dead, deadReasons)
+	}
+	if len(r.cWork) > 0 {
+		queueRoute(&b.b, &r)
+	}
+	if len(t.consumed) > 0 {
+		queueTransform(&b.b, &t)
+	}
+	if len(hs) == 1 && hs[0].stateful {
+		// After the lane locks and the consume, before the message locks.
+		b.keys = hs[0].ex.Keys
+		queueState(b, hs[0].rows, hs[0].decisions)
+	}
 	var act *jobs.Activation
-	if len(consumed) > 0 {
-		h.b.Queue(`
-			WITH consumed AS (
-				UPDATE mefor_work SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
-				WHERE id = ANY($1::bigint[]) AND status = `+store.PendingByID+`
-				RETURNING id, message_id
-			), ev AS (
-				INSERT INTO mefor_event (message_id, event, work_id, detail)
-				SELECT c.message_id, e.name, e.work, NULLIF(e.detail, '')
-				FROM unnest($2::bigint[], $3::text[], $4::text[]) WITH ORDINALITY AS e(work, name, detail, n)
-				JOIN consumed c ON c.id = e.work
-				ORDER BY e.n
-			)
-			INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination, payload)
-			SELECT c.message_id, 'outbound', o.lane, o.channel, o.route, o.handler, o.destination, o.payload
-			FROM unnest($5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[])
-				WITH ORDINALITY AS o(work, lane, channel, route, handler, destination, payload, n)
-			JOIN consumed c ON c.id = o.work
-			ORDER BY o.n`,
-			consumed, evWork, evName, evDetail, oWork, oLane, oChan, oRoute, oHandler, oDest, oPayload)
+	if len(lanes) > 0 {
+		act = jobs.QueueActivation(&b.b, lanes)
 	}
-	// After the lane locks and the consume, before the message locks.
-	queueState(h, rows, decisions)
-	if len(oWork) > 0 {
-		act = jobs.QueueActivation(&h.b, lanes)
+	return b.run(ctx, tx, ins, act)
+}
+
+// queueFences queues the fence of every fenced execution in hs onto b and
+// clears b.fenced until the fence statement proved them all running. One
+// execution takes the single-row fence; several take one statement that
+// locks their job rows in id order.
+func queueFences(b *handoff, hs []*Handoff) {
+	var ids []int64
+	var at []time.Time
+	for _, h := range hs {
+		if !h.ex.unfenced() {
+			ids, at = append(ids, h.ex.JobID), append(at, h.ex.AttemptedAt)
+		}
 	}
-	return h.run(ctx, tx, ins, act)
+	switch len(ids) {
+	case 0:
+		return
+	case 1:
+		b.fenced = false
+		b.b.Queue(fenceSQL, ids[0], at[0]).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				b.fenced = true
+			}
+			return rows.Err()
+		})
+	default:
+		b.fenced = false
+		want := len(ids)
+		b.b.Queue(fenceManySQL, ids, at).Query(func(rows pgx.Rows) error {
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			b.fenced = n == want
+			return rows.Err()
+		})
+	}
+}
+
+// fenceManySQL is fenceSQL for several executions at once: it returns (and
+// locks, in job id order) the rows of those still running.
+const fenceManySQL = `
+	SELECT j.id FROM river_job j
+	JOIN unnest($1::bigint[], $2::timestamptz[]) AS f(id, attempted_at) ON j.id = f.id AND j.attempted_at = f.attempted_at
+	WHERE j.state = 'running'
+	ORDER BY j.id
+	FOR UPDATE OF j`
+
+func (a *routeArgs) append(o *routeArgs) {
+	a.cWork, a.cMsg, a.cStatus = append(a.cWork, o.cWork...), append(a.cMsg, o.cMsg...), append(a.cStatus, o.cStatus...)
+	a.evWork, a.evName, a.evDetail = append(a.evWork, o.evWork...), append(a.evName, o.evName...), append(a.evDetail, o.evDetail...)
+	a.rWork, a.rRoute, a.rHandler = append(a.rWork, o.rWork...), append(a.rRoute, o.rRoute...), append(a.rHandler, o.rHandler...)
+	a.rLane, a.rChannel = append(a.rLane, o.rLane...), append(a.rChannel, o.rChannel...)
+}
+
+func (a *transformArgs) append(o *transformArgs) {
+	a.consumed = append(a.consumed, o.consumed...)
+	a.evWork, a.evName, a.evDetail = append(a.evWork, o.evWork...), append(a.evName, o.evName...), append(a.evDetail, o.evDetail...)
+	a.oWork, a.oLane, a.oChan = append(a.oWork, o.oWork...), append(a.oLane, o.oLane...), append(a.oChan, o.oChan...)
+	a.oRoute, a.oHandler, a.oDest = append(a.oRoute, o.oRoute...), append(a.oHandler, o.oHandler...), append(a.oDest, o.oDest...)
+	a.oPayload = append(a.oPayload, o.oPayload...)
+}
+
+// queueRoute queues the route statement: consume the ingress rows, set
+// their messages' status, record the events and insert the routed rows,
+// each produced only for a row consumed here. Routed rows are inserted in
+// the order given, which is each lane's ingress order.
+func queueRoute(b *pgx.Batch, a *routeArgs) {
+	b.Queue(`
+		WITH u AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(work, msg, status)),
+		consumed AS (
+			UPDATE mefor_work w SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
+			FROM u WHERE w.id = u.work AND w.status = `+store.PendingByID+`
+			RETURNING w.id, w.message_id
+		), st AS (
+			UPDATE mefor_message m SET status = u.status, updated_at = clock_timestamp()
+			FROM u JOIN consumed c ON c.id = u.work
+			WHERE m.id = u.msg
+		), ev AS (
+			INSERT INTO mefor_event (message_id, event, work_id, detail)
+			SELECT c.message_id, e.name, e.work, NULLIF(e.detail, '')
+			FROM unnest($4::bigint[], $5::text[], $6::text[]) WITH ORDINALITY AS e(work, name, detail, n)
+			JOIN consumed c ON c.id = e.work
+			ORDER BY e.n
+		)
+		INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler)
+		SELECT c.message_id, 'routed', r.lane, r.channel, r.route, r.handler
+		FROM unnest($7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[]) WITH ORDINALITY AS r(work, route, handler, lane, channel, n)
+		JOIN consumed c ON c.id = r.work
+		ORDER BY r.n`,
+		a.cWork, a.cMsg, a.cStatus, a.evWork, a.evName, a.evDetail, a.rWork, a.rRoute, a.rHandler, a.rLane, a.rChannel)
+}
+
+// queueTransform queues the transform statement: consume the routed rows,
+// record the events and insert the outbound rows, in the order given, each
+// produced only for a row consumed here.
+func queueTransform(b *pgx.Batch, a *transformArgs) {
+	b.Queue(`
+		WITH consumed AS (
+			UPDATE mefor_work SET status = 'done', updated_at = clock_timestamp(), finished_at = clock_timestamp()
+			WHERE id = ANY($1::bigint[]) AND status = `+store.PendingByID+`
+			RETURNING id, message_id
+		), ev AS (
+			INSERT INTO mefor_event (message_id, event, work_id, detail)
+			SELECT c.message_id, e.name, e.work, NULLIF(e.detail, '')
+			FROM unnest($2::bigint[], $3::text[], $4::text[]) WITH ORDINALITY AS e(work, name, detail, n)
+			JOIN consumed c ON c.id = e.work
+			ORDER BY e.n
+		)
+		INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination, payload)
+		SELECT c.message_id, 'outbound', o.lane, o.channel, o.route, o.handler, o.destination, o.payload
+		FROM unnest($5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[])
+			WITH ORDINALITY AS o(work, lane, channel, route, handler, destination, payload, n)
+		JOIN consumed c ON c.id = o.work
+		ORDER BY o.n`,
+		a.consumed, a.evWork, a.evName, a.evDetail, a.oWork, a.oLane, a.oChan, a.oRoute, a.oHandler, a.oDest, a.oPayload)
 }

@@ -83,7 +83,7 @@ func TestWorkerTransactionsPlanGenerically(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	tracer := newPipelineTxTracer(map[string]string{
-		"route hand-off":     "SELECT c.message_id, 'routed', $10",
+		"route hand-off":     "SELECT c.message_id, 'routed', r.lane, r.channel",
 		"transform hand-off": "INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination, payload)",
 		"delivery record":    "UPDATE mefor_work w SET status = 'done', attempts = w.attempts + 1",
 		"empty check":        "WHERE lane = $1 AND status = 'pending' ORDER BY seq LIMIT 1",
