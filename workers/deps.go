@@ -115,6 +115,9 @@ type Deps struct {
 	// (cpupressure.Gauge.Busy); only then does a woken drainer gather. Nil
 	// means never: every drainer reads at once.
 	Contended func() bool
+	// Handoffs, when set, lets route and transform hand-offs of this
+	// node's drainers share transactions; nil commits each alone.
+	Handoffs *Handoffs
 }
 
 // unknownRetry is how long a lane whose head this node does not know is

@@ -14,7 +14,6 @@ import (
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -62,10 +61,7 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepR
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	err := pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
-		return drainer.RouteBatch(ctx, tx, r.ins, r.ex, rows, decisions)
-	})
-	if err != nil {
+	if err := d.handOff(ctx, r, drainer.PrepareRoute(r.ex, rows, decisions)); err != nil {
 		return stepResult{}, err
 	}
 	d.Wake.Notify(jobs.RoutedLane(rows[0].Channel))
@@ -147,9 +143,7 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (s
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	err := pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
-		return drainer.TransformBatch(ctx, tx, r.ins, r.ex, rows, decisions)
-	})
+	err := d.handOff(ctx, r, drainer.PrepareTransform(r.ex, rows, decisions))
 	if d.stateConflict(ctx, rows[0].Lane, err) {
 		return stepResult{}, nil // the drainer reads the lane and runs it again
 	}

@@ -7,3 +7,11 @@ func SetCommitHook(in *Intake, f func(messages int)) { in.onCommit = f }
 // QueuedIntake is how many messages wait for the intake commit in flight.
 func QueuedIntake(in *Intake) int { return in.group.g.Waiting() }
 
+// WaitingHandoffs is how many route and transform hand-offs of n wait for
+// the one in flight.
+func WaitingHandoffs(n *Node) int {
+	if n.handoffs == nil {
+		return 0
+	}
+	return n.handoffs.Waiting()
+}

@@ -63,6 +63,13 @@ type Options struct {
 	// pressure (cpupressure.Gauge): it decides whether woken drainers
 	// gather (workers.Limits.Gather). Tests set it to fix the answer.
 	Contended func() bool
+	// HandoffsAlone commits every route and transform hand-off in a
+	// transaction of its own instead of letting those arriving together
+	// share one (workers.Handoffs); tests set it to compare.
+	HandoffsAlone bool
+	// HandoffPatience is how long a hand-off waits for the one in flight
+	// before it commits alone; zero means workers.DefaultHandoffPatience.
+	HandoffPatience time.Duration
 }
 
 // Node is one running mefor node.
@@ -86,6 +93,9 @@ type Node struct {
 	// answers.
 	pressure  *cpupressure.Gauge
 	contended func() bool
+	// handoffs lets the drainers' hand-offs share transactions; nil with
+	// Options.HandoffsAlone.
+	handoffs *workers.Handoffs
 
 	// The listener lease decides whether this node binds the inbound
 	// listeners; the other loops keep it, the listeners and the answers to
@@ -188,6 +198,10 @@ func New(opts Options) (*Node, error) {
 			cl := opts.Config.Cluster
 			return n.membership.Fresh(cl.NodeTimeout - cl.Heartbeat)
 		},
+	}
+	if !opts.HandoffsAlone {
+		deps.Handoffs = workers.NewHandoffs(opts.HandoffPatience)
+		n.handoffs = deps.Handoffs
 	}
 	cl := opts.Config.Cluster
 	// The lease and the heartbeat get connections of their own: on a node

@@ -83,6 +83,7 @@ type Metrics struct {
 	refSyncFailures  *prometheus.CounterVec
 	maintenanceRuns  *prometheus.CounterVec
 	gathers          *prometheus.CounterVec
+	sharedHandoffs   *prometheus.CounterVec
 }
 
 // New builds a node's metrics on a registry of its own, with the Go runtime
@@ -128,10 +129,14 @@ func New(opts Options) *Metrics {
 			Namespace: namespace, Name: "drainer_gathers_total",
 			Help: "Times a woken drainer of this node waited before reading its lane so that rows committed meanwhile share one hand-off (a dense lane while the host's CPUs are short), by stage (ingress, routed, outbound).",
 		}, []string{"stage"}),
+		sharedHandoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "handoffs_shared_total",
+			Help: "Route and transform hand-offs of this node committed in a transaction shared with other lanes' hand-offs, by stage (ingress: routing, routed: transforming).",
+		}, []string{"stage"}),
 	}
 	m.registry.MustRegister(
 		m.received, m.rejected, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
-		m.refSyncFailures, m.maintenanceRuns, m.gathers,
+		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -204,6 +209,15 @@ func (m *Metrics) Gathered(stage string) {
 		return
 	}
 	m.gathers.WithLabelValues(stage).Inc()
+}
+
+// HandoffShared counts a hand-off of a drainer of stage committed in a
+// transaction shared with other lanes' hand-offs.
+func (m *Metrics) HandoffShared(stage string) {
+	if m == nil {
+		return
+	}
+	m.sharedHandoffs.WithLabelValues(stage).Inc()
 }
 
 // DeadLettered counts a delivery to destination given up on.
