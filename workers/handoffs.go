@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,22 +31,36 @@ import (
 // safe even when the shared commit's fate is unknown: a hand-off consumes
 // only rows still pending and produces only for what it consumed.
 //
-// One lane must not hold up the others: a hand-off waits for the commit in
-// flight at most Patience before it commits alone, and a shared
-// transaction waits at most drainer.SharedLockTimeout for any lock (a lane
-// an operator's transaction holds, say) before it gives up and its
-// hand-offs are committed alone.
+// One lane must not hold up the others. Every transaction committed in
+// the group's turn, a hand-off alone included, waits for a lock at most
+// handoffLockWait (a lane an operator's transaction holds, say); when it
+// fails, its hand-offs leave the group and each is committed again alone,
+// waiting as long as its lock takes. And a hand-off waits for the one in
+// flight at most its patience before it commits alone.
 type Handoffs struct {
 	g groupcommit.Group[*handoffReq]
+	// hook, for tests, is called by each turn's leader with the number of
+	// hand-offs it is about to commit.
+	hook atomic.Pointer[func(handoffs int)]
 }
 
 // maxSharedHandoffs bounds the hand-offs of one shared transaction (each of
 // at most Limits.Batch rows).
 const maxSharedHandoffs = 16
 
+// handoffLockWait bounds how long a transaction of the group's turn waits
+// for any lock.
+const handoffLockWait = 100 * time.Millisecond
+
+// groupTx begins the transactions of the group's turns.
+var groupTx = store.PipelineTxLockTimeout(handoffLockWait)
+
 // DefaultHandoffPatience is how long a hand-off waits for the one in
-// flight before it commits alone.
-const DefaultHandoffPatience = 100 * time.Millisecond
+// flight before it commits alone. With no lock wait longer than
+// handoffLockWait, the turn in flight is slow only when the database is:
+// then waiting for it, and sharing the next, is cheaper than a transaction
+// more.
+const DefaultHandoffPatience = time.Second
 
 // NewHandoffs returns a node's hand-off sharing; patience zero means
 // DefaultHandoffPatience.
@@ -61,15 +76,23 @@ func NewHandoffs(patience time.Duration) *Handoffs {
 // Waiting is how many hand-offs wait for the one in flight.
 func (h *Handoffs) Waiting() int { return h.g.Waiting() }
 
+// SetHook makes each turn's leader call f, before it commits, with the
+// number of hand-offs of its turn; for tests (nil removes it).
+func (h *Handoffs) SetHook(f func(handoffs int)) {
+	if f == nil {
+		h.hook.Store(nil)
+		return
+	}
+	h.hook.Store(&f)
+}
+
 // handoffReq is one drainer's hand-off waiting for a transaction.
 type handoffReq struct {
 	h     *drainer.Handoff
 	ins   jobs.Inserter
 	stage string
-	// committed is set once a transaction that carried it has committed;
-	// done is set with err once it was run alone in the leader's turn.
-	committed, done bool
-	err             error
+	// committed is set once a transaction of the group's turns carried it.
+	committed bool
 }
 
 // handOff commits h, sharing a transaction with other drainers' hand-offs
@@ -85,31 +108,23 @@ func (d *Deps) handOff(ctx context.Context, r *run, h *drainer.Handoff) error {
 	}
 	stage, _ := jobs.StageOf(r.lane)
 	req := &handoffReq{h: h, ins: r.ins, stage: stage}
-	queued := d.Handoffs.g.Do(ctx, req, func(ctx context.Context, batch []*handoffReq) {
-		if len(batch) == 1 { // req alone: nobody else was waiting
-			req.err, req.done = alone(ctx), true
-			return
-		}
-		d.commitShared(ctx, batch)
-	})
-	switch {
-	case !queued:
-		return alone(ctx) // the hand-off in flight took longer than Patience
-	case req.done:
-		return req.err
-	case req.committed:
+	d.Handoffs.g.Do(ctx, req, func(ctx context.Context, batch []*handoffReq) { d.commitTurn(ctx, batch) })
+	if req.committed {
 		return nil
-	default:
-		// The shared transaction did not commit: this hand-off's own
-		// outcome decides, alone.
-		return alone(ctx)
 	}
+	// Not committed in the group's turns (the turn in flight outlasted the
+	// patience, or this one's transaction failed): this hand-off's own
+	// outcome decides, alone.
+	return alone(ctx)
 }
 
-// commitShared commits batch's hand-offs in one transaction, marking each
-// committed when it did. The others wait on it, so the leader going away
-// must not abort it.
-func (d *Deps) commitShared(ctx context.Context, batch []*handoffReq) {
+// commitTurn commits batch's hand-offs in one transaction begun with the
+// group's lock wait, marking each committed when it did. The others wait on
+// it, so the leader going away must not abort it.
+func (d *Deps) commitTurn(ctx context.Context, batch []*handoffReq) {
+	if f := d.Handoffs.hook.Load(); f != nil {
+		(*f)(len(batch))
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	hs := make([]*drainer.Handoff, len(batch))
@@ -118,16 +133,18 @@ func (d *Deps) commitShared(ctx context.Context, batch []*handoffReq) {
 		hs[i] = q.h
 		rows += q.h.Rows()
 	}
-	err := pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, d.Pool, groupTx, func(tx pgx.Tx) error {
 		return drainer.RunHandoffs(ctx, tx, batch[0].ins, hs...)
 	})
 	if err != nil {
-		d.Logger.DebugContext(ctx, "shared hand-off transaction failed; each hand-off is committed alone",
+		d.Logger.DebugContext(ctx, "hand-off transaction failed; each of its hand-offs is committed again alone",
 			"handoffs", len(batch), "rows", rows, "error", err)
 		return
 	}
 	for _, q := range batch {
 		q.committed = true
-		d.Metrics.HandoffShared(q.stage)
+		if len(batch) > 1 {
+			d.Metrics.HandoffShared(q.stage)
+		}
 	}
 }

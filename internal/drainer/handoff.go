@@ -3,7 +3,6 @@ package drainer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -234,20 +233,15 @@ func (h *Handoff) deadLetter(row Row, reason string) {
 	h.finalize = append(h.finalize, row.MessageID)
 }
 
-// SharedLockTimeout bounds how long a transaction of several drainers'
-// hand-offs waits for any lock (PostgreSQL's lock_timeout, for that
-// transaction only): a lane or job row held elsewhere then fails it, and
-// the caller commits each hand-off alone, so only the lane whose lock is
-// held waits for it.
-const SharedLockTimeout = 100 * time.Millisecond
-
 // RunHandoffs sends hs in tx as one batch, in the order every writer takes
 // its locks: the drainers' river_job rows (every execution's fence, by job
 // id), the lanes written (sorted), the rows consumed, the messages
 // finalized (by id). It returns ErrSuperseded when any execution is no
 // longer the running one; the caller must then roll tx back, since the
 // others' writes went with it. A hand-off that is not Shareable must be
-// alone.
+// alone. A caller sharing tx between drainers begins it with a lock
+// timeout (store.PipelineTxLockTimeout), so that a lock held elsewhere
+// fails it rather than holding them all.
 func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Handoff) error {
 	if len(hs) > 1 {
 		for _, h := range hs {
@@ -257,9 +251,6 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 		}
 	}
 	b := &handoff{fenced: true}
-	if len(hs) > 1 {
-		b.b.Queue(`SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", SharedLockTimeout.Milliseconds()))
-	}
 	queueFences(b, hs)
 	var (
 		lanes, deadReasons []string

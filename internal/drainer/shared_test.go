@@ -11,6 +11,7 @@ import (
 
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/state"
+	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -19,10 +20,11 @@ import (
 // transaction or not at all: with every execution running, two channels'
 // routing and a third's transform are all consumed and produced, each row
 // in its own channel's lane, by one transaction; with one execution
-// superseded nothing of any of them is written; a lane whose lock is held
-// elsewhere fails the shared transaction within its lock timeout instead
-// of holding everyone's hand-offs; a hand-off with transform state is
-// refused a shared transaction.
+// superseded nothing of any of them is written; begun with a lock timeout
+// (store.PipelineTxLockTimeout, as the workers begin them), a lane whose
+// lock is held elsewhere fails the shared transaction instead of holding
+// everyone's hand-offs, and writes nothing; a hand-off with transform state
+// is refused a shared transaction.
 func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
@@ -72,8 +74,9 @@ func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 				Outs: []drainer.OutboundOut{{Destination: "d", Lane: "outbound:d", Payload: []byte("x")}}}}),
 		}
 	}
+	bounded := store.PipelineTxLockTimeout(100 * time.Millisecond)
 	run := func(ctx context.Context, hs []*drainer.Handoff) error {
-		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return drainer.RunHandoffs(ctx, tx, ins, hs...) })
+		return pgx.BeginTxFunc(ctx, db.Pool, bounded, func(tx pgx.Tx) error { return drainer.RunHandoffs(ctx, tx, ins, hs...) })
 	}
 	snapshot := func() string {
 		var s string

@@ -15,3 +15,7 @@ func WaitingHandoffs(n *Node) int {
 	}
 	return n.handoffs.Waiting()
 }
+
+// SetHandoffHook makes each hand-off turn's leader of n call f, before it
+// commits, with the number of hand-offs of its turn.
+func SetHandoffHook(n *Node, f func(handoffs int)) { n.handoffs.SetHook(f) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +17,34 @@ import (
 )
 
 // Route hand-offs of several lanes that arrive while another is in flight
-// share its successor's transaction; without sharing each takes its own. A
-// hand-off stuck on a lock holds the others at most their patience: then
-// they commit alone.
+// share the next transaction; without sharing each takes its own. A
+// hand-off in flight holds the others at most their patience, and one
+// stuck on a lock not even that long: its transaction gives up on the lock
+// and it waits for it alone.
 //
-// Channel c0's route hand-off is held in flight by a transaction of the
-// test's that holds c0's routed lane; meanwhile c1 to c3 each get a
-// message, whose route hand-offs come while it is in flight.
+// Channel c0's route hand-off (S0) is held in flight, either in the group's
+// turn (a hook that blocks it) or on its lane (a transaction of the test's
+// holding c0's routed lane); meanwhile c1 to c3 each get a message, whose
+// route hand-offs (S1 to S3) come while it is held.
 func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts func(*engine.Options)
-		// routed is how many transactions route S1 to S3; -1: they must
-		// be delivered while S0's hand-off is still held.
+		// hook: S0 is held by the group's hook rather than its lane lock.
+		hook bool
+		// shared: S1 to S3 are routed in one transaction once S0 goes on;
+		// otherwise they are delivered while S0 is held.
+		shared bool
+		// routed is how many transactions route S1 to S3 (0: any number;
+		// held on its lane, S0 leaves the group after its lock wait, and
+		// whether S1 to S3 then share depends on when each came).
 		routed int
 	}{
-		{"shared", func(o *engine.Options) { o.HandoffPatience = time.Minute }, 1},
-		{"alone", func(o *engine.Options) { o.HandoffsAlone = true }, -1},
-		{"patience", func(o *engine.Options) { o.HandoffPatience = 200 * time.Millisecond }, -1},
+		{"shared", func(o *engine.Options) { o.HandoffPatience = time.Minute }, true, true, 1},
+		{"patience", func(o *engine.Options) { o.HandoffPatience = 200 * time.Millisecond }, true, false, 3},
+		{"lock", func(o *engine.Options) { o.HandoffPatience = time.Minute }, false, false, 0},
+		{"alone", func(o *engine.Options) { o.HandoffsAlone = true }, false, false, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -65,20 +75,35 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
 			}
 			eventually(t, 30*time.Second, "W0 to W3 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
+			eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 4 })
 
-			hold, err := db.Pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
+			release := make(chan struct{})
+			var once sync.Once
+			releaseS0 := func() { once.Do(func() { close(release) }) }
+			defer releaseS0()
+			if tc.hook {
+				held := make(chan struct{})
+				var first sync.Once
+				engine.SetHandoffHook(n, func(int) {
+					first.Do(func() { close(held); <-release })
+				})
+				send(t, listens[0], adt("S0", "P1"))
+				<-held
+			} else {
+				hold, err := db.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := jobs.LockLanes(ctx, hold, []string{jobs.RoutedLane("c0")}); err != nil {
+					t.Fatal(err)
+				}
+				go func() { <-release; hold.Rollback(ctx) }() // also when the test fails
+				send(t, listens[0], adt("S0", "P1"))
+				eventually(t, 30*time.Second, "S0's route hand-off waiting for its lane", func() bool {
+					return queryInt(t, db, `SELECT count(*)::int FROM pg_stat_activity
+						WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'`) > 0
+				})
 			}
-			defer hold.Rollback(ctx)
-			if err := jobs.LockLanes(ctx, hold, []string{jobs.RoutedLane("c0")}); err != nil {
-				t.Fatal(err)
-			}
-			send(t, listens[0], adt("S0", "P1"))
-			eventually(t, 30*time.Second, "S0's route hand-off waiting for its lane", func() bool {
-				return queryInt(t, db, `SELECT count(*)::int FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'`) > 0
-			})
 			for i := 1; i < 4; i++ {
 				send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
 			}
@@ -86,38 +111,35 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				got := p.acceptedIDs()
 				return slices.Contains(got, "S1") && slices.Contains(got, "S2") && slices.Contains(got, "S3")
 			}
-			if tc.routed < 0 {
-				eventually(t, 30*time.Second, "S1 to S3 delivered while S0's hand-off is held", delivered)
-				if slices.Contains(p.acceptedIDs(), "S0") {
-					t.Fatal("S0 delivered while its routed lane was held")
-				}
-			} else {
+			if tc.shared {
 				eventually(t, 30*time.Second, "S1 to S3's hand-offs waiting for S0's", func() bool { return engine.WaitingHandoffs(n) == 3 })
+			} else {
+				// Well before a turn's own time limit (10s), the next bound
+				// on a hand-off stuck in the group.
+				eventually(t, 5*time.Second, "S1 to S3 delivered while S0's hand-off is held", delivered)
+				if slices.Contains(p.acceptedIDs(), "S0") {
+					t.Fatal("S0 delivered while its hand-off was held")
+				}
 			}
-			hold.Rollback(ctx)
+			releaseS0()
 			eventually(t, 30*time.Second, "S0 to S3 delivered", func() bool { return delivered() && slices.Contains(p.acceptedIDs(), "S0") })
+			// The partner has them; their records follow its ACKs.
+			eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 8 })
 
 			// Events are inserted by the hand-off that records them and
 			// never updated, so their xmin is that hand-off's transaction.
 			xacts := queryInt(t, db, `SELECT count(DISTINCT e.xmin::text)::int FROM mefor_event e
 				JOIN mefor_message m ON m.id = e.message_id WHERE e.event = $1 AND m.control_id IN ('S1', 'S2', 'S3')`, store.EventRouted)
-			switch {
-			case tc.routed > 0 && xacts != tc.routed:
+			if tc.routed > 0 && xacts != tc.routed {
 				t.Errorf("S1 to S3 were routed in %d transactions, want %d", xacts, tc.routed)
-			case tc.routed < 0 && xacts != 3:
-				t.Errorf("S1 to S3 were routed in %d transactions while S0's was held, want 3", xacts)
 			}
 			shared := value(gatherMetrics(t, n), "mefor_handoffs_shared_total", "stage", "ingress")
-			if tc.routed > 0 && shared < 3 {
+			if tc.shared && shared < 3 {
 				t.Errorf("mefor_handoffs_shared_total{stage=ingress} = %v, want at least the 3 shared", shared)
 			}
 			if tc.name == "alone" && shared > 0 {
 				t.Errorf("mefor_handoffs_shared_total{stage=ingress} = %v with sharing off", shared)
 			}
-			// The partner has them; their records follow its ACKs.
-			eventually(t, 30*time.Second, "S0 to S3 processed", func() bool {
-				return countStatus(t, db, store.StatusProcessed) == 8
-			})
 		})
 	}
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,6 +62,15 @@ var pipelineSettings = []struct{ name, value string }{
 // PipelineTx begins a transaction of the pipeline's own statements, with
 // generic plans, in the one round trip of its BEGIN.
 var PipelineTx = pgx.TxOptions{BeginQuery: pipelineSQL("BEGIN", "SET LOCAL %s = %s")}
+
+// PipelineTxLockTimeout is PipelineTx waiting at most d for any lock
+// (lock_timeout, for the transaction only), in the same round trip: a
+// statement that would wait longer fails with lock_not_available (55P03).
+// Work shared by several callers uses it, so that one caller's lock held
+// elsewhere cannot hold the others.
+func PipelineTxLockTimeout(d time.Duration) pgx.TxOptions {
+	return pgx.TxOptions{BeginQuery: PipelineTx.BeginQuery + fmt.Sprintf("; SET LOCAL lock_timeout = '%dms'", d.Milliseconds())}
+}
 
 // QueueGenericPlans queues, first in a batch sent outside a transaction
 // block, what PipelineTx sets: the batch is one implicit transaction, and
