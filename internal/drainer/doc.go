@@ -39,6 +39,19 @@
 // slip in before the commit. A superseded execution gets ErrSuperseded,
 // its transaction rolls back, and it stops without touching its lane again.
 //
+// # Hand-offs of several drainers in one transaction
+//
+// Route and transform hand-offs can be prepared (PrepareRoute,
+// PrepareTransform) and sent together (RunHandoffs): one fence statement
+// proves every execution running and locks their job rows in id order, the
+// lanes they write are locked together in sorted order, and each statement
+// carries every participant's rows. It commits for all or none: with one
+// execution superseded it fails with ErrSuperseded, and the caller commits
+// each hand-off again alone, where only that one is refused. Each lane keeps
+// its order because its one drainer waits for its hand-off before it reads
+// the lane again. A hand-off with transform state is never shared (its key
+// locks follow its consume). workers.Handoffs decides who shares.
+//
 // # Trust window
 //
 // The fence makes every write safe, not every send: a send happens outside
