@@ -137,6 +137,7 @@ func (d *Deps) commitTurn(ctx context.Context, batch []*handoffReq) {
 		return drainer.RunHandoffs(ctx, tx, batch[0].ins, hs...)
 	})
 	if err != nil {
+		d.Metrics.HandoffTurnFailed()
 		d.Logger.DebugContext(ctx, "hand-off transaction failed; each of its hand-offs is committed again alone",
 			"handoffs", len(batch), "rows", rows, "error", err)
 		return

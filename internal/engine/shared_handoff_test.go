@@ -137,6 +137,12 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			if tc.shared && shared < 3 {
 				t.Errorf("mefor_handoffs_shared_total{stage=ingress} = %v, want at least the 3 shared", shared)
 			}
+			// Held on its lane past the turn's lock wait, S0's turn failed,
+			// and operators see it.
+			failed := value(gatherMetrics(t, n), "mefor_handoff_turns_failed_total")
+			if tc.name == "lock" && failed < 1 {
+				t.Errorf("mefor_handoff_turns_failed_total = %v after S0's turn gave up on its lane, want at least 1", failed)
+			}
 			if tc.name == "alone" && shared > 0 {
 				t.Errorf("mefor_handoffs_shared_total{stage=ingress} = %v with sharing off", shared)
 			}

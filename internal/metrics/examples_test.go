@@ -37,6 +37,7 @@ func exposed(t *testing.T) map[string]bool {
 	m.MaintenanceRun("reclaim", "ok")
 	m.Gathered("ingress")
 	m.HandoffShared("routed")
+	m.HandoffTurnFailed()
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,7 @@ func TestMonitoringExamples(t *testing.T) {
 		"mefor_dead_letters_total", "mefor_delivery_duration_seconds", "mefor_ack_duration_seconds",
 		"mefor_queue_depth", "mefor_queue_oldest_age_seconds", "mefor_stage_backlog",
 		"mefor_lease_holder", "mefor_river_leader", "mefor_config_version", "mefor_node_heartbeat_age_seconds",
-		"mefor_reference_sync_failures_total", "mefor_maintenance_runs_total", "mefor_drainer_gathers_total", "mefor_handoffs_shared_total",
+		"mefor_reference_sync_failures_total", "mefor_maintenance_runs_total", "mefor_drainer_gathers_total", "mefor_handoffs_shared_total", "mefor_handoff_turns_failed_total",
 		"mefor_cpu_contended",
 	} {
 		if !known[want] {

@@ -84,6 +84,7 @@ type Metrics struct {
 	maintenanceRuns  *prometheus.CounterVec
 	gathers          *prometheus.CounterVec
 	sharedHandoffs   *prometheus.CounterVec
+	failedTurns      prometheus.Counter
 }
 
 // New builds a node's metrics on a registry of its own, with the Go runtime
@@ -133,10 +134,14 @@ func New(opts Options) *Metrics {
 			Namespace: namespace, Name: "handoffs_shared_total",
 			Help: "Route and transform hand-offs of this node committed in a transaction shared with other lanes' hand-offs, by stage (ingress: routing, routed: transforming).",
 		}, []string{"stage"}),
+		failedTurns: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "handoff_turns_failed_total",
+			Help: "Transactions of this node's shared hand-off turns that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs was then committed alone.",
+		}),
 	}
 	m.registry.MustRegister(
 		m.received, m.rejected, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
-		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs,
+		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs, m.failedTurns,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -218,6 +223,15 @@ func (m *Metrics) HandoffShared(stage string) {
 		return
 	}
 	m.sharedHandoffs.WithLabelValues(stage).Inc()
+}
+
+// HandoffTurnFailed counts a hand-off turn's transaction that did not
+// commit.
+func (m *Metrics) HandoffTurnFailed() {
+	if m == nil {
+		return
+	}
+	m.failedTurns.Inc()
 }
 
 // DeadLettered counts a delivery to destination given up on.
