@@ -21,12 +21,7 @@ func TestFenceAcceptsOnlyTheRunningExecution(t *testing.T) {
 	ins := inserter(t, db)
 	ctx := context.Background()
 	id := queue(t, db, ins, "outbound:f")
-	var at time.Time
-	if err := db.Pool.QueryRow(ctx, `
-		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1
-		RETURNING attempted_at`, id).Scan(&at); err != nil {
-		t.Fatal(err)
-	}
+	at := start(t, db, id).AttemptedAt
 	fence := func(jobID int64, attemptedAt time.Time) error {
 		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			return drainer.Fence(ctx, tx, drainer.Execution{JobID: jobID, AttemptedAt: attemptedAt})
@@ -109,15 +104,9 @@ func TestHandoffsOfSupersededExecutionChangeNothing(t *testing.T) {
 			($1, 'ingress', 'ingress:c', 'c', NULL, NULL, NULL),
 			($1, 'routed', 'routed:c', 'c', 'r', 'h', NULL),
 			($1, 'outbound', 'outbound:d', 'c', 'r', 'h', 'd')`, msg)
-	id := queue(t, db, ins, "outbound:job")
-	var at time.Time
-	if err := db.Pool.QueryRow(ctx, `
-		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1
-		RETURNING attempted_at`, id).Scan(&at); err != nil {
-		t.Fatal(err)
-	}
-	current := drainer.Execution{JobID: id, AttemptedAt: at}
-	stale := drainer.Execution{JobID: id, AttemptedAt: at.Add(-time.Second)}
+	current := start(t, db, queue(t, db, ins, "outbound:job"))
+	stale := current
+	stale.AttemptedAt = stale.AttemptedAt.Add(-time.Second)
 	row := func(lane string) drainer.Row {
 		rows, err := drainer.PendingRows(ctx, db.Pool, lane, 1)
 		if err != nil || len(rows) != 1 {

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -61,4 +62,17 @@ func queue(t *testing.T, db *testcontainers.DB, ins jobs.Inserter, lane string) 
 		t.Fatal(err)
 	}
 	return id
+}
+
+// start marks job id running, as River's fetch does, and returns that
+// execution.
+func start(t *testing.T, db *testcontainers.DB, id int64) drainer.Execution {
+	t.Helper()
+	ex := drainer.Execution{JobID: id}
+	if err := db.Pool.QueryRow(context.Background(), `
+		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1
+		RETURNING attempted_at`, id).Scan(&ex.AttemptedAt); err != nil {
+		t.Fatal(err)
+	}
+	return ex
 }

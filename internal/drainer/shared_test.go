@@ -46,16 +46,7 @@ func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 			($1, 'ingress', 'ingress:c1', 'c1', NULL, NULL),
 			($2, 'ingress', 'ingress:c2', 'c2', NULL, NULL),
 			($3, 'routed', 'routed:c3', 'c3', 'r', 'h')`, m1, m2, m3)
-	running := func(lane string) drainer.Execution {
-		id := queue(t, db, ins, lane)
-		var at time.Time
-		if err := db.Pool.QueryRow(ctx, `
-			UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1
-			RETURNING attempted_at`, id).Scan(&at); err != nil {
-			t.Fatal(err)
-		}
-		return drainer.Execution{JobID: id, AttemptedAt: at}
-	}
+	running := func(lane string) drainer.Execution { return start(t, db, queue(t, db, ins, lane)) }
 	ex1, ex2, ex3 := running("outbound:job1"), running("outbound:job2"), running("outbound:job3")
 	row := func(lane string) []drainer.Row {
 		rows, err := drainer.PendingRows(ctx, db.Pool, lane, 1)
