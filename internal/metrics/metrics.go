@@ -136,7 +136,7 @@ func New(opts Options) *Metrics {
 		}, []string{"stage"}),
 		failedTurns: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "handoff_turns_failed_total",
-			Help: "Transactions of this node's shared hand-off turns that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs was then committed alone.",
+			Help: "Transactions of this node's hand-off turns (one drainer's hand-off or several sharing) that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs was then committed alone.",
 		}),
 	}
 	m.registry.MustRegister(
