@@ -250,8 +250,12 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 			}
 		}
 	}
-	b := &handoff{fenced: true}
-	queueFences(b, hs)
+	var b *handoff
+	if len(hs) == 1 {
+		b = newHandoff(hs[0].ex) // its fence, as every hand-off alone
+	} else {
+		b = newSharedHandoff(hs)
+	}
 	var (
 		lanes, deadReasons []string
 		dead               []int64
@@ -278,7 +282,6 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 	}
 	if len(hs) == 1 && hs[0].stateful {
 		// After the lane locks and the consume, before the message locks.
-		b.keys = hs[0].ex.Keys
 		queueState(b, hs[0].rows, hs[0].decisions)
 	}
 	var act *jobs.Activation
@@ -288,11 +291,11 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 	return b.run(ctx, tx, ins, act)
 }
 
-// queueFences queues the fence of every fenced execution in hs onto b and
-// clears b.fenced until the fence statement proved them all running. One
-// execution takes the single-row fence; several take one statement that
-// locks their job rows in id order.
-func queueFences(b *handoff, hs []*Handoff) {
+// newSharedHandoff starts the batch of several hand-offs with one fence
+// statement for all their executions, which locks their job rows in id
+// order; b.fenced is set only once it found every one running.
+func newSharedHandoff(hs []*Handoff) *handoff {
+	b := &handoff{fenced: true}
 	var ids []int64
 	var at []time.Time
 	for _, h := range hs {
@@ -300,29 +303,19 @@ func queueFences(b *handoff, hs []*Handoff) {
 			ids, at = append(ids, h.ex.JobID), append(at, h.ex.AttemptedAt)
 		}
 	}
-	switch len(ids) {
-	case 0:
-		return
-	case 1:
-		b.fenced = false
-		b.b.Queue(fenceSQL, ids[0], at[0]).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				b.fenced = true
-			}
-			return rows.Err()
-		})
-	default:
-		b.fenced = false
-		want := len(ids)
-		b.b.Queue(fenceManySQL, ids, at).Query(func(rows pgx.Rows) error {
-			n := 0
-			for rows.Next() {
-				n++
-			}
-			b.fenced = n == want
-			return rows.Err()
-		})
+	if len(ids) == 0 {
+		return b
 	}
+	b.fenced = false
+	b.b.Queue(fenceManySQL, ids, at).Query(func(rows pgx.Rows) error {
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		b.fenced = n == len(ids)
+		return rows.Err()
+	})
+	return b
 }
 
 // fenceManySQL is fenceSQL for several executions at once: it returns (and
