@@ -41,16 +41,21 @@
 //
 // # Hand-offs of several drainers in one transaction
 //
-// Route and transform hand-offs can be prepared (PrepareRoute,
-// PrepareTransform) and sent together (RunHandoffs): one fence statement
+// Route and transform hand-offs and delivery records can be prepared
+// (PrepareRoute, PrepareTransform, PrepareRecord) and sent together
+// (RunHandoffs): one fence statement
 // proves every execution running and locks their job rows in id order, the
 // lanes they write are locked together in sorted order, and each statement
 // carries every participant's rows. It commits for all or none: with one
 // execution superseded it fails with ErrSuperseded, and the caller commits
 // each hand-off again alone, where only that one is refused. Each lane keeps
 // its order because its one drainer waits for its hand-off before it reads
-// the lane again. A hand-off with transform state is never shared (its key
-// locks follow its consume). workers.Handoffs decides who shares.
+// the lane again, or sends on it again. The records of several lanes are
+// one statement, which answers each lane on its own (Handoff.Recorded):
+// its rows found pending and its cancel marks. A hand-off with transform
+// state is never shared (its key locks follow its consume), nor is a
+// record with a failed attempt or a routed reply (Handoff.Shareable).
+// workers.Handoffs decides who shares.
 //
 // # Trust window
 //

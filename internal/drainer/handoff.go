@@ -111,6 +111,10 @@ type Handoff struct {
 	stateful  bool
 	rows      []Row
 	decisions []TransformDecision
+	// rec is a delivery record's outcomes (PrepareRecord); replyIns
+	// activates the reply channels' lanes it writes into.
+	rec      *recordArgs
+	replyIns jobs.Inserter
 }
 
 // routeArgs are the route statement's arrays: the consumed rows with the
@@ -140,12 +144,22 @@ type transformArgs struct {
 // Shareable reports whether h may share a transaction with other drainers'
 // hand-offs. A hand-off with transform state runs alone: its key locks
 // come after its consume, so two such hand-offs in one transaction could
-// take keys in an order another transaction reverses.
-func (h *Handoff) Shareable() bool { return !h.stateful }
+// take keys in an order another transaction reverses. So does a record
+// with a failed attempt or a routed reply: a shared transaction that fails
+// is committed again hand-off by hand-off, which is harmless only for what
+// can be applied twice, and a failed attempt counts again if the shared
+// commit's fate was unknown (a lost connection after COMMIT).
+func (h *Handoff) Shareable() bool {
+	return !h.stateful && (h.rec == nil || (len(h.rec.failed) == 0 && len(h.rec.replies) == 0))
+}
 
 // Rows is the number of rows h hands off.
 func (h *Handoff) Rows() int {
-	return len(h.dead) + len(h.route.cWork) + len(h.transform.consumed)
+	n := len(h.dead) + len(h.route.cWork) + len(h.transform.consumed)
+	if h.rec != nil {
+		n += len(h.rec.ids)
+	}
+	return n
 }
 
 // PrepareRoute prepares RouteBatch's hand-off of rows.
@@ -246,7 +260,7 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 	if len(hs) > 1 {
 		for _, h := range hs {
 			if !h.Shareable() {
-				return errors.New("a hand-off with transform state cannot share its transaction")
+				return errors.New("a hand-off that is not shareable (transform state, a failed attempt or a routed reply) cannot share its transaction")
 			}
 		}
 	}
@@ -261,8 +275,15 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 		dead               []int64
 		r                  routeArgs
 		t                  transformArgs
+		recs               []*recordArgs
 	)
 	for _, h := range hs {
+		if h.rec != nil {
+			recs = append(recs, h.rec)
+		}
+		if ins == nil {
+			ins = h.replyIns
+		}
 		lanes = append(lanes, h.lanes...)
 		dead, deadReasons = append(dead, h.dead...), append(deadReasons, h.deadReasons...)
 		b.finalize = append(b.finalize, h.finalize...)
@@ -283,6 +304,9 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 	if len(hs) == 1 && hs[0].stateful {
 		// After the lane locks and the consume, before the message locks.
 		queueState(b, hs[0].rows, hs[0].decisions)
+	}
+	if len(recs) > 0 {
+		queueRecords(b, recs)
 	}
 	var act *jobs.Activation
 	if len(lanes) > 0 {

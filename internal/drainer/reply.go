@@ -31,28 +31,27 @@ type ReplyRoute struct {
 	ControlID, MessageType, TriggerEvent, SendingApp, SendingFacility string
 }
 
-// queueReplyLocks queues the locks of the reply channels' ingress lanes,
-// sorted, for every reply a record batch routes. They must come before the
-// deliveries' work rows are written: lane locks before work rows, the order
-// every writer follows.
-func queueReplyLocks(h *handoff, routes []*ReplyRoute) {
+// replyLanes are the reply channels' ingress lanes of routes, for the
+// record to lock with the lanes of its batch (before the deliveries' work
+// rows are written: lane locks before work rows, the order every writer
+// follows) and to activate.
+func replyLanes(routes []*ReplyRoute) []string {
 	var lanes []string
 	for _, rt := range routes {
 		if rt.NotHL7 == "" {
 			lanes = append(lanes, jobs.IngressLane(rt.Channel))
 		}
 	}
-	jobs.QueueLocks(&h.b, lanes)
+	return lanes
 }
 
 // queueReply queues the reply's message, events and ingress row, after the
-// statement that records row delivered, and returns the ingress lane to
-// activate ("" when the reply is not routed). Everything is tied, in the statement, to the delivery this
-// transaction recorded: the row must be done, with a delivered response at
+// statement that records row delivered. Everything is tied, in the
+// statement, to the delivery this transaction recorded: the row must be done, with a delivered response at
 // its current attempt that no reply message links to yet, so a record that
 // found the row no longer pending produces nothing, and none is produced
 // twice.
-func queueReply(h *handoff, row Row, a Attempt, reply []byte) string {
+func queueReply(h *handoff, row Row, a Attempt, reply []byte) {
 	rt := a.ReplyTo
 	const delivery = `
 		WITH w AS (
@@ -68,7 +67,7 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) string {
 			INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
 			SELECT message_id, $4, id, $2, format('reply of %s bytes not routed to channel %s: %s', $3::int, $5::text, $6::text) FROM w`,
 			row.ID, row.Destination, len(reply), EventReplied, rt.Channel, h.keys.SealString(store.ColError, rt.NotHL7))
-		return ""
+		return
 	}
 	lane := jobs.IngressLane(rt.Channel)
 	h.b.Queue(delivery+`, p AS (
@@ -106,5 +105,4 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) string {
 		row.ID, row.Destination, rt.Channel, lane, rt.MaxDepth, h.keys.Seal(store.ColRaw, reply), SourceReply,
 		store.ColumnText(rt.ControlID), store.ColumnText(rt.MessageType), store.ColumnText(rt.TriggerEvent),
 		store.ColumnText(rt.SendingApp), store.ColumnText(rt.SendingFacility), EventReplied, len(reply))
-	return lane
 }

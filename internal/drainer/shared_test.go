@@ -136,3 +136,112 @@ func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 		t.Fatalf("the three hand-offs' rows were written by %d transactions, want 1", xacts)
 	}
 }
+
+// Delivery records of several lanes sent together (RunHandoffs with
+// PrepareRecord) share one transaction with other hand-offs and still
+// answer each lane on its own: how many of its rows were recorded and
+// whether rows of its lane are marked for cancelling, which its drainer
+// must resolve before it sends again. With one execution superseded,
+// nothing of any of them is written; a record with a failed attempt is
+// refused a shared transaction.
+func TestSharedRecordsAnswerEachLane(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ins := inserter(t, db)
+	ctx := context.Background()
+
+	for _, lane := range []string{"outbound:a", "outbound:a", "outbound:b", "outbound:b"} {
+		queue(t, db, ins, lane)
+	}
+	exA, exB := start(t, db, queue(t, db, ins, "outbound:a")), start(t, db, queue(t, db, ins, "outbound:b"))
+	var m1 int64
+	if err := db.Pool.QueryRow(ctx, `
+		INSERT INTO mefor_message (channel, source, size, raw, status) VALUES ('c1', 'test', 1, 'x', 'received')
+		RETURNING id`).Scan(&m1); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel) VALUES ($1, 'ingress', 'ingress:c1', 'c1')`, m1)
+	ex1 := start(t, db, queue(t, db, ins, "outbound:job1"))
+	rows := func(lane string, n int) []drainer.Row {
+		rows, err := drainer.PendingRows(ctx, db.Pool, lane, n)
+		if err != nil || len(rows) != n {
+			t.Fatalf("%d pending rows of %s: %v %v", n, lane, rows, err)
+		}
+		return rows
+	}
+	rowsA, rowsB, r1 := rows("outbound:a", 3), rows("outbound:b", 3), rows("ingress:c1", 1)
+	// An operator cancels B's last row while its drainer sends the others.
+	exec(t, db, `UPDATE mefor_work SET cancel_requested_at = now() WHERE id = $1`, rowsB[2].ID)
+	delivered := func(rows []drainer.Row) []drainer.Outcome {
+		var outs []drainer.Outcome
+		for _, r := range rows {
+			outs = append(outs, drainer.Outcome{Row: r, Delivered: true, Attempt: drainer.Attempt{Outcome: "delivered", AckCode: "AA"}})
+		}
+		return outs
+	}
+	routed := []drainer.RouteDecision{{Outs: []drainer.RoutedOut{{Route: "r", Handler: "h"}}}}
+	run := func(hs ...*drainer.Handoff) error {
+		return pgx.BeginTxFunc(ctx, db.Pool, store.PipelineTxLockTimeout(100*time.Millisecond), func(tx pgx.Tx) error {
+			return drainer.RunHandoffs(ctx, tx, ins, hs...)
+		})
+	}
+	snapshot := func() string {
+		var s string
+		if err := db.Pool.QueryRow(ctx, `
+			SELECT format('rows [%s] events %s responses %s messages [%s]',
+				(SELECT string_agg(format('%s %s', lane, status), ', ' ORDER BY id) FROM mefor_work WHERE lane NOT LIKE 'outbound:job%'),
+				(SELECT count(*) FROM mefor_event), (SELECT count(*) FROM mefor_response),
+				(SELECT string_agg(status, ' ' ORDER BY id) FROM mefor_message))`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := snapshot()
+
+	stale := exB
+	stale.AttemptedAt = stale.AttemptedAt.Add(-time.Second)
+	if err := run(drainer.PrepareRoute(ex1, r1, routed), drainer.PrepareRecord(exA, delivered(rowsA)),
+		drainer.PrepareRecord(stale, delivered(rowsB[:2]))); !errors.Is(err, drainer.ErrSuperseded) {
+		t.Fatalf("shared records with one superseded execution: %v, want ErrSuperseded", err)
+	}
+	if after := snapshot(); after != before {
+		t.Fatalf("shared records with one superseded execution wrote:\n before %s\n after  %s", before, after)
+	}
+
+	failed := drainer.PrepareRecord(exB, []drainer.Outcome{{Row: rowsB[0], Attempt: drainer.Attempt{Outcome: "refused", Error: "test"}}})
+	if failed.Shareable() {
+		t.Fatal("a record with a failed attempt is shareable")
+	}
+	if err := run(drainer.PrepareRecord(exA, delivered(rowsA)), failed); err == nil {
+		t.Fatal("a record with a failed attempt shared a transaction")
+	}
+
+	// B's record leaves out its cancelled row; A's also holds a row
+	// someone else ended meanwhile.
+	exec(t, db, `UPDATE mefor_work SET status = 'cancelled', finished_at = now() WHERE id = $1`, rowsA[2].ID)
+	recA, recB := drainer.PrepareRecord(exA, delivered(rowsA)), drainer.PrepareRecord(exB, delivered(rowsB[:2]))
+	if err := run(drainer.PrepareRoute(ex1, r1, routed), recA, recB); err != nil {
+		t.Fatalf("shared records of running executions: %v", err)
+	}
+	if got, want := recA.Recorded(), (drainer.Recorded{Rows: 2}); got != want {
+		t.Errorf("lane a's record: %+v, want %+v (one of its rows was no longer pending)", got, want)
+	}
+	if got, want := recB.Recorded(), (drainer.Recorded{Recorded: true, Rows: 2, CancelsPending: true}); got != want {
+		t.Errorf("lane b's record: %+v, want %+v (a row of its lane is marked for cancelling)", got, want)
+	}
+	want := "rows [outbound:a done, outbound:a done, outbound:b done, outbound:b done, outbound:a cancelled, outbound:b pending, " +
+		"ingress:c1 done, routed:c1 pending] events 5 responses 4 messages [processed processed processed processed processed routed routed routed]"
+	if got := snapshot(); got != want {
+		t.Errorf("after the shared records:\n got  %s\n want %s", got, want)
+	}
+	xacts := 0
+	if err := db.Pool.QueryRow(ctx, `
+		SELECT count(DISTINCT xmin::text) FROM (
+			SELECT xmin FROM mefor_event UNION ALL SELECT xmin FROM mefor_response
+			UNION ALL SELECT xmin FROM mefor_work WHERE lane = 'routed:c1') x`).Scan(&xacts); err != nil {
+		t.Fatal(err)
+	}
+	if xacts != 1 {
+		t.Errorf("the route hand-off and both lanes' records were written by %d transactions, want 1", xacts)
+	}
+}
