@@ -13,14 +13,15 @@ import (
 	"github.com/mefor/mefor/jobs"
 )
 
-// Handoffs lets the route and transform hand-offs of a node's drainers
-// share transactions. A drainer whose hand-off finds no other in flight
-// commits it at once, alone; hand-offs arriving while one is in flight
-// queue, and the oldest of them then commits all that queued, of any lanes
-// and both stages, in one transaction whose every statement carries all of
-// their rows (drainer.RunHandoffs). Many light lanes, each handing off one
-// row at a time, then cost the database one transaction and one set of
-// statements per commit instead of one per lane.
+// Handoffs lets the route and transform hand-offs and the delivery records
+// of a node's drainers share transactions. A drainer whose hand-off (or
+// record window) finds no other in flight commits it at once, alone;
+// hand-offs arriving while one is in flight queue, and the oldest of them
+// then commits all that queued, of any lanes and all stages, in one
+// transaction whose every statement carries all of their rows
+// (drainer.RunHandoffs). Many light lanes, each handing off one row at a
+// time, then cost the database one transaction and one set of statements
+// per commit instead of one per lane.
 //
 // Each lane's order is untouched: a lane has one drainer, which waits for
 // its hand-off to commit before it reads the lane again, and the lanes
@@ -29,7 +30,9 @@ import (
 // anything else fails, nothing of it commits and every hand-off of it is
 // committed again alone, as it would have been without sharing. That is
 // safe even when the shared commit's fate is unknown: a hand-off consumes
-// only rows still pending and produces only for what it consumed.
+// only rows still pending and produces only for what it consumed, and a
+// shared record only records rows still pending as delivered (a record
+// with a failed attempt, which would count twice, never shares).
 //
 // One lane must not hold up the others. Every transaction committed in
 // the group's turn, a hand-off alone included, waits for a lock at most
@@ -133,8 +136,15 @@ func (d *Deps) commitTurn(ctx context.Context, batch []*handoffReq) {
 		hs[i] = q.h
 		rows += q.h.Rows()
 	}
+	var ins jobs.Inserter // any: every drainer of a node has the same
+	for _, q := range batch {
+		if q.ins != nil {
+			ins = q.ins
+			break
+		}
+	}
 	err := pgx.BeginTxFunc(ctx, d.Pool, groupTx, func(tx pgx.Tx) error {
-		return drainer.RunHandoffs(ctx, tx, batch[0].ins, hs...)
+		return drainer.RunHandoffs(ctx, tx, ins, hs...)
 	})
 	if err != nil {
 		d.Metrics.HandoffTurnFailed()

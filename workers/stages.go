@@ -181,7 +181,7 @@ func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundA
 // open window, the destination's record_batch rows. A failed head that may
 // be retried ends the window and the step, so the lane waits behind it.
 func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
-	w := &recordWindow{d: d, ex: r.ex, woken: d.wakeC(r.lane)}
+	w := &recordWindow{d: d, r: r, woken: d.wakeC(r.lane)}
 	res, err := d.deliverRows(ctx, r, w, rows)
 	if err != nil && !w.empty() {
 		// The error stops the lane (superseded, node not alive, a

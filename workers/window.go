@@ -4,12 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/metrics"
-	"github.com/mefor/mefor/internal/store"
 )
 
 // A record window gathers a lane's sends whose outcomes are not recorded
@@ -20,10 +17,12 @@ import (
 // sends before it), and before anything else the drainer writes or reads
 // its lane for (a cancel, a dead letter, a crash record, a yield). A
 // crash repeats at most the window's sends, the one in flight included:
-// at most rows per lane.
+// at most rows per lane. The drainer waits for its window to be recorded
+// before it sends again, whether the record commits alone or shares a
+// transaction with other lanes' (Handoffs), so sharing does not widen it.
 type recordWindow struct {
 	d      *Deps
-	ex     drainer.Execution
+	r      *run
 	limit  config.RecordBatch
 	outs   []drainer.Outcome
 	took   []time.Duration
@@ -60,24 +59,22 @@ func (w *recordWindow) expired() bool { return !w.empty() && !time.Now().Before(
 const flushTimeout = 10 * time.Second
 
 // flush records the window's sends in one fenced transaction (nothing when
-// the execution was superseded) and empties it.
+// the execution was superseded), shared with other drainers' hand-offs and
+// records when it may be (handOff), and empties it.
 func (w *recordWindow) flush(ctx context.Context) (drainer.Recorded, error) {
 	if w.empty() {
 		return drainer.Recorded{Recorded: true}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
-	var rec drainer.Recorded
-	err := pgx.BeginTxFunc(ctx, w.d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
-		var err error
-		rec, err = drainer.RecordAttempts(ctx, tx, w.ex, w.outs)
-		return err
-	})
+	h := drainer.PrepareRecord(w.r.ex, w.outs)
+	err := w.d.handOff(ctx, w.r, h)
 	outs, took := w.outs, w.took
 	w.outs, w.took = w.outs[:0], w.took[:0]
 	if err != nil {
-		return rec, err
+		return drainer.Recorded{}, err
 	}
+	rec := h.Recorded()
 	// Counted once recorded: sends whose record was refused (fenced) are
 	// repeated by the execution that replaced this one.
 	for i, o := range outs {

@@ -6,11 +6,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
@@ -147,5 +149,92 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				t.Errorf("mefor_handoffs_shared_total{stage=ingress} = %v with sharing off", shared)
 			}
 		})
+	}
+}
+
+// The delivery records of several destination lanes whose windows close
+// while another hand-off is in flight share the next transaction with each
+// other: each lane still sent its message alone and in order, and each is
+// recorded delivered, but one transaction writes all three records.
+//
+// d1 to d3 each have a partner that holds its answer to S1 to S3 until the
+// test lets it go; meanwhile c0's route hand-off of S0 is held in the
+// group's turn by a hook. The three ACKs then come together, and the three
+// windows' records queue behind S0's turn.
+func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	gate := make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	defer openGate()
+	var entered atomic.Int32
+	partners := make([]*partner, 4)
+	for i := range partners {
+		partners[i] = newPartner(t, "")
+		if i > 0 {
+			partners[i].fail = func(id string, _ int) hl7.AckCode {
+				if strings.HasPrefix(id, "S") {
+					entered.Add(1)
+					<-gate
+				}
+				return hl7.AckAccept
+			}
+		}
+	}
+	var y strings.Builder
+	listens := make([]string, 4)
+	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
+	for i := range listens {
+		listens[i] = freeAddr(t)
+		fmt.Fprintf(&y, "  c%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
+	}
+	y.WriteString("destinations:\n")
+	for i, p := range partners {
+		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, p.addr)
+	}
+	cfg, err := config.Parse("test.yaml", []byte(y.String()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, db, cfg, func(o *engine.Options) {
+		o.Limits.Linger = time.Minute // every drainer lingers through the test
+		o.HandoffPatience = time.Minute
+	})
+	for i, l := range listens {
+		send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
+	}
+	eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 4 })
+
+	for i := 1; i < 4; i++ {
+		send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
+	}
+	eventually(t, 30*time.Second, "S1 to S3 sent, their partners holding the answers", func() bool { return entered.Load() == 3 })
+	release := make(chan struct{})
+	var once sync.Once
+	releaseS0 := func() { once.Do(func() { close(release) }) }
+	defer releaseS0()
+	held := make(chan struct{})
+	var first sync.Once
+	engine.SetHandoffHook(n, func(int) { first.Do(func() { close(held); <-release }) })
+	send(t, listens[0], adt("S0", "P1"))
+	<-held
+	openGate()
+	eventually(t, 30*time.Second, "S1 to S3's records waiting for S0's hand-off", func() bool { return engine.WaitingHandoffs(n) == 3 })
+	releaseS0()
+	eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 8 })
+
+	for i := 1; i < 4; i++ {
+		if got := partners[i].acceptedIDs(); !slices.Equal(got, []string{fmt.Sprintf("W%d", i), fmt.Sprintf("S%d", i)}) {
+			t.Errorf("d%d's partner accepted %v, want W%d then S%d once each", i, got, i, i)
+		}
+	}
+	xacts := queryInt(t, db, `SELECT count(DISTINCT e.xmin::text)::int FROM mefor_event e
+		JOIN mefor_message m ON m.id = e.message_id WHERE e.event = 'delivered' AND m.control_id IN ('S1', 'S2', 'S3')`)
+	if xacts != 1 {
+		t.Errorf("S1 to S3's deliveries were recorded in %d transactions, want 1", xacts)
+	}
+	if shared := value(gatherMetrics(t, n), "mefor_handoffs_shared_total", "stage", "outbound"); shared < 3 {
+		t.Errorf("mefor_handoffs_shared_total{stage=outbound} = %v, want at least the 3 shared records", shared)
 	}
 }

@@ -132,11 +132,11 @@ func New(opts Options) *Metrics {
 		}, []string{"stage"}),
 		sharedHandoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "handoffs_shared_total",
-			Help: "Route and transform hand-offs of this node committed in a transaction shared with other lanes' hand-offs, by stage (ingress: routing, routed: transforming).",
+			Help: "Route and transform hand-offs and delivery record windows of this node committed in a transaction shared with other lanes', by stage (ingress: routing, routed: transforming, outbound: recording deliveries).",
 		}, []string{"stage"}),
 		failedTurns: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "handoff_turns_failed_total",
-			Help: "Transactions of this node's hand-off turns (one drainer's hand-off or several sharing) that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs was then committed alone.",
+			Help: "Transactions of this node's hand-off turns (one drainer's hand-off or record, or several sharing) that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs and records was then committed alone.",
 		}),
 	}
 	m.registry.MustRegister(
