@@ -89,13 +89,30 @@ func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) er
 // QueueLocks queues the lane locks of LockLanes onto a batch, in the same
 // sorted order, so a producer can take them in the round trip that carries
 // its writes. The batch must run inside the producer's transaction.
+//
+// Several lanes are locked by one statement, one lock after the other in
+// that order: a shared hand-off turn writes into many lanes, and one
+// statement per lane was a good part of its statements.
 func QueueLocks(b *pgx.Batch, lanes []string) {
 	sorted := slices.Clone(lanes)
 	slices.Sort(sorted)
-	for _, lane := range slices.Compact(sorted) {
-		b.Queue("SELECT pg_advisory_xact_lock($1, $2)", laneLockClass, laneLockKey(lane))
+	sorted = slices.Compact(sorted)
+	switch len(sorted) {
+	case 0:
+	case 1:
+		b.Queue("SELECT pg_advisory_xact_lock($1, $2)", laneLockClass, laneLockKey(sorted[0]))
+	default:
+		keys := make([]int32, len(sorted))
+		for i, lane := range sorted {
+			keys[i] = laneLockKey(lane)
+		}
+		b.Queue(locksSQL, laneLockClass, keys)
 	}
 }
+
+// locksSQL takes the lane locks of $2 in its order: a volatile function
+// in the select list of a sorted query is evaluated after the sort.
+const locksSQL = `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) WITH ORDINALITY AS u(k, n) ORDER BY n`
 
 // Activation carries the live-drainer checks queued on a batch until the
 // batch has run; then Finish inserts drainers for the lanes that had none.
