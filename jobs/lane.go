@@ -65,25 +65,29 @@ func Activate(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string) erro
 }
 
 // insertDrainer inserts (or finds, through the unique key) the drainer job of
-// a lane and records it in mefor_lane.
-func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) error {
+// a lane and records it in mefor_lane. It returns the job's queue when it
+// inserted one ("" when a live drainer was found).
+func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) (string, error) {
 	args, err := ArgsFor(lane)
 	if err != nil {
-		return err
+		return "", err
 	}
 	stage, _ := StageOf(lane)
 	res, err := ins.InsertTx(ctx, tx, args, nil)
 	if err != nil {
-		return fmt.Errorf("activate drainer of lane %s: %w", lane, err)
+		return "", fmt.Errorf("activate drainer of lane %s: %w", lane, err)
 	}
 	_, err = tx.Exec(ctx, `
 		INSERT INTO mefor_lane (name, stage, job_id, activated_at) VALUES ($1, $2, $3, clock_timestamp())
 		ON CONFLICT (name) DO UPDATE SET job_id = EXCLUDED.job_id, activated_at = EXCLUDED.activated_at`,
 		lane, stage, res.Job.ID)
 	if err != nil {
-		return fmt.Errorf("record drainer of lane %s: %w", lane, err)
+		return "", fmt.Errorf("record drainer of lane %s: %w", lane, err)
 	}
-	return nil
+	if res.UniqueSkippedAsDuplicate {
+		return "", nil
+	}
+	return res.Job.Queue, nil
 }
 
 // QueueLocks queues the lane locks of LockLanes onto a batch, in the same
@@ -195,13 +199,24 @@ func QueueLiveDrainerCheck(b *pgx.Batch, lanes []string) {
 
 // Finish inserts a drainer for every lane the check found without a live
 // one. Call it after the batch's results are closed, in the same tx.
+//
+// The drainers it inserts are announced to River's producers at commit
+// (NotifyQueues): River's own notification of an insert may be skipped
+// when another of the client's inserts into the same queue notified just
+// before, and that one's fetch may have run before this commit. The lane
+// would then start only at the producers' next poll.
 func (a *Activation) Finish(ctx context.Context, tx pgx.Tx, ins Inserter) error {
+	var queues []string
 	for _, lane := range a.dead {
-		if err := insertDrainer(ctx, tx, ins, lane); err != nil {
+		q, err := insertDrainer(ctx, tx, ins, lane)
+		if err != nil {
 			return err
 		}
+		if q != "" {
+			queues = append(queues, q)
+		}
 	}
-	return nil
+	return NotifyQueues(ctx, tx, queues)
 }
 
 // LiveStateNames are the river_job states in which a drainer holds its

@@ -242,3 +242,72 @@ func testLockLanes(t *testing.T, hold, lock func(ctx context.Context, tx pgx.Tx,
 		t.Fatal("second writer still blocked after the holder committed")
 	}
 }
+
+// Every activation that inserts a drainer announces it to River's
+// producers at its commit, even when River's client skips its own
+// notification because it notified the same queue a moment before: here
+// the client's notification limit is a minute, so River announces only the
+// first of two activations in separate transactions.
+func TestActivationsAreAnnounced(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	ins, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{FetchCooldown: time.Minute, FetchPollInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var channel string
+	if err := conn.QueryRow(ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `LISTEN "`+channel+`"`); err != nil {
+		t.Fatal(err)
+	}
+	for _, lane := range []string{"outbound:a", "outbound:b"} {
+		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
+				return err
+			}
+			return jobs.Activate(ctx, tx, ins, []string{lane})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := conn.Conn().WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("activating %s: no notification for River's producers (%v)", lane, err)
+		}
+		if want := `{"queue": "` + jobs.QueueOutbound + `"}`; n.Payload != want {
+			t.Fatalf("activating %s announced %q, want %q", lane, n.Payload, want)
+		}
+		// River's own notification of the first may come as well.
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			_, err := conn.Conn().WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				break
+			}
+		}
+	}
+	// A lane whose drainer is live inserts nothing and announces nothing.
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if err := jobs.LockLanes(ctx, tx, []string{"outbound:a"}); err != nil {
+			return err
+		}
+		return jobs.Activate(ctx, tx, ins, []string{"outbound:a"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if n, err := conn.Conn().WaitForNotification(wctx); err == nil {
+		t.Fatalf("activating a lane with a live drainer announced %q", n.Payload)
+	}
+}

@@ -63,10 +63,15 @@ func wake(ctx context.Context, tx pgx.Tx, q Queue, lanes []string) error {
 	if err != nil {
 		return err
 	}
+	var queues []string
 	for _, id := range ids {
-		if _, err := q.JobRetryTx(ctx, tx, id); err != nil {
+		job, err := q.JobRetryTx(ctx, tx, id)
+		if err != nil {
 			return fmt.Errorf("wake drainer job %d: %w", id, err)
 		}
+		queues = append(queues, job.Queue)
 	}
-	return nil
+	// River does not announce a retried job; its producers would find it
+	// only at their poll.
+	return jobs.NotifyQueues(ctx, tx, queues)
 }

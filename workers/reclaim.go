@@ -106,21 +106,28 @@ func RescueDeadNodes(ctx context.Context, d *Deps) (int, error) {
 		WHERE j.state = 'running'
 		  AND j.kind = ANY($2::text[])
 		  AND j.attempted_by[array_length(j.attempted_by, 1)] = ANY($1::text[])
-		RETURNING j.id, j.args->>'lane', j.attempted_by[array_length(j.attempted_by, 1)]`, dead, jobs.DrainerKinds())
+		RETURNING j.id, j.args->>'lane', j.attempted_by[array_length(j.attempted_by, 1)], j.queue`, dead, jobs.DrainerKinds())
 	if err != nil {
 		return 0, fmt.Errorf("rescue drainers of dead nodes: %w", err)
 	}
 	count := 0
+	var queues []string
 	for rows.Next() {
 		var id int64
-		var lane, node string
-		if err := rows.Scan(&id, &lane, &node); err != nil {
+		var lane, node, queue string
+		if err := rows.Scan(&id, &lane, &node, &queue); err != nil {
 			return count, fmt.Errorf("rescue drainers of dead nodes: %w", err)
 		}
 		count++
+		queues = append(queues, queue)
 		d.Logger.WarnContext(ctx, "rescued drainer of a dead node", "lane", lane, "job_id", id, "dead_node", node)
 	}
-	return count, rows.Err()
+	if err := rows.Err(); err != nil {
+		return count, err
+	}
+	// Made available by hand, they are announced by nobody else: the
+	// producers would find them only at their poll.
+	return count, jobs.NotifyQueues(ctx, d.Pool, queues)
 }
 
 // HasDeadNodeDrainers reports whether a drainer is still marked running on
