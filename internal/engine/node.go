@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,6 +71,12 @@ type Options struct {
 	// HandoffPatience is how long a hand-off waits for the one in flight
 	// before it commits alone; zero means workers.DefaultHandoffPatience.
 	HandoffPatience time.Duration
+	// StageQueuePoll replaces how often River's producers of the stage
+	// queues look for available drainers unannounced (stageQueuePoll);
+	// tests set it long to show that snoozed drainers are announced.
+	StageQueuePoll time.Duration
+	// NoSnoozeWake turns the snooze waker off (snoozewake.go), for tests.
+	NoSnoozeWake bool
 }
 
 // Node is one running mefor node.
@@ -108,6 +115,8 @@ type Node struct {
 	leaseDone    sync.WaitGroup
 	stopSync     context.CancelFunc // the listener reconcile loop
 	syncDone     chan struct{}
+	stopWake     func() // the snooze waker (snoozewake.go) and its subscription
+	wakeDone     chan struct{}
 	// terminateWarned: the missing privilege to end dead nodes' sessions
 	// was logged (once; only syncLoop touches it).
 	terminateWarned bool
@@ -284,7 +293,7 @@ func New(opts Options) (*Node, error) {
 		// A newly activated lane should start within milliseconds: its
 		// insert NOTIFYs the producers, which fetch at once.
 		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: stageQueuePoll,
+		FetchPollInterval: cmp.Or(opts.StageQueuePoll, stageQueuePoll),
 		PeriodicJobs:      workers.PeriodicJobs(maintenance),
 	})
 	if err != nil {
@@ -301,19 +310,20 @@ func New(opts Options) (*Node, error) {
 // notified; each look is a database transaction, so at idle these are most
 // of a node's database load (docs/ARCHITECTURE.md, "Idle cost").
 //
-// A notification covers only an insert. A job snoozed for less than River's
-// scheduler interval (5s) is made available with a future scheduled_at, and
-// nothing announces the moment it comes due; a yield (a snooze of zero) is
-// announced to nobody. So on the stage queues the poll bounds how late a
-// short delivery retry starts and how long a busy lane pauses at each
-// yield (every Limits.Slice or MaxRows), and it stays short.
+// River's notifications cover inserts and the jobs its scheduler makes
+// available. A drainer's yield (a snooze of zero) and its short snoozes (a
+// delivery retry, a held row) are announced by the node's snooze waker
+// (snoozewake.go), once River has recorded them, so on the stage queues
+// the poll is only the backstop for a notification lost, and it is River's
+// default. Announced by the poll alone, at 200 ms, the three stage queues'
+// polls were most of an idle node's transactions and of its CPU.
 //
 // The maintenance and alert jobs are inserted by River's periodic enqueuer
 // (which notifies) or retried with River's own backoff, so there the poll
 // only bounds how late a retry shorter than 5s runs, and a slow one costs
 // little.
 const (
-	stageQueuePoll = 200 * time.Millisecond
+	stageQueuePoll = time.Second
 	slowQueuePoll  = 5 * time.Second
 )
 
@@ -375,6 +385,15 @@ func (n *Node) Start(ctx context.Context) error {
 
 	if err := n.refs.start(ctx, n.Config(), n.client); err != nil {
 		return err
+	}
+	if !n.opts.NoSnoozeWake {
+		// Subscribed before the client starts, so no snooze goes unseen.
+		events, unsubscribe := n.client.Subscribe(river.EventKindJobSnoozed)
+		wakeCtx, stopWake := context.WithCancel(context.WithoutCancel(ctx))
+		n.wakeDone = make(chan struct{})
+		n.stopWake = func() { stopWake(); unsubscribe() }
+		waker := newSnoozeWaker(n.opts.Pool, n.logger)
+		go func() { defer close(n.wakeDone); waker.run(wakeCtx, events) }()
 	}
 	if err := n.client.Start(ctx); err != nil {
 		return fmt.Errorf("start River client: %w", err)
@@ -595,6 +614,10 @@ func (n *Node) stop(ctx context.Context) error {
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err = n.client.StopAndCancel(cctx)
 		ccancel()
+	}
+	if n.stopWake != nil {
+		n.stopWake()
+		<-n.wakeDone
 	}
 	n.senders.Close()
 	n.refs.stopWatch()

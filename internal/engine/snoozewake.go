@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/mefor/mefor/jobs"
+)
+
+// A drainer that yields its lane (a snooze of zero, every Limits.Slice or
+// MaxRows) or waits for its head (a delivery retry, a held row: a short
+// snooze) leaves its job available, or available later, and River announces
+// neither: its producers would find the job only at their next poll. So the
+// stage queues once polled every 200 ms, and at idle those polls were most
+// of a node's transactions and of its CPU.
+//
+// The snooze waker announces them instead. River reports a snooze to this
+// node's subscription once its completer has written it; the waker then
+// sends River's own insert notification for the job's queue
+// (jobs.NotifyQueues), at once for a job due now and at its due time for
+// one due within River's scheduler interval (a longer snooze is scheduled,
+// and River's scheduler announces it). Every node's producer of that queue then fetches, as after an
+// insert, so the lane is served again by whichever node comes first, as
+// before. The poll stays as the backstop for a notification lost (a
+// subscription that overflowed, a listener reconnecting), at River's
+// default of 1 s.
+type snoozeWaker struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	stopped bool
+	timers  map[*time.Timer]struct{}
+}
+
+// riverSchedulerInterval is how often River's scheduler makes scheduled
+// jobs available (and announces them); a snooze shorter than it leaves the
+// job available with a future scheduled_at, announced by nobody.
+const riverSchedulerInterval = 5 * time.Second
+
+// notifyTimeout bounds one notification.
+const notifyTimeout = 2 * time.Second
+
+func newSnoozeWaker(pool *pgxpool.Pool, logger *slog.Logger) *snoozeWaker {
+	return &snoozeWaker{pool: pool, logger: logger, timers: map[*time.Timer]struct{}{}}
+}
+
+func isStageQueue(q string) bool {
+	return q == jobs.QueueIngress || q == jobs.QueueRouted || q == jobs.QueueOutbound
+}
+
+// run announces the snoozed stage jobs events reports until ctx is done.
+func (w *snoozeWaker) run(ctx context.Context, events <-chan *river.Event) {
+	defer w.stop()
+	for {
+		var now []string
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			now = w.take(ctx, ev, now)
+		}
+		// Whatever else is reported already goes in the same notification.
+	more:
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					break more
+				}
+				now = w.take(ctx, ev, now)
+			default:
+				break more
+			}
+		}
+		w.notify(ctx, now)
+	}
+}
+
+// take adds ev's queue to now when its job is due, or arms a timer to
+// announce it when it comes due.
+func (w *snoozeWaker) take(ctx context.Context, ev *river.Event, now []string) []string {
+	if ev == nil || ev.Kind != river.EventKindJobSnoozed || ev.Job == nil || !isStageQueue(ev.Job.Queue) {
+		return now
+	}
+	q := ev.Job.Queue
+	wait := time.Until(ev.Job.ScheduledAt)
+	if wait <= 0 {
+		if !slices.Contains(now, q) {
+			now = append(now, q)
+		}
+		return now
+	}
+	if wait >= riverSchedulerInterval {
+		return now // scheduled: River's scheduler announces it
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return now
+	}
+	var t *time.Timer
+	t = time.AfterFunc(wait, func() {
+		w.mu.Lock()
+		delete(w.timers, t)
+		stopped := w.stopped
+		w.mu.Unlock()
+		if !stopped {
+			w.notify(ctx, []string{q})
+		}
+	})
+	w.timers[t] = struct{}{}
+	return now
+}
+
+// notify sends River's insert notification for queues.
+func (w *snoozeWaker) notify(ctx context.Context, queues []string) {
+	if len(queues) == 0 || ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
+	defer cancel()
+	if err := jobs.NotifyQueues(ctx, w.pool, queues); err != nil && ctx.Err() == nil {
+		// The poll finds the job all the same, a little later.
+		w.logger.DebugContext(ctx, "could not announce snoozed drainers; River's poll will find them", "queues", queues, "error", err)
+	}
+}
+
+// stop disarms the timers.
+func (w *snoozeWaker) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	for t := range w.timers {
+		t.Stop()
+	}
+	clear(w.timers)
+}

@@ -1,0 +1,81 @@
+package engine_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/testcontainers"
+)
+
+// A drainer that yields its lane, or snoozes until a retry is due, is
+// served again without waiting for River's poll: the node announces the
+// snooze once River has recorded it. Here the poll is an hour and every
+// drainer yields after each row (MaxRows 1), at every stage; R1's first
+// delivery is answered AE and retried 200 ms later. Announced, everything
+// arrives, in order, R1 twice; unannounced, the lanes stop at their first
+// yield.
+func TestSnoozedDrainersAreAnnounced(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		wake bool
+	}{{"announced", true}, {"unannounced", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := testcontainers.NewDB(t)
+			p := newPartner(t, "")
+			var failed atomic.Bool
+			p.fail = func(id string, _ int) hl7.AckCode {
+				if id == "R1" && failed.CompareAndSwap(false, true) {
+					return hl7.AckError
+				}
+				return hl7.AckAccept
+			}
+			listen := freeAddr(t)
+			cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
+channels:
+  c:
+    inbound: {mllp: {listen: %q}}
+    routes:
+      - {name: out, destinations: [d]}
+destinations:
+  d:
+    type: mllp
+    mllp: {address: %q}
+    retry: {backoff: 200ms, max_backoff: 200ms}
+`, listen, p.addr)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			startNode(t, db, cfg, func(o *engine.Options) {
+				o.StageQueuePoll = time.Hour
+				o.Limits.MaxRows = 1
+				o.Limits.Linger = time.Minute // no drainer completes: each goes on only by its snooze
+				o.NoSnoozeWake = !tc.wake
+			})
+			want := []string{"M1", "M2", "R1", "M3"}
+			for _, id := range want {
+				send(t, listen, adt(id, "P1"))
+			}
+			if !tc.wake {
+				time.Sleep(3 * time.Second)
+				if got := p.acceptedIDs(); len(got) == len(want) {
+					t.Fatalf("unannounced, with River's poll an hour, the lanes went on past their yields: %v", got)
+				}
+				return
+			}
+			eventually(t, 30*time.Second, "all four delivered", func() bool { return len(p.acceptedIDs()) == len(want) })
+			if got := fmt.Sprint(p.acceptedIDs()); got != fmt.Sprint(want) {
+				t.Errorf("accepted %s, want %v", got, want)
+			}
+			if got, want := fmt.Sprint(p.receivedIDs()), "[M1 M2 R1 R1 M3]"; got != want {
+				t.Errorf("received %s, want %s (R1 retried once)", got, want)
+			}
+		})
+	}
+}
