@@ -25,11 +25,11 @@ import (
 // sends River's own insert notification for the job's queue
 // (jobs.NotifyQueues), at once for a job due now and at its due time for
 // one due within River's scheduler interval (a longer snooze is scheduled,
-// and River's scheduler announces it). Every node's producer of that queue then fetches, as after an
-// insert, so the lane is served again by whichever node comes first, as
-// before. The poll stays as the backstop for a notification lost (a
-// subscription that overflowed, a listener reconnecting), at River's
-// default of 1 s.
+// and River's scheduler announces it). Every node's producer of that queue
+// then fetches, as after an insert, so the lane is served again by
+// whichever node comes first, as before. The poll stays as the backstop
+// for a notification lost (a subscription that overflowed, a listener
+// reconnecting), at River's default of 1 s.
 type snoozeWaker struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
