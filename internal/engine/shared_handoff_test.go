@@ -53,21 +53,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			ctx := context.Background()
 			db := testcontainers.NewDB(t)
 			p := newPartner(t, "")
-			var y strings.Builder
-			listens := make([]string, 4)
-			y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
-			for i := range listens {
-				listens[i] = freeAddr(t)
-				fmt.Fprintf(&y, "  c%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
-			}
-			y.WriteString("destinations:\n")
-			for i := range listens {
-				fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, p.addr)
-			}
-			cfg, err := config.Parse("test.yaml", []byte(y.String()), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, listens := channelsToPartners(t, []string{p.addr, p.addr, p.addr, p.addr})
 			n := startNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute // every drainer lingers through the test
 				tc.opts(o)
@@ -182,21 +168,11 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 			}
 		}
 	}
-	var y strings.Builder
-	listens := make([]string, 4)
-	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
-	for i := range listens {
-		listens[i] = freeAddr(t)
-		fmt.Fprintf(&y, "  c%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
-	}
-	y.WriteString("destinations:\n")
+	addrs := make([]string, len(partners))
 	for i, p := range partners {
-		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, p.addr)
+		addrs[i] = p.addr
 	}
-	cfg, err := config.Parse("test.yaml", []byte(y.String()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, listens := channelsToPartners(t, addrs)
 	n := startNode(t, db, cfg, func(o *engine.Options) {
 		o.Limits.Linger = time.Minute // every drainer lingers through the test
 		o.HandoffPatience = time.Minute
@@ -237,4 +213,27 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	if shared := value(gatherMetrics(t, n), "mefor_handoffs_shared_total", "stage", "outbound"); shared < 3 {
 		t.Errorf("mefor_handoffs_shared_total{stage=outbound} = %v, want at least the 3 shared records", shared)
 	}
+}
+
+// channelsToPartners is a config of one channel per partner address, c<i>
+// listening on a free port and routing to destination d<i>, which
+// delivers to addrs[i]; it returns the channels' listen addresses.
+func channelsToPartners(t *testing.T, addrs []string) (*config.Config, []string) {
+	t.Helper()
+	var y strings.Builder
+	listens := make([]string, len(addrs))
+	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
+	for i := range listens {
+		listens[i] = freeAddr(t)
+		fmt.Fprintf(&y, "  c%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
+	}
+	y.WriteString("destinations:\n")
+	for i, a := range addrs {
+		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, a)
+	}
+	cfg, err := config.Parse("test.yaml", []byte(y.String()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, listens
 }
