@@ -198,16 +198,21 @@ func (h *Handoff) Recorded() Recorded {
 	return res
 }
 
+// cancelProbe is the record statements' look for rows of lane (an SQL
+// expression) marked for cancelling, other than the ones recorded ($2): an
+// index probe that costs nothing while none are. Its snapshot is taken
+// after the fence's lock was granted, so it sees every mark committed by a
+// cancel that waited on that lock.
+func cancelProbe(lane string) string {
+	return `EXISTS (SELECT 1 FROM mefor_work x WHERE x.lane = ` + lane + ` AND x.status = 'pending'
+		AND x.cancel_requested_at IS NOT NULL AND x.id <> ALL($2::bigint[]))`
+}
+
 // queueRecords queues the records of rs, the records of one batch: one
 // statement for every delivered row of all of them, which answers, for
 // each record, how many of its rows it found pending and whether rows of
-// its lane are marked for cancelling; then, for a record alone, its
-// replies and its failed attempts.
-//
-// The cancel probe looks for rows of the lane marked for cancelling, other
-// than the ones recorded: its snapshot is taken after the fence's lock was
-// granted, so it sees every mark committed by a cancel that waited on that
-// lock.
+// its lane are marked for cancelling (cancelProbe); then, for a record
+// alone, its replies and its failed attempts.
 func queueRecords(b *handoff, rs []*recordArgs) {
 	var (
 		ids, dID          []int64
@@ -248,9 +253,7 @@ func queueRecords(b *handoff, rs []*recordArgs) {
 				INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
 				SELECT message_id, 'delivered', id, destination, NULLIF(ack_code, '') FROM w ORDER BY n
 			)
-			SELECT p.k, (SELECT count(*) FROM w WHERE w.k = p.k),
-				EXISTS (SELECT 1 FROM mefor_work x WHERE x.lane = p.lane AND x.status = 'pending'
-					AND x.cancel_requested_at IS NOT NULL AND x.id <> ALL($2::bigint[]))
+			SELECT p.k, (SELECT count(*) FROM w WHERE w.k = p.k), `+cancelProbe("p.lane")+`
 			FROM unnest($1::text[]) WITH ORDINALITY AS p(lane, k)`,
 			lanes, ids, dID, dDest, dOut, dAck, dBody, dK).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -305,8 +308,7 @@ func queueFailed(b *handoff, r *recordArgs, f failedRecord) {
 			WHERE v.n = 1 OR w.status = 'dead'
 			ORDER BY v.n
 		)
-		SELECT count(*), EXISTS (SELECT 1 FROM mefor_work WHERE lane = $1 AND status = 'pending'
-			AND cancel_requested_at IS NOT NULL AND id <> ALL($2::bigint[])) FROM w`,
+		SELECT count(*), `+cancelProbe("$1")+` FROM w`,
 		r.lane, r.ids, o.Row.ID, o.Row.Destination, a.Outcome, a.AckCode, a.Reply,
 		a.Error, o.Backoff.Seconds(), o.Dead, a.DeadReason, r.dueBy).QueryRow(func(row pgx.Row) error {
 		var n int
