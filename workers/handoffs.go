@@ -136,15 +136,8 @@ func (d *Deps) commitTurn(ctx context.Context, batch []*handoffReq) {
 		hs[i] = q.h
 		rows += q.h.Rows()
 	}
-	var ins jobs.Inserter // any: every drainer of a node has the same
-	for _, q := range batch {
-		if q.ins != nil {
-			ins = q.ins
-			break
-		}
-	}
 	err := pgx.BeginTxFunc(ctx, d.Pool, groupTx, func(tx pgx.Tx) error {
-		return drainer.RunHandoffs(ctx, tx, ins, hs...)
+		return drainer.RunHandoffs(ctx, tx, batch[0].ins, hs...)
 	})
 	if err != nil {
 		d.Metrics.HandoffTurnFailed()
