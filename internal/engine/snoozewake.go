@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"log/slog"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,10 +31,6 @@ import (
 type snoozeWaker struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
-
-	mu      sync.Mutex
-	stopped bool
-	timers  map[*time.Timer]struct{}
 }
 
 // riverSchedulerInterval is how often River's scheduler makes scheduled
@@ -48,16 +42,16 @@ const riverSchedulerInterval = 5 * time.Second
 const notifyTimeout = 2 * time.Second
 
 func newSnoozeWaker(pool *pgxpool.Pool, logger *slog.Logger) *snoozeWaker {
-	return &snoozeWaker{pool: pool, logger: logger, timers: map[*time.Timer]struct{}{}}
+	return &snoozeWaker{pool: pool, logger: logger}
 }
 
 func isStageQueue(q string) bool {
 	return q == jobs.QueueIngress || q == jobs.QueueRouted || q == jobs.QueueOutbound
 }
 
-// run announces the snoozed stage jobs events reports until ctx is done.
+// run announces the snoozed stage jobs events reports until ctx is done;
+// a timer still armed then announces nothing (notify).
 func (w *snoozeWaker) run(ctx context.Context, events <-chan *river.Event) {
-	defer w.stop()
 	for {
 		var now []string
 		select {
@@ -94,31 +88,14 @@ func (w *snoozeWaker) take(ctx context.Context, ev *river.Event, now []string) [
 	}
 	q := ev.Job.Queue
 	wait := time.Until(ev.Job.ScheduledAt)
-	if wait <= 0 {
-		if !slices.Contains(now, q) {
-			now = append(now, q)
-		}
-		return now
+	switch {
+	case wait <= 0:
+		return append(now, q) // NotifyQueues sends each queue once
+	case wait < riverSchedulerInterval:
+		time.AfterFunc(wait, func() { w.notify(ctx, []string{q}) })
+	default:
+		// Scheduled: River's scheduler announces it.
 	}
-	if wait >= riverSchedulerInterval {
-		return now // scheduled: River's scheduler announces it
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
-		return now
-	}
-	var t *time.Timer
-	t = time.AfterFunc(wait, func() {
-		w.mu.Lock()
-		delete(w.timers, t)
-		stopped := w.stopped
-		w.mu.Unlock()
-		if !stopped {
-			w.notify(ctx, []string{q})
-		}
-	})
-	w.timers[t] = struct{}{}
 	return now
 }
 
@@ -133,15 +110,4 @@ func (w *snoozeWaker) notify(ctx context.Context, queues []string) {
 		// The poll finds the job all the same, a little later.
 		w.logger.DebugContext(ctx, "could not announce snoozed drainers; River's poll will find them", "queues", queues, "error", err)
 	}
-}
-
-// stop disarms the timers.
-func (w *snoozeWaker) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopped = true
-	for t := range w.timers {
-		t.Stop()
-	}
-	clear(w.timers)
 }
