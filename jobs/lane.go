@@ -32,13 +32,13 @@ type Inserter interface {
 // a row committed by a producer is either seen by that check or finds the
 // drainer gone and activates a new one: no stranded backlog.
 func LockLanes(ctx context.Context, tx pgx.Tx, lanes []string) error {
-	sorted := slices.Clone(lanes)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	for _, lane := range sorted {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", laneLockClass, laneLockKey(lane)); err != nil {
-			return fmt.Errorf("lock lane %s: %w", lane, err)
-		}
+	b := &pgx.Batch{}
+	QueueLocks(b, lanes)
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("lock lanes %v: %w", lanes, err)
 	}
 	return nil
 }
@@ -92,7 +92,8 @@ func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) (s
 
 // QueueLocks queues the lane locks of LockLanes onto a batch, in the same
 // sorted order, so a producer can take them in the round trip that carries
-// its writes. The batch must run inside the producer's transaction.
+// its writes; LockLanes sends them alone. The batch must run inside the
+// producer's transaction.
 //
 // Several lanes are locked by one statement, one lock after the other in
 // that order: a shared hand-off turn writes into many lanes, and one
