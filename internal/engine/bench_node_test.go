@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -229,4 +232,70 @@ func runCLI(b *testing.B, bin string, db *testcontainers.DB, args ...string) tim
 		b.Fatalf("mefor %s: %v\n%s", strings.Join(args, " "), err, out.String())
 	}
 	return d
+}
+
+// intakeSplit reads the node's own intake histograms from its /metrics,
+// which cover the whole scenario (the node received nothing else), and
+// says where the ACK time went on the node's side: node_ack_p99_ms (frame
+// in to ACK written), commit_wait_p99_ms (a message waiting for its commit
+// to start), commit_p99_ms (one commit, statements to durable) and
+// commit_msgs_mean (messages per commit). Quantiles are interpolated in
+// the histogram's buckets, as Prometheus's histogram_quantile does, so
+// they are as coarse as the buckets; the sender's own ack_p99_ms is exact.
+func (p *nodeProc) intakeSplit(b *testing.B) []string {
+	b.Helper()
+	resp, err := http.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		b.Fatalf("GET node /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Fatalf("parse node /metrics: %v", err)
+	}
+	// merged sums a family's histograms over their labels (the channels).
+	merged := func(name string) (count uint64, sum float64, bounds []float64, cum []uint64) {
+		f, ok := fams[name]
+		if !ok {
+			b.Fatalf("node /metrics has no %s", name)
+		}
+		for i, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			count += h.GetSampleCount()
+			sum += h.GetSampleSum()
+			for j, bk := range h.GetBucket() {
+				if i == 0 {
+					bounds = append(bounds, bk.GetUpperBound())
+					cum = append(cum, 0)
+				}
+				cum[j] += bk.GetCumulativeCount()
+			}
+		}
+		return count, sum, bounds, cum
+	}
+	p99ms := func(name string) float64 {
+		count, _, bounds, cum := merged(name)
+		rank := 0.99 * float64(count)
+		lower, below := 0.0, uint64(0)
+		for i, c := range cum {
+			if float64(c) >= rank {
+				in := float64(c - below)
+				return 1000 * (lower + (bounds[i]-lower)*(rank-float64(below))/in)
+			}
+			lower, below = bounds[i], c
+		}
+		return 1000 * lower // above the last bound: its lower edge
+	}
+	n, total, _, _ := merged("mefor_intake_commit_messages")
+	mean := 0.0
+	if n > 0 {
+		mean = total / float64(n)
+	}
+	return []string{
+		fmt.Sprintf("node_ack_p99_ms=%.2f", p99ms("mefor_ack_duration_seconds")),
+		fmt.Sprintf("commit_wait_p99_ms=%.2f", p99ms("mefor_intake_commit_wait_seconds")),
+		fmt.Sprintf("commit_p99_ms=%.2f", p99ms("mefor_intake_commit_seconds")),
+		fmt.Sprintf("commit_msgs_mean=%.2f", mean),
+	}
 }

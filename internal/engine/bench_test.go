@@ -167,6 +167,7 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 
 	st := node.stats(b)
 	pg1, _ := serverCPU(b, db)
+	split := node.intakeSplit(b)
 	node.stop(b)
 	waitSessionsGone(b, db)
 	x1 := xactCommits(b, db, db.Name)
@@ -181,6 +182,7 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 	if stallErr == nil {
 		r.extras = append(r.extras, fmt.Sprintf("cpu_stall_pct=%.1f", 100*float64(stall1-stall0)/float64(tr.elapsed)))
 	}
+	r.extras = append(r.extras, split...)
 	r.extras = append(r.extras, fmt.Sprintf("node_cpu_us_per_msg=%.0f", float64((st.cpu-cpu0).Microseconds())/float64(tr.total)))
 	if pgOK {
 		r.extras = append(r.extras, fmt.Sprintf("pg_cpu_us_per_msg=%.0f", float64((pg1-pg0).Microseconds())/float64(tr.total)))

@@ -100,7 +100,7 @@ func (in *Intake) receive(ctx context.Context, channel, source, remote string, r
 		inbound.SendingFacility = h.SendingFacility
 		inbound.PatientID = msg.Get("PID-3.1")
 	}
-	r := &commitReq{msg: inbound}
+	r := &commitReq{msg: inbound, queued: time.Now()}
 	in.group.do(ctx, r, in.commitBatch)
 	if r.err != nil {
 		return Received{}, r.err

@@ -28,9 +28,10 @@ type groupCommit struct {
 
 // commitReq is one message waiting to be stored.
 type commitReq struct {
-	msg store.Inbound
-	id  int64
-	err error
+	msg    store.Inbound
+	queued time.Time // when it was handed to the group
+	id     int64
+	err    error
 }
 
 // do stores r.msg, in whatever batch it ends up in, and returns when that
@@ -102,9 +103,11 @@ func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
 	if in.onCommit != nil {
 		in.onCommit(len(batch))
 	}
+	start := time.Now()
 	ms := make([]store.Inbound, len(batch))
 	var lanes []string
 	for i, r := range batch {
+		in.Metrics.IntakeWaited(start.Sub(r.queued))
 		ms[i] = r.msg
 		if r.msg.ParseError == "" {
 			lanes = append(lanes, jobs.IngressLane(r.msg.Channel))
@@ -115,6 +118,7 @@ func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
 		receive = store.ReceiveBatchActivating
 	}
 	ids, err := receive(ctx, in.Pool, in.Inserter, ms)
+	in.Metrics.IntakeCommitted(len(batch), time.Since(start))
 	if err == nil {
 		in.lanes.mark(lanes, in.now())
 		for i, r := range batch {
@@ -140,7 +144,9 @@ func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
 		if in.onCommit != nil {
 			in.onCommit(1)
 		}
+		t0 := time.Now()
 		ids, err := store.ReceiveBatch(ctx, in.Pool, in.Inserter, []store.Inbound{r.msg})
+		in.Metrics.IntakeCommitted(1, time.Since(t0))
 		if err != nil {
 			r.err = err
 			continue

@@ -102,6 +102,12 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 	mu.Lock()
 	batches = nil
 	mu.Unlock()
+	// The node's intake metrics split each ACK into the wait for a commit
+	// and the commit itself.
+	const slow = 0.25 // seconds: a bucket bound below the 300ms hold
+	wait0 := histogramOf(t, n, "mefor_intake_commit_wait_seconds", slow)
+	commit0 := histogramOf(t, n, "mefor_intake_commit_seconds", slow)
+	size0 := histogramOf(t, n, "mefor_intake_commit_messages", 64)
 	if _, err := db.Pool.Exec(ctx, `
 		CREATE FUNCTION test_refuse_gc_x() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -176,6 +182,17 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 	// refused for X is then stored message by message.
 	if !slices.Equal(batches, []int{1, 2, 1, 1}) {
 		t.Errorf("intake commits carried %v messages, want [1 2 1 1]", batches)
+	}
+	// A's commit waited on the lock, B and X waited for A's commit to end;
+	// the four commits are counted with their sizes.
+	if h := histogramOf(t, n, "mefor_intake_commit_seconds", slow).minus(commit0); h.count != 4 || h.above < 1 {
+		t.Errorf("mefor_intake_commit_seconds: %d commits, %d over %vs; want 4, at least 1 (A's)", h.count, h.above, slow)
+	}
+	if h := histogramOf(t, n, "mefor_intake_commit_wait_seconds", slow).minus(wait0); h.count != 3 || h.above != 2 {
+		t.Errorf("mefor_intake_commit_wait_seconds: %d messages, %d over %vs; want 3, 2 (B and X)", h.count, h.above, slow)
+	}
+	if h := histogramOf(t, n, "mefor_intake_commit_messages", 64).minus(size0); h.count != 4 || h.sum != 5 {
+		t.Errorf("mefor_intake_commit_messages: %d commits of %v messages in all; want 4 of 5", h.count, h.sum)
 	}
 }
 

@@ -86,6 +86,41 @@ func value(fams map[string]*dto.MetricFamily, name string, labels ...string) flo
 	return -1
 }
 
+// histogram is a snapshot of the node's histogram name (without labels):
+// its count, its sum and how many observations were above over seconds.
+type histogram struct {
+	count, above uint64
+	sum          float64
+}
+
+func histogramOf(t *testing.T, n *engine.Node, name string, over float64) histogram {
+	t.Helper()
+	fams, err := n.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		out := histogram{count: h.GetSampleCount(), sum: h.GetSampleSum(), above: h.GetSampleCount()}
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == over {
+				out.above -= b.GetCumulativeCount()
+				return out
+			}
+		}
+		t.Fatalf("%s has no bucket bound %v", name, over)
+	}
+	t.Fatalf("the node exposes no %s", name)
+	return histogram{}
+}
+
+func (h histogram) minus(o histogram) histogram {
+	return histogram{count: h.count - o.count, above: h.above - o.above, sum: h.sum - o.sum}
+}
+
 // /metrics, read with the Prometheus text parser, names what a user sees:
 // while a destination is stuck its queue depth and oldest age are up and
 // its failed attempts are counted by outcome; once it drains the depth is

@@ -87,7 +87,7 @@ func TestMonitoringExamples(t *testing.T) {
 		"mefor_queue_depth", "mefor_queue_oldest_age_seconds", "mefor_stage_backlog",
 		"mefor_lease_holder", "mefor_river_leader", "mefor_config_version", "mefor_node_heartbeat_age_seconds",
 		"mefor_reference_sync_failures_total", "mefor_maintenance_runs_total", "mefor_drainer_gathers_total", "mefor_handoffs_shared_total", "mefor_handoff_turns_failed_total",
-		"mefor_cpu_contended",
+		"mefor_cpu_contended", "mefor_intake_commit_wait_seconds", "mefor_intake_commit_seconds", "mefor_intake_commit_messages",
 	} {
 		if !known[want] {
 			t.Errorf("metric %s is not exposed", want)

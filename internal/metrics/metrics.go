@@ -59,6 +59,10 @@ const (
 	RejectNotLeaseHolder = "not-lease-holder"
 )
 
+// intakeBuckets resolve the parts of an ACK well below a millisecond,
+// where a durable commit on a local disk lies.
+var intakeBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
 // Options configure New.
 type Options struct {
 	// Cluster, when set, reads the cluster gauges at scrape time.
@@ -85,6 +89,9 @@ type Metrics struct {
 	gathers          *prometheus.CounterVec
 	sharedHandoffs   *prometheus.CounterVec
 	failedTurns      prometheus.Counter
+	intakeWait       prometheus.Histogram
+	intakeCommit     prometheus.Histogram
+	intakeBatch      prometheus.Histogram
 }
 
 // New builds a node's metrics on a registry of its own, with the Go runtime
@@ -138,10 +145,26 @@ func New(opts Options) *Metrics {
 			Namespace: namespace, Name: "handoff_turns_failed_total",
 			Help: "Transactions of this node's hand-off turns (one drainer's hand-off or record, or several sharing) that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs and records was then committed alone.",
 		}),
+		intakeWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "intake_commit_wait_seconds",
+			Help:    "Time a parsed message waited for the intake commit that stored it to start (behind the commit in flight), per message.",
+			Buckets: intakeBuckets,
+		}),
+		intakeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "intake_commit_seconds",
+			Help:    "Time of each intake commit, from its first statement sent to its commit confirmed durable (the messages it stores are ACKed after it).",
+			Buckets: intakeBuckets,
+		}),
+		intakeBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "intake_commit_messages",
+			Help:    "Messages stored by each intake commit (messages arriving together on any of the node's connections share one).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
 	}
 	m.registry.MustRegister(
 		m.received, m.rejected, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
 		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs, m.failedTurns,
+		m.intakeWait, m.intakeCommit, m.intakeBatch,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -192,6 +215,24 @@ func (m *Metrics) AckWritten(channel string, d time.Duration) {
 		return
 	}
 	m.ackDuration.WithLabelValues(channel).Observe(d.Seconds())
+}
+
+// IntakeWaited observes the time one message waited for its intake commit
+// to start.
+func (m *Metrics) IntakeWaited(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.intakeWait.Observe(d.Seconds())
+}
+
+// IntakeCommitted observes one intake commit of messages that took d.
+func (m *Metrics) IntakeCommitted(messages int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.intakeCommit.Observe(d.Seconds())
+	m.intakeBatch.Observe(float64(messages))
 }
 
 // Delivered counts one delivery attempt to destination with its outcome
