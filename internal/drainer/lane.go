@@ -58,7 +58,7 @@ type Batcher interface {
 }
 
 // PendingRows returns up to limit pending rows of a lane, head first. For
-// an outbound lane the same query reads the layout barrier (Held).
+// an outbound lane the same statement reads the layout barrier (Held).
 func PendingRows(ctx context.Context, q Batcher, lane string, limit int) ([]Row, error) {
 	return PendingRowsAfter(ctx, q, lane, 0, limit)
 }
@@ -76,19 +76,11 @@ func PendingRowsAfter(ctx context.Context, q Batcher, lane string, after int64, 
 	if _, inTx := q.(pgx.Tx); !inTx {
 		store.QueueGenericPlans(b)
 	}
-	b.Queue(`
-		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
-			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
-			w.attempts, w.cancel_requested_at IS NOT NULL,
-			w.seq > coalesce(b.seq, w.seq),
-			greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
-			coalesce(w.payload, m.raw, ''::bytea), w.payload IS NOT NULL,
-			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
-		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
-		LEFT JOIN (`+layoutBarrierSQL+`) b ON $3
-		WHERE w.lane = $1 AND w.status = 'pending' AND w.seq > $4
-		ORDER BY w.seq
-		LIMIT $2`, lane, limit, stage == jobs.StageOutbound, after)
+	if stage == jobs.StageOutbound {
+		b.Queue(readOutboundSQL, lane, limit, after)
+	} else {
+		b.Queue(readLaneSQL, lane, limit, after)
+	}
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 	for range b.Len() - 1 {
@@ -122,6 +114,33 @@ func PendingRowsAfter(ctx context.Context, q Batcher, lane string, after int64, 
 	}
 	return out, nil
 }
+
+// readLaneSQL reads lane $1's pending rows after seq $3, head first, at
+// most $2; readOutboundSQL also reads its layout barrier (Row.Held). An
+// ingress or routed lane has no layout: its read is a statement of its own
+// rather than one that computes the barrier and discards it (the planner
+// cannot drop a join on a parameter from a generic plan, so the barrier
+// was computed for every read, and planned into every plan, which were
+// most of the read's cost).
+const (
+	readLaneSQL     = readSelectSQL + `false,` + readRestSQL + readWhereSQL
+	readOutboundSQL = readSelectSQL + `w.seq > coalesce(b.seq, w.seq),` + readRestSQL + `
+		LEFT JOIN (` + layoutBarrierSQL + `) b ON true` + readWhereSQL
+	readSelectSQL = `
+		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
+			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
+			w.attempts, w.cancel_requested_at IS NOT NULL,
+			`
+	readRestSQL = `
+			greatest(0, extract(epoch FROM w.next_attempt_at - clock_timestamp()))::float8,
+			coalesce(w.payload, m.raw, ''::bytea), w.payload IS NOT NULL,
+			coalesce(m.control_id, ''), coalesce(m.message_type, ''), m.received_at
+		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id`
+	readWhereSQL = `
+		WHERE w.lane = $1 AND w.status = 'pending' AND w.seq > $3
+		ORDER BY w.seq
+		LIMIT $2`
+)
 
 // OpenBodies opens the bodies of rows read by PendingRows, in place. A body
 // that does not open (its key is missing, it was altered) fails the whole

@@ -73,6 +73,11 @@ func TestPipelineStatementsPlanOnce(t *testing.T) {
 		if err != nil || !empty {
 			t.Fatalf("ingress lane after routing message %d: empty %v, %v", i, empty, err)
 		}
+		// A delivery lane's read is a statement of its own (it reads the
+		// layout barrier too).
+		if rows, err := drainer.PendingRows(ctx, conn, jobs.OutboundLane("d", 0, 0, 0), 10); err != nil || len(rows) != 0 {
+			t.Fatalf("read outbound lane after message %d: %+v, %v", i, rows, err)
+		}
 	}
 	// The session's table counts reach the statistics once it is idle
 	// after this call; the counts below are read by other sessions.
@@ -103,6 +108,7 @@ func TestPipelineStatementsPlanOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"INSERT INTO mefor_message": false, "JOIN mefor_message m ON m.id = w.message_id": false,
+		"CROSS JOIN LATERAL":                           false,
 		"UPDATE mefor_message m SET status = u.status": false, "ORDER BY seq LIMIT 1": false}
 	for _, p := range got {
 		if p.Custom > 0 {
@@ -120,31 +126,43 @@ func TestPipelineStatementsPlanOnce(t *testing.T) {
 		}
 	}
 
-	// The lane read's plan, as the session keeps it, run as a drainer
-	// runs it: it must not be compiled. A generic plan's estimates (a long
-	// lane, a scan made dear) can pass jit_above_cost, and compiling costs
-	// far more than this read.
-	var name string
-	if err := conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements
-		WHERE statement LIKE '%JOIN mefor_message m ON m.id = w.message_id%'
-		  AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&name); err != nil {
-		t.Fatalf("the lane read's prepared statement: %v", err)
-	}
-	err = pgx.BeginTxFunc(ctx, conn, store.PipelineTx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE) EXECUTE %q ('outbound:d', 10, true, 0)`, name))
+	// The lane reads' plans, as the session keeps them, run as a drainer
+	// runs them: they must not be compiled. A generic plan's estimates (a
+	// long lane, a scan made dear) can pass jit_above_cost, and compiling
+	// costs far more than this read.
+	for _, read := range []struct{ lane, like, notLike string }{
+		{jobs.IngressLane("adt"), "%JOIN mefor_message m ON m.id = w.message_id%", "%mefor_lane%"},
+		{jobs.OutboundLane("d", 0, 0, 0), "%JOIN mefor_message m ON m.id = w.message_id%mefor_lane%", "%pg_prepared_statements%"},
+	} {
+		var name string
+		if err := conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements
+			WHERE statement LIKE $1 AND statement NOT LIKE $2
+			  AND statement NOT LIKE '%pg_prepared_statements%'`, read.like, read.notLike).Scan(&name); err != nil {
+			t.Fatalf("the read of %s: its prepared statement: %v", read.lane, err)
+		}
+		err = pgx.BeginTxFunc(ctx, conn, store.PipelineTx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE) EXECUTE %q (%s, 10, 0)`, name, quote(read.lane)))
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			plan := strings.Join(lines, "\n")
+			if strings.Contains(plan, "JIT") {
+				t.Errorf("the read of %s was compiled:\n%s", read.lane, plan)
+			}
+			if barrier := strings.Contains(plan, "mefor_lane"); barrier != (read.lane != jobs.IngressLane("adt")) {
+				t.Errorf("the read of %s reads the layout barrier: %v, want only for a delivery lane:\n%s", read.lane, barrier, plan)
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if plan := strings.Join(lines, "\n"); strings.Contains(plan, "JIT") {
-			t.Errorf("the lane read was compiled:\n%s", plan)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
+
+// quote is s as an SQL string literal.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -25,7 +25,7 @@ import (
 // so the old lanes drain and the new ones follow; during a rolling reload,
 // when two nodes briefly produce both layouts, the lanes take turns by seq.
 // While a destination has never changed, the barrier costs a scan of the
-// small lane table per batch read and no write at all.
+// small lane table per batch read of a delivery lane and no write at all.
 
 // legacyLayout stands for rows queued before layouts were recorded: their
 // ordering is unknown, so they are treated as another layout.
