@@ -118,6 +118,9 @@ type Deps struct {
 	// Handoffs, when set, lets route and transform hand-offs of this
 	// node's drainers share transactions; nil commits each alone.
 	Handoffs *Handoffs
+	// Reads, when set, lets lane reads of this node's drainers made at the
+	// same moment share a round trip; nil reads each lane alone.
+	Reads *Reads
 }
 
 // unknownRetry is how long a lane whose head this node does not know is

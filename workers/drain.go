@@ -73,7 +73,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return r.snooze(ctx, 0)
 		}
 		woken := d.wakeC(lane) // before reading, so a commit in between still wakes us
-		rows, err := drainer.PendingRows(ctx, d.Pool, lane, lim.Batch)
+		rows, err := d.readLane(ctx, lane, 0, lim.Batch)
 		if err != nil {
 			return err
 		}

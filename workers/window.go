@@ -115,7 +115,7 @@ func (d *Deps) moreRows(ctx context.Context, lane string, after int64, w *record
 			return nil, nil
 		}
 		w.woken = d.wakeC(lane) // before reading, so a commit in between still wakes us
-		rows, err := drainer.PendingRowsAfter(ctx, d.Pool, lane, after, d.Limits.Batch)
+		rows, err := d.readLane(ctx, lane, after, d.Limits.Batch)
 		if err != nil {
 			return nil, err
 		}

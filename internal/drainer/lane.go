@@ -92,20 +92,7 @@ func PendingRowsAfter(ctx context.Context, q Batcher, lane string, after int64, 
 	if err != nil {
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
-		var w Row
-		var dueIn float64
-		var fromPayload bool
-		err := r.Scan(&w.ID, &w.MessageID, &w.Stage, &w.Lane, &w.Seq, &w.Channel,
-			&w.Route, &w.Handler, &w.Destination, &w.Attempts, &w.CancelRequested, &w.Held, &dueIn, &w.Body,
-			&fromPayload, &w.ControlID, &w.MessageType, &w.ReceivedAt)
-		w.DueIn = time.Duration(dueIn * float64(time.Second))
-		w.BodyColumn = store.ColRaw
-		if fromPayload {
-			w.BodyColumn = store.ColPayload
-		}
-		return w, err
-	})
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
 	if err != nil {
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}
@@ -113,6 +100,109 @@ func PendingRowsAfter(ctx context.Context, q Batcher, lane string, after int64, 
 		return nil, fmt.Errorf("read lane %s: %w", lane, err)
 	}
 	return out, nil
+}
+
+// LaneRead asks for up to Limit pending rows of Lane after seq After, as
+// PendingRowsAfter does.
+type LaneRead struct {
+	Lane  string
+	After int64
+	Limit int
+}
+
+// PendingRowsOfLanes answers several lanes' reads in one round trip: one
+// statement for the route and transform lanes among them and one for the
+// delivery lanes, each reading every lane of its kind as PendingRowsAfter
+// reads one (head first, at most its limit, the layout barrier for a
+// delivery lane). out[i] answers reads[i]. It is for drainers of several
+// lanes that read at the same moment; a single read is PendingRowsAfter.
+// Read outside a transaction, as PendingRowsAfter is.
+func PendingRowsOfLanes(ctx context.Context, q Batcher, reads []LaneRead) ([][]Row, error) {
+	if len(reads) == 1 {
+		rows, err := PendingRowsAfter(ctx, q, reads[0].Lane, reads[0].After, reads[0].Limit)
+		return [][]Row{rows}, err
+	}
+	b := &pgx.Batch{}
+	if _, inTx := q.(pgx.Tx); !inTx {
+		store.QueueGenericPlans(b)
+	}
+	skip := b.Len()
+	var kinds [][]int // indexes into reads, per statement queued
+	for _, outbound := range []bool{false, true} {
+		var idx []int
+		var lanes []string
+		var afters []int64
+		var limits []int32
+		for i, r := range reads {
+			if stage, _, _ := strings.Cut(r.Lane, ":"); (stage == jobs.StageOutbound) == outbound {
+				idx = append(idx, i)
+				lanes, afters, limits = append(lanes, r.Lane), append(afters, r.After), append(limits, int32(r.Limit))
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		sql := readLanesSQL
+		if outbound {
+			sql = readOutboundLanesSQL
+		}
+		b.Queue(sql, lanes, afters, limits)
+		kinds = append(kinds, idx)
+	}
+	out := make([][]Row, len(reads))
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	for range skip {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("read %d lanes: %w", len(reads), err)
+		}
+	}
+	for _, idx := range kinds {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, fmt.Errorf("read %d lanes: %w", len(reads), err)
+		}
+		for rows.Next() {
+			var k int64 // which of idx's reads the row answers, from 1
+			w, err := scanRow(rows, &k)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read %d lanes: %w", len(reads), err)
+			}
+			i := idx[k-1]
+			if w.Lane != reads[i].Lane {
+				// Never hand a drainer another lane's row: its order and its
+				// fence are its own lane's.
+				rows.Close()
+				return nil, fmt.Errorf("read %d lanes: a row of lane %s answered the read of %s", len(reads), w.Lane, reads[i].Lane)
+			}
+			out[i] = append(out[i], w)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read %d lanes: %w", len(reads), err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("read %d lanes: %w", len(reads), err)
+	}
+	return out, nil
+}
+
+// scanRow scans one row of a lane read, in readSelectSQL's order, after
+// the columns of prefix (those of a read of several lanes).
+func scanRow(r pgx.Row, prefix ...any) (Row, error) {
+	var w Row
+	var dueIn float64
+	var fromPayload bool
+	err := r.Scan(append(prefix, &w.ID, &w.MessageID, &w.Stage, &w.Lane, &w.Seq, &w.Channel,
+		&w.Route, &w.Handler, &w.Destination, &w.Attempts, &w.CancelRequested, &w.Held, &dueIn, &w.Body,
+		&fromPayload, &w.ControlID, &w.MessageType, &w.ReceivedAt)...)
+	w.DueIn = time.Duration(dueIn * float64(time.Second))
+	w.BodyColumn = store.ColRaw
+	if fromPayload {
+		w.BodyColumn = store.ColPayload
+	}
+	return w, err
 }
 
 // readLaneSQL reads lane $1's pending rows after seq $3, head first, at
@@ -156,6 +246,33 @@ func OpenBodies(kr *crypt.Keyring, rows []Row) error {
 	}
 	return nil
 }
+
+// readLanesSQL reads several route or transform lanes, and
+// readOutboundLanesSQL several delivery lanes, as readLaneSQL and
+// readOutboundSQL read one: lane $1[i] after seq $2[i], at most $3[i]
+// rows, each row led by i (from 1). Each lane is read by its own probe of
+// its partial index, head first, and a delivery lane's barrier is computed
+// once for the lane.
+const (
+	readLanesSQL = `
+		SELECT r.i, rd.* FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS r(lane, after, lim, i)
+		CROSS JOIN LATERAL (` + readSelectSQL + `false,` + readRestSQL + readEachWhereSQL + `) rd
+		ORDER BY r.i, rd.seq`
+	readEachWhereSQL = `
+		WHERE w.lane = r.lane AND w.status = 'pending' AND w.seq > r.after
+		ORDER BY w.seq
+		LIMIT r.lim`
+)
+
+var readOutboundLanesSQL = `
+		SELECT r.i, rd.* FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS r(lane, after, lim, i)
+		LEFT JOIN LATERAL (` + eachLayoutBarrierSQL + `) b ON true
+		CROSS JOIN LATERAL (` + readSelectSQL + `w.seq > coalesce(b.seq, w.seq),` + readRestSQL + readEachWhereSQL + `) rd
+		ORDER BY r.i, rd.seq`
+
+// eachLayoutBarrierSQL is layoutBarrierSQL for the lane r.lane of a read of
+// several lanes.
+var eachLayoutBarrierSQL = strings.ReplaceAll(layoutBarrierSQL, "$1", "r.lane")
 
 // layoutBarrierSQL is the lowest pending seq in the lanes of lane $1's
 // destination that belong to another lane group (jobs.LaneGroup), that is,

@@ -68,6 +68,10 @@ type Options struct {
 	// transaction of its own instead of letting those arriving together
 	// share one (workers.Handoffs); tests set it to compare.
 	HandoffsAlone bool
+	// ReadsAlone reads every lane with a round trip of its own instead of
+	// letting drainers' reads made together share one (workers.Reads);
+	// tests set it to compare.
+	ReadsAlone bool
 	// HandoffPatience is how long a hand-off waits for the one in flight
 	// before it commits alone; zero means workers.DefaultHandoffPatience.
 	HandoffPatience time.Duration
@@ -103,6 +107,9 @@ type Node struct {
 	// handoffs lets the drainers' hand-offs share transactions; nil with
 	// Options.HandoffsAlone.
 	handoffs *workers.Handoffs
+	// reads lets the drainers' lane reads share round trips; nil with
+	// Options.ReadsAlone.
+	reads *workers.Reads
 
 	// The listener lease decides whether this node binds the inbound
 	// listeners; the other loops keep it, the listeners and the answers to
@@ -211,6 +218,10 @@ func New(opts Options) (*Node, error) {
 	if !opts.HandoffsAlone {
 		deps.Handoffs = workers.NewHandoffs(opts.HandoffPatience)
 		n.handoffs = deps.Handoffs
+	}
+	if !opts.ReadsAlone {
+		deps.Reads = workers.NewReads()
+		n.reads = deps.Reads
 	}
 	cl := opts.Config.Cluster
 	// The lease and the heartbeat get connections of their own: on a node

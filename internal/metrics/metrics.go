@@ -89,6 +89,7 @@ type Metrics struct {
 	gathers          *prometheus.CounterVec
 	sharedHandoffs   *prometheus.CounterVec
 	failedTurns      prometheus.Counter
+	sharedReads      *prometheus.CounterVec
 	intakeWait       prometheus.Histogram
 	intakeCommit     prometheus.Histogram
 	intakeBatch      prometheus.Histogram
@@ -145,6 +146,10 @@ func New(opts Options) *Metrics {
 			Namespace: namespace, Name: "handoff_turns_failed_total",
 			Help: "Transactions of this node's hand-off turns (one drainer's hand-off or record, or several sharing) that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs and records was then committed alone.",
 		}),
+		sharedReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "lane_reads_shared_total",
+			Help: "Lane reads of this node's drainers answered by a round trip shared with other lanes' reads (made while another read was in flight), by stage (ingress, routed, outbound).",
+		}, []string{"stage"}),
 		intakeWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "intake_commit_wait_seconds",
 			Help:    "Time a parsed message waited for the intake commit that stored it to start (behind the commit in flight), per message.",
@@ -164,7 +169,7 @@ func New(opts Options) *Metrics {
 	m.registry.MustRegister(
 		m.received, m.rejected, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
 		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs, m.failedTurns,
-		m.intakeWait, m.intakeCommit, m.intakeBatch,
+		m.intakeWait, m.intakeCommit, m.intakeBatch, m.sharedReads,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -264,6 +269,15 @@ func (m *Metrics) HandoffShared(stage string) {
 		return
 	}
 	m.sharedHandoffs.WithLabelValues(stage).Inc()
+}
+
+// LaneReadShared counts a lane read of a drainer of stage answered by a
+// round trip shared with other lanes' reads.
+func (m *Metrics) LaneReadShared(stage string) {
+	if m == nil {
+		return
+	}
+	m.sharedReads.WithLabelValues(stage).Inc()
 }
 
 // HandoffTurnFailed counts a hand-off turn's transaction that did not
