@@ -183,6 +183,15 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 		r.extras = append(r.extras, fmt.Sprintf("cpu_stall_pct=%.1f", 100*float64(stall1-stall0)/float64(tr.elapsed)))
 	}
 	r.extras = append(r.extras, split...)
+	if len(tr.byWindow) >= 5 {
+		// A paced scenario long enough to show whether its tail is the
+		// node's start or its steady state.
+		var ws []string
+		for _, d := range tr.byWindow {
+			ws = append(ws, fmt.Sprintf("%.1f", ms(d)))
+		}
+		r.extras = append(r.extras, "ack_p99_ms_by_second="+strings.Join(ws, ","))
+	}
 	r.extras = append(r.extras, fmt.Sprintf("node_cpu_us_per_msg=%.0f", float64((st.cpu-cpu0).Microseconds())/float64(tr.total)))
 	if pgOK {
 		r.extras = append(r.extras, fmt.Sprintf("pg_cpu_us_per_msg=%.0f", float64((pg1-pg0).Microseconds())/float64(tr.total)))
@@ -213,8 +222,12 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 // traffic is what one scenario's senders saw.
 type traffic struct {
 	latencies []time.Duration // every ACK round trip, sorted
-	total     int
-	elapsed   time.Duration // first send to last delivery
+	// byWindow is the ACK p99 of each second of sending, in order (the
+	// first holds the node's warm-up: drainers activated, sessions
+	// planning their statements).
+	byWindow []time.Duration
+	total    int
+	elapsed  time.Duration // first send to last delivery
 }
 
 // drive runs the scenario's synchronous senders (send, wait for the ACK,
@@ -237,6 +250,7 @@ func driveLabelled(b *testing.B, listens []string, sc benchScenario, p *partner,
 	}
 	before := len(p.acceptedIDs())
 	latencies := make([][]time.Duration, lanes*conns)
+	sentAt := make([][]time.Duration, lanes*conns) // since start
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	start := time.Now()
@@ -260,6 +274,7 @@ func driveLabelled(b *testing.B, listens []string, sc benchScenario, p *partner,
 					t0 := time.Now()
 					raw, err := c.Send(context.Background(), msg)
 					latencies[i] = append(latencies[i], time.Since(t0))
+					sentAt[i] = append(sentAt[i], t0.Sub(start))
 					if ack, perr := hl7.ParseACK(raw); err != nil || perr != nil || ack.Code != hl7.AckAccept {
 						failed.Add(1)
 					}
@@ -279,9 +294,24 @@ func driveLabelled(b *testing.B, listens []string, sc benchScenario, p *partner,
 	if failed.Load() > 0 {
 		b.Fatalf("%d messages not acknowledged AA", failed.Load())
 	}
+	var windows [][]time.Duration
+	for i := range latencies {
+		for j, d := range latencies[i] {
+			w := int(sentAt[i][j] / time.Second)
+			for len(windows) <= w {
+				windows = append(windows, nil)
+			}
+			windows[w] = append(windows[w], d)
+		}
+	}
+	var byWindow []time.Duration
+	for _, w := range windows {
+		slices.Sort(w)
+		byWindow = append(byWindow, percentile(w, 99))
+	}
 	all := slices.Concat(latencies...)
 	slices.Sort(all)
-	return traffic{latencies: all, total: total, elapsed: elapsed}
+	return traffic{latencies: all, total: total, elapsed: elapsed, byWindow: byWindow}
 }
 
 func percentile(sorted []time.Duration, p int) time.Duration {
