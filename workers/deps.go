@@ -45,7 +45,9 @@ type Graph interface {
 // Limits bound one drainer execution.
 type Limits struct {
 	// Slice is how long one execution may keep its lane before it yields
-	// (snoozes for zero) so other lanes get worker slots.
+	// (snoozes for zero) so other lanes get worker slots; each execution
+	// keeps it up to a quarter longer, at random, so that drainers started
+	// together do not keep yielding together.
 	Slice time.Duration
 	// MaxRows bounds the rows served in one execution.
 	MaxRows int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,7 +64,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	}
 	ex := r.ex
 	lim := d.Limits
-	deadline := time.Now().Add(lim.Slice)
+	deadline := time.Now().Add(sliceOf(lim.Slice))
 	served := 0
 	var rate arrivals // this lane's, as this execution reads it
 
@@ -123,6 +124,22 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			}
 		}
 	}
+}
+
+// sliceOf is how long one execution may keep its lane: slice, and up to a
+// quarter more drawn at random (more, not less, so a busy lane yields no
+// more often than every slice). Drainers that started together (a node's
+// start, a burst reaching many lanes at once) would otherwise all yield
+// together at every slice, and each yield costs River a snooze, a fetch and
+// the next execution's first read: with 150 drainers that burst stalled
+// intake for up to 170 ms every 5 s (channels-50, ack_p99_ms_by_second in
+// docs/performance.md). Drawn anew for each execution, the yields spread
+// out, and stay spread.
+func sliceOf(slice time.Duration) time.Duration {
+	if j := slice / 4; j > 0 {
+		return slice + rand.N(j)
+	}
+	return slice
 }
 
 // atLaneEnd is the drainer at the end of its lane: it lingers for more, and
