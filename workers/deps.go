@@ -66,6 +66,19 @@ type Limits struct {
 	// rows committed meanwhile share its read and its hand-off transaction
 	// (see gather). Zero reads at once.
 	Gather time.Duration
+	// Hold is how long one execution may keep its lane, slice after slice,
+	// while no drainer of its stage queue is waiting for a worker slot: a
+	// yield then frees a slot nobody wants, and costs River a snooze, a
+	// fetch and the next execution's first read. Zero (or less than
+	// Slice): an execution yields after its slice, as before.
+	Hold time.Duration
+}
+
+// Longest is how long one execution may run at most, its last step
+// included (a transform batch stops taking rows after Slice), before a
+// slow send: the job time limits are this plus a margin.
+func (l Limits) Longest() time.Duration {
+	return max(l.Hold, l.Slice*5/4) + l.Slice
 }
 
 // DefaultLimits suit a 2-core node.
@@ -76,6 +89,7 @@ var DefaultLimits = Limits{
 	Linger:  200 * time.Millisecond,
 	Poll:    50 * time.Millisecond,
 	Gather:  3 * time.Millisecond,
+	Hold:    20 * time.Second,
 }
 
 // Deps is what every drainer needs.

@@ -64,12 +64,14 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	}
 	ex := r.ex
 	lim := d.Limits
-	deadline := time.Now().Add(sliceOf(lim.Slice))
+	now := time.Now()
+	sl := &laneHold{began: now, deadline: now.Add(sliceOf(lim.Slice))}
 	served := 0
 	var rate arrivals // this lane's, as this execution reads it
 
 	for {
-		if d.stopping() || served >= lim.MaxRows || time.Now().After(deadline) {
+		d.extend(ctx, sl, job.Queue)
+		if d.stopping() || served >= lim.MaxRows || time.Now().After(sl.deadline) {
 			// Yield: available again at once, for this node or another.
 			return r.snooze(ctx, 0)
 		}
@@ -87,7 +89,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return r.snooze(ctx, unopenedRetry)
 		}
 		if len(rows) == 0 {
-			if finished, err := atLaneEnd(ctx, d, ex, job, lane, deadline, woken, &rate); finished {
+			if finished, err := atLaneEnd(ctx, d, ex, job, lane, sl, woken, &rate); finished {
 				return err
 			}
 			continue // woken, or a producer slipped a row in before the lock
@@ -119,7 +121,8 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			// woken is closed then too), and one another node committed is
 			// found by the locked look at the end of the linger, as after an
 			// empty read.
-			if finished, err := atLaneEnd(ctx, d, ex, job, lane, deadline, woken, &rate); finished {
+			d.extend(ctx, sl, job.Queue)
+			if finished, err := atLaneEnd(ctx, d, ex, job, lane, sl, woken, &rate); finished {
 				return err
 			}
 		}
@@ -142,13 +145,55 @@ func sliceOf(slice time.Duration) time.Duration {
 	return slice
 }
 
+// laneHold is one execution's hold on its lane: when it began, and when it
+// must yield the lane (or, lingering on an empty lane, complete).
+type laneHold struct {
+	began, deadline time.Time
+	looked          bool // extend looked during this slice
+}
+
+// extend gives sl another slice when the one it has ends within a linger
+// (so a drainer lingering on an empty lane, which completes at the end of
+// its slice, is extended too), the execution stays within Limits.Hold,
+// and no drainer of queue is waiting for a worker slot (an available job
+// already due): that slot is then wanted by nobody, on this node or
+// another, and a yield, or a completion on a lane that gets its next row
+// a moment later, would only cost River a snooze or an insert, a fetch and
+// the next execution's first read; at 50 channels those were 30 a second,
+// and bursts of them when drainers started together. It looks once per
+// slice. A drainer that becomes available just after the look waits at
+// most that slice, as it would have without the look; when the look
+// fails, the slice ends as it would have.
+func (d *Deps) extend(ctx context.Context, sl *laneHold, queue string) {
+	lim := d.Limits
+	if sl.looked || time.Until(sl.deadline) > lim.Linger || d.stopping() {
+		return
+	}
+	sl.looked = true
+	if sl.deadline.Sub(sl.began)+lim.Slice*5/4 > lim.Hold {
+		return
+	}
+	var waiting bool
+	err := d.Pool.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM river_job WHERE state = 'available' AND queue = $1 AND scheduled_at <= now())`,
+		queue).Scan(&waiting)
+	if err != nil {
+		d.Logger.DebugContext(ctx, "could not look for drainers waiting for a slot; the slice ends", "queue", queue, "error", err)
+		return
+	}
+	if !waiting {
+		sl.deadline = sl.deadline.Add(sliceOf(lim.Slice))
+		sl.looked = false
+	}
+}
+
 // atLaneEnd is the drainer at the end of its lane: it lingers for more, and
 // if none came, completes the drainer when the lane is still empty under
 // its lock. It reports whether the execution is over (completed, or
 // superseded), with what drain returns; otherwise the drainer reads again.
 func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string,
-	deadline time.Time, woken <-chan struct{}, rate *arrivals) (bool, error) {
-	if d.linger(ctx, lane, deadline, woken, rate) {
+	sl *laneHold, woken <-chan struct{}, rate *arrivals) (bool, error) {
+	if d.linger(ctx, lane, sl, job.Queue, woken, rate) {
 		return false, nil
 	}
 	done, err := completeIfEmpty(ctx, d, ex, job, lane)
@@ -196,12 +241,15 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) er
 // (completeIfEmpty), so it waits at most Linger. Polling every few
 // milliseconds on every lingering lane of every stage was most of the
 // statements a lightly loaded node made.
-func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woken <-chan struct{}, rate *arrivals) bool {
-	until := time.Now().Add(d.Limits.Linger)
-	if until.After(deadline) {
-		until = deadline
+func (d *Deps) linger(ctx context.Context, lane string, sl *laneHold, queue string, woken <-chan struct{}, rate *arrivals) bool {
+	end := time.Now().Add(d.Limits.Linger)
+	until := func() time.Time {
+		if end.After(sl.deadline) {
+			return sl.deadline
+		}
+		return end
 	}
-	timer := time.NewTimer(time.Until(until))
+	timer := time.NewTimer(time.Until(until()))
 	defer timer.Stop()
 	var polls <-chan time.Time // nil: never fires
 	if d.Wake == nil {
@@ -220,6 +268,15 @@ func (d *Deps) linger(ctx context.Context, lane string, deadline time.Time, woke
 		case <-d.Stopping:
 			return false
 		case <-timer.C:
+			if at := until(); at.Before(end) {
+				// The slice ended first: lingering goes on in another, if
+				// extend gives one.
+				d.extend(ctx, sl, queue)
+				if sl.deadline.After(at) {
+					timer.Reset(time.Until(until()))
+					continue
+				}
+			}
 			return false
 		case <-woken:
 			d.gather(ctx, lane, rate)

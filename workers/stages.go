@@ -24,7 +24,7 @@ type IngressWorker struct {
 }
 
 func (w *IngressWorker) Timeout(*river.Job[jobs.IngressArgs]) time.Duration {
-	return w.Deps.Limits.Slice + time.Minute
+	return w.Deps.Limits.Longest() + time.Minute
 }
 
 func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArgs]) error {
@@ -75,7 +75,7 @@ type RoutedWorker struct {
 }
 
 func (w *RoutedWorker) Timeout(*river.Job[jobs.RoutedArgs]) time.Duration {
-	return w.Deps.Limits.Slice + time.Minute
+	return w.Deps.Limits.Longest() + time.Minute
 }
 
 func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]) error {
@@ -169,7 +169,7 @@ type OutboundWorker struct {
 }
 
 func (w *OutboundWorker) Timeout(*river.Job[jobs.OutboundArgs]) time.Duration {
-	return w.Deps.Limits.Slice + w.SendTimeout + 30*time.Second
+	return w.Deps.Limits.Longest() + w.SendTimeout + 30*time.Second
 }
 
 func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundArgs]) error {

@@ -283,10 +283,10 @@ func New(opts Options) (*Node, error) {
 		maintenance[0].Schedule = config.Every(opts.ReclaimInterval) // reclaim is always first
 	}
 
-	// A drainer legitimately runs for a slice plus one slow send; River
-	// must not rescue it before that, but should soon after (the default
-	// is an hour, far too long for a blocked lane).
-	jobTimeout := opts.Limits.Slice + sendTimeout + 30*time.Second
+	// A drainer legitimately runs for its longest execution plus one slow
+	// send; River must not rescue it before that, but should soon after
+	// (the default is an hour, far too long for a blocked lane).
+	jobTimeout := opts.Limits.Longest() + sendTimeout + 30*time.Second
 	client, err := river.NewClient(riverpgxv5.New(opts.Pool), &river.Config{
 		ID:     opts.NodeID,
 		Logger: riverLogger(opts.Logger),
