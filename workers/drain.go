@@ -153,8 +153,9 @@ type laneHold struct {
 }
 
 // extend gives sl another slice when the one it has ends within a linger
-// (so a drainer lingering on an empty lane, which completes at the end of
-// its slice, is extended too), the execution stays within Limits.Hold,
+// or a quarter slice, whichever is shorter (so a drainer lingering on an
+// empty lane, which completes at the end of its slice, is extended too,
+// and a busy one looks near the end of its slice, not at its start), the execution stays within Limits.Hold,
 // and no drainer of queue is waiting for a worker slot (an available job
 // already due): that slot is then wanted by nobody, on this node or
 // another, and a yield, or a completion on a lane that gets its next row
@@ -166,7 +167,7 @@ type laneHold struct {
 // fails, the slice ends as it would have.
 func (d *Deps) extend(ctx context.Context, sl *laneHold, queue string) {
 	lim := d.Limits
-	if sl.looked || time.Until(sl.deadline) > lim.Linger || d.stopping() {
+	if sl.looked || time.Until(sl.deadline) > min(lim.Linger, lim.Slice/4) || d.stopping() {
 		return
 	}
 	sl.looked = true
