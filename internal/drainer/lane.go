@@ -169,6 +169,10 @@ func PendingRowsOfLanes(ctx context.Context, q Batcher, reads []LaneRead) ([][]R
 				rows.Close()
 				return nil, fmt.Errorf("read %d lanes: %w", len(reads), err)
 			}
+			if k < 1 || int(k) > len(idx) {
+				rows.Close()
+				return nil, fmt.Errorf("read %d lanes: a row answered read %d of %d", len(reads), k, len(idx))
+			}
 			i := idx[k-1]
 			if w.Lane != reads[i].Lane {
 				// Never hand a drainer another lane's row: its order and its
