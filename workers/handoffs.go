@@ -44,7 +44,27 @@ type Handoffs struct {
 	g groupcommit.Group[*handoffReq]
 	// hook, for tests, is called by each turn's leader with the number of
 	// hand-offs it is about to commit.
-	hook atomic.Pointer[func(handoffs int)]
+	hook turnHook
+}
+
+// turnHook is a test's function that the leader of each turn of a group
+// (hand-offs, reads) calls with the size of its turn before it runs it.
+type turnHook struct{ f atomic.Pointer[func(n int)] }
+
+// set makes f the hook; nil removes it.
+func (t *turnHook) set(f func(n int)) {
+	if f == nil {
+		t.f.Store(nil)
+		return
+	}
+	t.f.Store(&f)
+}
+
+// call calls the hook, if any, with n.
+func (t *turnHook) call(n int) {
+	if f := t.f.Load(); f != nil {
+		(*f)(n)
+	}
 }
 
 // maxSharedHandoffs bounds the hand-offs of one shared transaction (each of
@@ -81,13 +101,7 @@ func (h *Handoffs) Waiting() int { return h.g.Waiting() }
 
 // SetHook makes each turn's leader call f, before it commits, with the
 // number of hand-offs of its turn; for tests (nil removes it).
-func (h *Handoffs) SetHook(f func(handoffs int)) {
-	if f == nil {
-		h.hook.Store(nil)
-		return
-	}
-	h.hook.Store(&f)
-}
+func (h *Handoffs) SetHook(f func(handoffs int)) { h.hook.set(f) }
 
 // handoffReq is one drainer's hand-off waiting for a transaction.
 type handoffReq struct {
@@ -125,9 +139,7 @@ func (d *Deps) handOff(ctx context.Context, r *run, h *drainer.Handoff) error {
 // group's lock wait, marking each committed when it did. The others wait on
 // it, so the leader going away must not abort it.
 func (d *Deps) commitTurn(ctx context.Context, batch []*handoffReq) {
-	if f := d.Handoffs.hook.Load(); f != nil {
-		(*f)(len(batch))
-	}
+	d.Handoffs.hook.call(len(batch))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	hs := make([]*drainer.Handoff, len(batch))

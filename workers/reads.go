@@ -2,7 +2,6 @@ package workers
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/groupcommit"
@@ -27,7 +26,7 @@ type Reads struct {
 	g groupcommit.Group[*readReq]
 	// hook, for tests, is called by each turn's leader with the number of
 	// reads it is about to make.
-	hook atomic.Pointer[func(reads int)]
+	hook turnHook
 }
 
 // maxSharedReads bounds the lanes of one shared read (each of at most
@@ -46,13 +45,7 @@ func (r *Reads) Waiting() int { return r.g.Waiting() }
 
 // SetHook makes each turn's leader call f, before it reads, with the
 // number of lanes of its turn; for tests (nil removes it).
-func (r *Reads) SetHook(f func(reads int)) {
-	if f == nil {
-		r.hook.Store(nil)
-		return
-	}
-	r.hook.Store(&f)
-}
+func (r *Reads) SetHook(f func(reads int)) { r.hook.set(f) }
 
 // readReq is one drainer's read waiting for a turn.
 type readReq struct {
@@ -81,9 +74,7 @@ func (d *Deps) readLane(ctx context.Context, lane string, after int64, limit int
 // several drainers, so the leader going away must not abort it, and if it
 // fails, each reads again alone.
 func (d *Deps) readTurn(ctx context.Context, batch []*readReq) {
-	if f := d.Reads.hook.Load(); f != nil {
-		(*f)(len(batch))
-	}
+	d.Reads.hook.call(len(batch))
 	if len(batch) == 1 {
 		q := batch[0]
 		q.rows, q.err = drainer.PendingRowsAfter(ctx, d.Pool, q.read.Lane, q.read.After, q.read.Limit)
