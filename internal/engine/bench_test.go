@@ -184,8 +184,8 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 	}
 	r.extras = append(r.extras, split...)
 	if len(tr.byWindow) >= 5 {
-		// A paced scenario long enough to show whether its tail is the
-		// node's start or its steady state.
+		// A scenario that sends long enough to show whether its tail is
+		// the node's start, something periodic, or its steady state.
 		var ws []string
 		for _, d := range tr.byWindow {
 			ws = append(ws, fmt.Sprintf("%.1f", ms(d)))
