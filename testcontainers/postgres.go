@@ -304,7 +304,13 @@ func StartServer(ctx context.Context) (*Server, error) {
 		// statement planned at every execution costs the server more
 		// than running it); the extension's view still needs CREATE
 		// EXTENSION in the database that reads it.
-		args = append(args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=top",
+		// MEFOR_PG_STATEMENTS=all also counts the statements run inside
+		// functions and triggers, each on its own line.
+		track := "top"
+		if os.Getenv("MEFOR_PG_STATEMENTS") == "all" {
+			track = "all"
+		}
+		args = append(args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track="+track,
 			"-c", "pg_stat_statements.track_planning=on", "-c", "track_wal_io_timing=on")
 	}
 	var opts []tc.ContainerCustomizer

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +54,15 @@ func BenchmarkPipeline(b *testing.B) {
 		{name: "fifo-1conn", lanes: 1, conns: 1, messages: 3000, breakdown: true},
 		{name: "idle-50", run: runIdleScenario},
 		{name: "backlog-1m", run: runBacklogScenario},
+	}
+	// MEFOR_BENCH_SCALE=k sends k times each scenario's messages, for a
+	// look at a node past its first minute (drainers yielding their lanes
+	// after Limits.Hold, autovacuum on grown tables); the figures the
+	// issues' targets name are those of the default, 1.
+	if k, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_SCALE")); err == nil && k > 1 {
+		for i := range scenarios {
+			scenarios[i].messages *= k
+		}
 	}
 	for _, sc := range scenarios {
 		b.Run(sc.name, func(b *testing.B) {
