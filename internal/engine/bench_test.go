@@ -56,7 +56,7 @@ func BenchmarkPipeline(b *testing.B) {
 		{name: "backlog-1m", run: runBacklogScenario},
 	}
 	// MEFOR_BENCH_SCALE=k sends k times each scenario's messages, for a
-	// look at a node past its first minute (drainers yielding their lanes
+	// look at a node past the 20 s a scenario runs (drainers yielding their lanes
 	// after Limits.Hold, autovacuum on grown tables); the figures the
 	// issues' targets name are those of the default, 1.
 	if k, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_SCALE")); err == nil && k > 1 {
