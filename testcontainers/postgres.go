@@ -13,7 +13,8 @@
 // MEFOR_PG_DURABLE=1 (task bench sets it) those stay on and the data
 // directory is an anonymous Docker volume on real disk, so a commit costs
 // its fsync. MEFOR_PG_STATEMENTS=1 preloads pg_stat_statements and times WAL
-// writes and syncs (pg_stat_wal).
+// writes and syncs (pg_stat_wal). MEFOR_PG_SETTINGS adds server settings
+// for a diagnosis.
 //
 // testcontainers' reaper (Ryuk) cannot be pulled on
 // machines without a registry, so it is disabled and the harness cleans up
@@ -29,6 +30,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,6 +314,15 @@ func StartServer(ctx context.Context) (*Server, error) {
 		}
 		args = append(args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track="+track,
 			"-c", "pg_stat_statements.track_planning=on", "-c", "track_wal_io_timing=on")
+	}
+	// MEFOR_PG_SETTINGS adds server settings, space-separated name=value
+	// pairs, for a diagnosis the switches above do not cover (for example
+	// "log_lock_waits=on deadlock_timeout=5ms", read with docker logs).
+	for _, kv := range strings.Fields(os.Getenv("MEFOR_PG_SETTINGS")) {
+		if !strings.Contains(kv, "=") {
+			return nil, fmt.Errorf("MEFOR_PG_SETTINGS: %q is not name=value", kv)
+		}
+		args = append(args, "-c", kv)
 	}
 	var opts []tc.ContainerCustomizer
 	if !hostNet {
