@@ -89,7 +89,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return r.snooze(ctx, unopenedRetry)
 		}
 		if len(rows) == 0 {
-			if finished, err := atLaneEnd(ctx, d, ex, job, lane, sl, woken, &rate); finished {
+			if finished, err := atLaneEnd(ctx, d, ex, job, lane, sl, woken, &rate, served); finished {
 				return err
 			}
 			continue // woken, or a producer slipped a row in before the lock
@@ -122,7 +122,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			// found by the locked look at the end of the linger, as after an
 			// empty read.
 			d.extend(ctx, sl, job.Queue)
-			if finished, err := atLaneEnd(ctx, d, ex, job, lane, sl, woken, &rate); finished {
+			if finished, err := atLaneEnd(ctx, d, ex, job, lane, sl, woken, &rate, served); finished {
 				return err
 			}
 		}
@@ -190,12 +190,28 @@ func (d *Deps) extend(ctx context.Context, sl *laneHold, queue string) {
 
 // atLaneEnd is the drainer at the end of its lane: it lingers for more, and
 // if none came, completes the drainer when the lane is still empty under
-// its lock. It reports whether the execution is over (completed, or
-// superseded), with what drain returns; otherwise the drainer reads again.
+// its lock. When the slice ends during the linger, an execution that served
+// rows does not complete: it returns, and the drain loop yields. It reports
+// whether the execution is over (completed, or superseded), with what drain
+// returns; otherwise the drainer reads again (or yields).
 func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string,
-	sl *laneHold, woken <-chan struct{}, rate *arrivals) (bool, error) {
-	if d.linger(ctx, lane, sl, job.Queue, woken, rate) {
+	sl *laneHold, woken <-chan struct{}, rate *arrivals, served int) (bool, error) {
+	switch d.linger(ctx, lane, sl, job.Queue, woken, rate) {
+	case lingerWork:
 		return false, nil
+	case lingerSliceOver:
+		if served > 0 {
+			// The lane is in use: yield (at the top of the loop), so its
+			// drainer stays live for the next row. Completing here would
+			// make the producer of that row insert a drainer, announce it
+			// and wait for the announcement's commit, holding up every
+			// message committed with that row; at the end of their holds,
+			// busy lanes' completions were most of channels-50's ACK tail
+			// (docs/performance.md, "Twelfth run"). An execution that
+			// served nothing completes, so a quiet lane still ends its
+			// drainer within a slice or a linger.
+			return false, nil
+		}
 	}
 	done, err := completeIfEmpty(ctx, d, ex, job, lane)
 	if errors.Is(err, drainer.ErrSuperseded) {
@@ -234,7 +250,8 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) er
 // linger waits on an empty lane for up to Linger, reporting whether work
 // arrived: woken by this node's producers (then it may gather before it
 // returns), or found by a slow poll for work other nodes committed. It
-// gives up early when the node is stopping.
+// gives up early when the node is stopping, and ends with the slice when
+// the slice, with any extension, ends first.
 //
 // With a Wake it does not poll at all: this node's commits wake it, and
 // work another node committed meanwhile is found when the linger ends, by
@@ -242,7 +259,7 @@ func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) er
 // (completeIfEmpty), so it waits at most Linger. Polling every few
 // milliseconds on every lingering lane of every stage was most of the
 // statements a lightly loaded node made.
-func (d *Deps) linger(ctx context.Context, lane string, sl *laneHold, queue string, woken <-chan struct{}, rate *arrivals) bool {
+func (d *Deps) linger(ctx context.Context, lane string, sl *laneHold, queue string, woken <-chan struct{}, rate *arrivals) lingerEnd {
 	end := time.Now().Add(d.Limits.Linger)
 	until := func() time.Time {
 		if end.After(sl.deadline) {
@@ -265,9 +282,9 @@ func (d *Deps) linger(ctx context.Context, lane string, sl *laneHold, queue stri
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return lingerIdle
 		case <-d.Stopping:
-			return false
+			return lingerIdle
 		case <-timer.C:
 			if at := until(); at.Before(end) {
 				// The slice ended first: lingering goes on in another, if
@@ -277,19 +294,32 @@ func (d *Deps) linger(ctx context.Context, lane string, sl *laneHold, queue stri
 					timer.Reset(time.Until(until()))
 					continue
 				}
+				return lingerSliceOver
 			}
-			return false
+			return lingerIdle
 		case <-woken:
 			d.gather(ctx, lane, rate)
-			return true
+			return lingerWork
 		case <-polls:
 		}
 		pending, err := drainer.HasPending(ctx, d.Pool, lane)
-		if err != nil || pending {
-			return err == nil
+		if err != nil {
+			return lingerIdle
+		}
+		if pending {
+			return lingerWork
 		}
 	}
 }
+
+// lingerEnd is why a linger ended.
+type lingerEnd int
+
+const (
+	lingerIdle      lingerEnd = iota // a whole linger without work (or stopping): complete if still empty
+	lingerWork                       // work arrived: read
+	lingerSliceOver                  // the slice ended first: yield
+)
 
 // gather waits Limits.Gather after a wake, before the drainer reads, when
 // the lane is expected to get another row within that time and the host's

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -33,8 +34,8 @@ func ingressExecution(t *testing.T, db *testcontainers.DB, channel string) strin
 // A drainer whose slice ends while no other drainer of its queue waits for
 // a worker slot keeps its lane, slice after slice, up to Limits.Hold: its
 // execution is the same after many slices. Without the look (a slice always
-// ends), the execution lingering on an empty lane completes after its
-// first slice.
+// ends), the execution lingering on an empty lane yields after its first
+// slice, and another one follows it.
 func TestDrainerKeepsItsLaneWhileNobodyWaits(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
@@ -77,4 +78,49 @@ func TestDrainerGivesItsSlotToOneWaiting(t *testing.T) {
 			t.Errorf("W%d stored %d times, want once", i, got)
 		}
 	}
+}
+
+// A drainer whose slice ends while it lingers on a lane that had work in
+// this execution yields (a snooze of zero: its job stays live) instead of
+// completing, so the lane's next message finds a live drainer and intake
+// stores it in one trip, as the message before it. Completing there made
+// every busy lane's drainer, at the end of its hold, hand the next message
+// to an intake that had to insert a new drainer, announce it and wait for
+// the announcement's commit, while every message stored with it waited
+// too (docs/performance.md, "Twelfth run"). A lane that stays quiet still
+// completes its drainer: the next execution served nothing when its slice
+// ends.
+func TestDrainerYieldsALaneInUseAtTheEndOfItsSlice(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "")
+	cfg, listens := channelsToPartners(t, []string{p.addr})
+	startNode(t, db, cfg, func(o *engine.Options) {
+		// No extension (the hold is one slice), and a linger longer than
+		// the test: only the end of a slice can end an execution.
+		o.Limits.Slice = 200 * time.Millisecond
+		o.Limits.Hold = o.Limits.Slice
+		o.Limits.Linger = time.Minute
+	})
+	const n = 30
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("Y%02d", i)
+		want = append(want, id)
+		send(t, listens[0], adt(id, "P1"))
+		time.Sleep(50 * time.Millisecond) // ~10 slices of traffic
+	}
+	eventually(t, 30*time.Second, "every message delivered", func() bool { return len(p.acceptedIDs()) == n })
+	if got := p.acceptedIDs(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("partner got %v, want %v", got, want)
+	}
+	// One drainer job for c0's ingress lane over ten slices of traffic:
+	// each execution yielded, none completed for the next message to
+	// start another.
+	if got := queryInt(t, db, `SELECT count(*)::int FROM river_job WHERE queue = $1`, jobs.QueueIngress); got != 1 {
+		t.Errorf("c0's ingress lane had %d drainer jobs over ten slices of traffic, want 1 (each execution yielding)", got)
+	}
+	eventually(t, 10*time.Second, "c0's quiet ingress lane completes its drainer", func() bool {
+		return queryInt(t, db, `SELECT count(*)::int FROM river_job WHERE queue = $1 AND state <> 'completed'`, jobs.QueueIngress) == 0
+	})
 }
