@@ -318,7 +318,7 @@ type lingerEnd int
 const (
 	lingerIdle      lingerEnd = iota // a whole linger without work (or stopping): complete if still empty
 	lingerWork                       // work arrived: read
-	lingerSliceOver                  // the slice ended first: yield
+	lingerSliceOver                  // the slice ended first: yield if the execution served rows, else as idle
 )
 
 // gather waits Limits.Gather after a wake, before the drainer reads, when
