@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -106,6 +107,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
 		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr,
+		OpenConnsAtStart: !strings.Contains(g.DatabaseURL, "pool_min_conns"),
 	})
 	if err != nil {
 		return err

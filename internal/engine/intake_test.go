@@ -11,9 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -228,5 +230,43 @@ func TestNodeWarnsOfCommitsThatDoNotWait(t *testing.T) {
 		if err := n.Stop(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A node started as `mefor run` starts it opens its pool's connections at
+// once (Options.OpenConnsAtStart), so that a burst of drainers later finds
+// sessions already readied instead of opening cold ones while senders
+// wait; without the option it opens them on demand.
+func TestNodeOpensItsConnectionsAtStart(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	sessions := func(node string) int {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
+			leader.ApplicationName(node)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	cfg := func() *config.Config {
+		return testConfig(t, freeAddr(t), `
+  out:
+    type: file
+    file: {directory: ./unused}
+`)
+	}
+	max := int(db.Pool.Config().MaxConns)
+	startNode(t, db, cfg(), func(o *engine.Options) { o.NodeID, o.OpenConnsAtStart = "eager", true })
+	startNode(t, db, cfg(), func(o *engine.Options) { o.NodeID = "lazy" })
+	deadline := time.Now().Add(20 * time.Second)
+	for sessions("eager") < max {
+		if time.Now().After(deadline) {
+			t.Fatalf("a node opening its connections at start has %d sessions after 20s, want at least its pool's %d", sessions("eager"), max)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := sessions("lazy"); n >= max {
+		t.Fatalf("an idle node opening connections on demand has %d sessions, want fewer than %d", n, max)
 	}
 }

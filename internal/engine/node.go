@@ -49,6 +49,16 @@ type Options struct {
 	// StopTimeout bounds a graceful stop; past it running drainers are
 	// cancelled. Zero means 30s.
 	StopTimeout time.Duration
+	// OpenConnsAtStart opens the node's pool's connections (MaxConns of
+	// them) when the node is created, in the background, instead of on
+	// demand. A session's first statements cost the server several times
+	// their usual time (it loads the tables' and indexes' descriptions, and
+	// compiles the triggers' functions); opened on demand, new sessions
+	// come in bursts when many drainers end a slice together, and those
+	// first statements stall intake meanwhile. `mefor run` sets it unless
+	// the database URL sets pool_min_conns. Every new session is readied
+	// (store.WarmSession) either way.
+	OpenConnsAtStart bool
 	// MaxWorkers per stage queue; zero means a default.
 	IngressWorkers, RoutedWorkers, OutboundWorkers int
 	// MetricsCacheTTL is how long one database read serves the cluster
@@ -169,7 +179,7 @@ func New(opts Options) (*Node, error) {
 	if opts.Config == nil || opts.Pool == nil || opts.NodeID == "" {
 		return nil, errors.New("engine: a node needs a config, a database pool and a node id")
 	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), nodePoolConfig(opts.Pool.Config(), opts.NodeID, opts.Config.Cluster.LeaseTTL))
+	pool, err := pgxpool.NewWithConfig(context.Background(), nodePoolConfig(opts.Pool.Config(), opts.NodeID, opts.Config.Cluster.LeaseTTL, opts.OpenConnsAtStart, opts.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("create connection pool: %w", err)
 	}
@@ -673,8 +683,11 @@ func (n *Node) closePools() {
 //     session, and with it its lane locks and River row locks, until TCP
 //     gives up (hours), and the node taking over would wait on them.
 //     Nothing a node does sits idle inside a transaction, so the server may
-//     end such a session once the lease could have moved.
-func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration) *pgxpool.Config {
+//     end such a session once the lease could have moved;
+//   - every new session is readied (store.WarmSession) before its first
+//     use, and with openAtStart all of them are opened at once
+//     (Options.OpenConnsAtStart).
+func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration, openAtStart bool, logger *slog.Logger) *pgxpool.Config {
 	cfg := base.Copy()
 	params := cfg.ConnConfig.RuntimeParams
 	if params == nil {
@@ -686,6 +699,21 @@ func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration)
 		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
 	}
 	store.DurableCommits(&cfg.ConnConfig.Config)
+	if openAtStart {
+		cfg.MinConns = cfg.MaxConns
+	}
+	after := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		if err := store.WarmSession(ctx, c); err != nil {
+			logger.DebugContext(ctx, "a new database session was not readied; its first statements will be slower", "error", err)
+		}
+		return nil
+	}
 	return cfg
 }
 

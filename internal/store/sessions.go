@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -93,4 +94,44 @@ func pipelineStmts(format string) []string {
 		out[i] = fmt.Sprintf(format, st.name, st.value)
 	}
 	return out
+}
+
+// warmStatements load into a new session, without reading or writing a
+// row, what the pipeline's first statements there would otherwise load
+// while a sender waits: the descriptions of the pipeline's tables and
+// their indexes (planning a statement opens every index of its tables),
+// and the count triggers' functions, compiled on their first call (a
+// statement-level trigger fires for a statement that changes no row).
+// TestWarmSessionChangesNothing runs them.
+var warmStatements = []string{
+	`SELECT 1 FROM mefor_message m, mefor_work w, mefor_lane l, mefor_event e, mefor_response r,
+		mefor_work_count wc, mefor_message_count mc, river_job j WHERE false`,
+	`UPDATE mefor_message SET status = status WHERE false`,
+	`UPDATE mefor_work SET status = status WHERE false`,
+}
+
+// warmLockWait bounds each warm statement's wait for a table lock (a
+// migration's, say): warming is worth less than a session.
+const warmLockWait = 100 * time.Millisecond
+
+// WarmSession readies a new session for the pipeline (warmStatements), in
+// one round trip and one transaction it rolls back. It is best effort: on
+// a database not yet migrated, or a table locked longer than warmLockWait,
+// the session is simply cold, and the error is returned for the caller to
+// log. Errors never carry message content: the statements read no row.
+func WarmSession(ctx context.Context, conn *pgx.Conn) error {
+	sql := fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'; %s; ROLLBACK",
+		warmLockWait.Milliseconds(), strings.Join(warmStatements, "; "))
+	_, err := conn.Exec(ctx, sql)
+	if conn.PgConn().TxStatus() != 'I' {
+		// A statement failed: the rest of the string was skipped, and the
+		// transaction is still open.
+		if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil && err == nil {
+			err = rbErr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("warm session: %w", err)
+	}
+	return nil
 }
