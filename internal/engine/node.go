@@ -50,14 +50,16 @@ type Options struct {
 	// cancelled. Zero means 30s.
 	StopTimeout time.Duration
 	// OpenConnsAtStart opens the node's pool's connections (MaxConns of
-	// them) when the node is created, in the background, instead of on
-	// demand. A session's first statements cost the server several times
-	// their usual time (it loads the tables' and indexes' descriptions, and
-	// compiles the triggers' functions); opened on demand, new sessions
-	// come in bursts when many drainers end a slice together, and those
-	// first statements stall intake meanwhile. `mefor run` sets it unless
-	// the database URL sets pool_min_conns. Every new session is readied
-	// (store.WarmSession) either way.
+	// them) once, in the background, when the node is created; the node's
+	// first statements may wait for the slowest of them. A session's
+	// first statements cost the server several times their usual time (it
+	// loads the tables' and indexes' descriptions, and compiles the
+	// triggers' functions); opened on demand, new sessions come in bursts
+	// when many drainers end a slice together, and those first statements
+	// stall intake meanwhile. After the start, sessions that closed are
+	// reopened on demand, not all at once (as after a partition). `mefor
+	// run` sets it unless the database URL sets pool_min_conns. Every new
+	// session of the node's pool is readied (store.WarmSession) either way.
 	OpenConnsAtStart bool
 	// MaxWorkers per stage queue; zero means a default.
 	IngressWorkers, RoutedWorkers, OutboundWorkers int
@@ -179,11 +181,15 @@ func New(opts Options) (*Node, error) {
 	if opts.Config == nil || opts.Pool == nil || opts.NodeID == "" {
 		return nil, errors.New("engine: a node needs a config, a database pool and a node id")
 	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), nodePoolConfig(opts.Pool.Config(), opts.NodeID, opts.Config.Cluster.LeaseTTL, opts.OpenConnsAtStart, opts.Logger))
+	callerAfterConnect := opts.Pool.Config().AfterConnect
+	pool, err := pgxpool.NewWithConfig(context.Background(), nodePoolConfig(opts.Pool.Config(), opts.NodeID, opts.Config.Cluster.LeaseTTL, opts.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("create connection pool: %w", err)
 	}
 	opts.Pool = pool
+	if opts.OpenConnsAtStart {
+		go openConns(pool, opts.Logger)
+	}
 	n := &Node{opts: opts, logger: opts.Logger, senders: connector.NewPool(), stopping: make(chan struct{})}
 	if err := n.loadTLS(opts.Config); err != nil {
 		pool.Close()
@@ -239,6 +245,11 @@ func New(opts Options) (*Node, error) {
 	// connection would fence a healthy holder and fail the listeners over.
 	ccfg := opts.Pool.Config().Copy()
 	ccfg.MaxConns, ccfg.MinConns = 2, 0
+	// Nor are these sessions readied (store.WarmSession): they run a few
+	// small statements, and once a partition heals, a renewal that must
+	// open a session within a heartbeat would miss its deadline while
+	// the warm-up ran, again at every heartbeat (seen on a slow host).
+	ccfg.AfterConnect = callerAfterConnect
 	// A stepdown's audit row and answer are written here.
 	store.DurableCommits(&ccfg.ConnConfig.Config)
 	cpool, err := pgxpool.NewWithConfig(context.Background(), ccfg)
@@ -685,9 +696,8 @@ func (n *Node) closePools() {
 //     Nothing a node does sits idle inside a transaction, so the server may
 //     end such a session once the lease could have moved;
 //   - every new session is readied (store.WarmSession) before its first
-//     use, and with openAtStart all of them are opened at once
-//     (Options.OpenConnsAtStart).
-func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration, openAtStart bool, logger *slog.Logger) *pgxpool.Config {
+//     use.
+func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration, logger *slog.Logger) *pgxpool.Config {
 	cfg := base.Copy()
 	params := cfg.ConnConfig.RuntimeParams
 	if params == nil {
@@ -699,9 +709,6 @@ func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration,
 		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
 	}
 	store.DurableCommits(&cfg.ConnConfig.Config)
-	if openAtStart {
-		cfg.MinConns = cfg.MaxConns
-	}
 	after := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if after != nil {
@@ -769,4 +776,33 @@ func riverLogger(l *slog.Logger) *slog.Logger {
 		return l
 	}
 	return slog.New(quietHandler{Handler: l.Handler(), min: slog.LevelWarn})
+}
+
+// openConnsTimeout bounds openConns: a database that cannot open the
+// pool's sessions in that time is slow enough that the node's own
+// retries say more.
+const openConnsTimeout = 30 * time.Second
+
+// openConns opens pool's MaxConns connections at once, each readied by
+// AfterConnect, and leaves them idle in the pool (Options.OpenConnsAtStart).
+func openConns(pool *pgxpool.Pool, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), openConnsTimeout)
+	defer cancel()
+	conns := make([]*pgxpool.Conn, pool.Config().MaxConns)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() { conns[i], _ = pool.Acquire(ctx) })
+	}
+	wg.Wait()
+	opened := 0
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+			opened++
+		}
+	}
+	if opened < len(conns) {
+		logger.DebugContext(ctx, "opened fewer database sessions at start than the pool holds; the rest open on demand",
+			"opened", opened, "max", len(conns))
+	}
 }
