@@ -50,7 +50,7 @@ type Options struct {
 	// cancelled. Zero means 30s.
 	StopTimeout time.Duration
 	// OpenConnsAtStart opens the node's pool's connections (MaxConns of
-	// them) once, in the background, when the node is created; the node's
+	// them) once, in the background, when the node starts; the node's
 	// first statements may wait for the slowest of them. A session's
 	// first statements cost the server several times their usual time (it
 	// loads the tables' and indexes' descriptions, and compiles the
@@ -187,9 +187,6 @@ func New(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("create connection pool: %w", err)
 	}
 	opts.Pool = pool
-	if opts.OpenConnsAtStart {
-		go openConns(pool, opts.Logger)
-	}
 	n := &Node{opts: opts, logger: opts.Logger, senders: connector.NewPool(), stopping: make(chan struct{})}
 	if err := n.loadTLS(opts.Config); err != nil {
 		pool.Close()
@@ -391,6 +388,9 @@ func (n *Node) Intake() *Intake { return n.intake }
 // Start joins the cluster, dead-letters rows the cluster's agreed config can
 // no longer serve, starts the River client and binds the inbound listeners.
 func (n *Node) Start(ctx context.Context) error {
+	if n.opts.OpenConnsAtStart {
+		go n.openConns()
+	}
 	// Before anything produces rows: lanes are named by layout generation.
 	g, err := n.buildGraph(ctx, n.Config())
 	if err != nil {
@@ -783,11 +783,21 @@ func riverLogger(l *slog.Logger) *slog.Logger {
 // retries say more.
 const openConnsTimeout = 30 * time.Second
 
-// openConns opens pool's MaxConns connections at once, each readied by
+// openConns opens the pool's MaxConns connections at once, each readied by
 // AfterConnect, and leaves them idle in the pool (Options.OpenConnsAtStart).
-func openConns(pool *pgxpool.Pool, logger *slog.Logger) {
+// A node stopping meanwhile ends it: the pool's Close waits for every
+// connection acquired.
+func (n *Node) openConns() {
 	ctx, cancel := context.WithTimeout(context.Background(), openConnsTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-n.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	pool := n.opts.Pool
 	conns := make([]*pgxpool.Conn, pool.Config().MaxConns)
 	var wg sync.WaitGroup
 	for i := range conns {
@@ -802,7 +812,7 @@ func openConns(pool *pgxpool.Pool, logger *slog.Logger) {
 		}
 	}
 	if opened < len(conns) {
-		logger.DebugContext(ctx, "opened fewer database sessions at start than the pool holds; the rest open on demand",
+		n.logger.DebugContext(ctx, "opened fewer database sessions at start than the pool holds; the rest open on demand",
 			"opened", opened, "max", len(conns))
 	}
 }
