@@ -50,11 +50,10 @@ type Options struct {
 	// cancelled. Zero means 30s.
 	StopTimeout time.Duration
 	// OpenConnsAtStart opens the node's pool's connections (MaxConns of
-	// them) once, in the background, when the node starts; the node's
-	// first statements may wait for the slowest of them. A session's
-	// first statements cost the server several times their usual time (it
-	// loads the tables' and indexes' descriptions, and compiles the
-	// triggers' functions); opened on demand, new sessions come in bursts
+	// them) once, in the background and one at a time, when Start has
+	// done its own steps. A session's first statements cost the server
+	// several times their usual time (it loads the tables' and indexes'
+	// descriptions, and compiles the triggers' functions); opened on demand, new sessions come in bursts
 	// when many drainers end a slice together, and those first statements
 	// stall intake meanwhile. After the start, sessions that closed are
 	// reopened on demand, not all at once (as after a partition). `mefor
@@ -388,9 +387,6 @@ func (n *Node) Intake() *Intake { return n.intake }
 // Start joins the cluster, dead-letters rows the cluster's agreed config can
 // no longer serve, starts the River client and binds the inbound listeners.
 func (n *Node) Start(ctx context.Context) error {
-	if n.opts.OpenConnsAtStart {
-		go n.openConns()
-	}
 	// Before anything produces rows: lanes are named by layout generation.
 	g, err := n.buildGraph(ctx, n.Config())
 	if err != nil {
@@ -447,6 +443,11 @@ func (n *Node) Start(ctx context.Context) error {
 	syncCtx, stopSync := context.WithCancel(context.WithoutCancel(ctx))
 	n.stopSync, n.syncDone = stopSync, make(chan struct{})
 	go func() { defer close(n.syncDone); n.syncLoop(syncCtx) }()
+	if n.opts.OpenConnsAtStart {
+		// Once the node has its lease and its loops: the steps above
+		// never wait behind the opening.
+		go n.openConns()
+	}
 	return nil
 }
 
@@ -783,10 +784,17 @@ func riverLogger(l *slog.Logger) *slog.Logger {
 // retries say more.
 const openConnsTimeout = 30 * time.Second
 
-// openConns opens the pool's MaxConns connections at once, each readied by
-// AfterConnect, and leaves them idle in the pool (Options.OpenConnsAtStart).
-// A node stopping meanwhile ends it: the pool's Close waits for every
-// connection acquired.
+// openConns opens the pool's MaxConns connections one at a time, each
+// readied by AfterConnect, and leaves them idle in the pool
+// (Options.OpenConnsAtStart). One at a time because twenty new sessions
+// opened and readied at once take every core of a small database server
+// for a moment: in CI (two cores shared with other test processes) that
+// moment made the node's own lease renewal miss its fence_timeout. Each
+// opened connection is held until the pool is full, so that the next
+// Acquire opens a new one instead of taking it back; the node's own work
+// meanwhile takes an idle connection or opens one of its own. A node
+// stopping meanwhile ends it: the pool's Close waits for every connection
+// acquired.
 func (n *Node) openConns() {
 	ctx, cancel := context.WithTimeout(context.Background(), openConnsTimeout)
 	defer cancel()
@@ -798,21 +806,20 @@ func (n *Node) openConns() {
 		}
 	}()
 	pool := n.opts.Pool
-	conns := make([]*pgxpool.Conn, pool.Config().MaxConns)
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Go(func() { conns[i], _ = pool.Acquire(ctx) })
-	}
-	wg.Wait()
-	opened := 0
-	for _, c := range conns {
-		if c != nil {
+	max := pool.Config().MaxConns
+	var held []*pgxpool.Conn
+	defer func() {
+		for _, c := range held {
 			c.Release()
-			opened++
 		}
-	}
-	if opened < len(conns) {
-		n.logger.DebugContext(ctx, "opened fewer database sessions at start than the pool holds; the rest open on demand",
-			"opened", opened, "max", len(conns))
+	}()
+	for pool.Stat().TotalConns() < max {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			n.logger.DebugContext(ctx, "opened fewer database sessions at start than the pool holds; the rest open on demand",
+				"opened", len(held), "max", max, "error", err)
+			return
+		}
+		held = append(held, c)
 	}
 }
