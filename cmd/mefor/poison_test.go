@@ -69,7 +69,7 @@ func TestPoisonMessageCountsItsCrashes(t *testing.T) {
 
 	cfg := filepath.Join(dir, "mefor.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-cluster: {heartbeat: 200ms, fence_timeout: 600ms, lease_ttl: 1s, node_timeout: 2s}
+cluster: {heartbeat: 300ms, fence_timeout: 1200ms, lease_ttl: 2s, node_timeout: 4s}
 channels:
   adt:
     inbound: {mllp: {listen: %q}}
