@@ -9,8 +9,10 @@
 // public postgres image.
 //
 // The server runs with fsync, synchronous_commit and full_page_writes off
-// and its data on tmpfs: tests kill nodes, never the database. With
-// MEFOR_PG_DURABLE=1 (task bench sets it) those stay on and the data
+// and its data on tmpfs: tests kill nodes, never the database. Its
+// autovacuum wakes every second, so tables that a test fills from empty
+// are analyzed as they grow. With MEFOR_PG_DURABLE=1 (task bench sets it)
+// the server keeps PostgreSQL's defaults for all four, and the data
 // directory is an anonymous Docker volume on real disk, so a commit costs
 // its fsync. MEFOR_PG_STATEMENTS=1 preloads pg_stat_statements and times WAL
 // writes and syncs (pg_stat_wal). MEFOR_PG_SETTINGS adds server settings
@@ -274,11 +276,21 @@ func StartServer(ctx context.Context) (*Server, error) {
 
 	host, _ := os.Hostname()
 	img := Image(ctx)
-	// Every test starts from empty tables. Prepared statements cached while
-	// a table is tiny get seq-scan generic plans, and only an ANALYZE (which
-	// autovacuum runs once a minute by default) invalidates them; with a
-	// one-second nap the plans follow the tables as a test fills them.
-	args := []string{"postgres", "-c", "max_connections=400", "-c", "autovacuum_naptime=1"}
+	args := []string{"postgres", "-c", "max_connections=400"}
+	durable := envOn("MEFOR_PG_DURABLE")
+	if !durable {
+		// Every test starts from empty tables. Prepared statements cached
+		// while a table is tiny get seq-scan generic plans, and only an
+		// ANALYZE (which autovacuum runs once a minute by default)
+		// invalidates them; with a one-second nap the plans follow the
+		// tables as a test fills them. The durable server (the bench's)
+		// keeps PostgreSQL's minute, as a production server does: a
+		// one-second nap sends a worker to one of the server's databases
+		// several times a second, and in the bench that cost PostgreSQL
+		// 15-20 % more CPU per message, and River's no-op figure as much
+		// (docs/performance.md, "Fourteenth run").
+		args = append(args, "-c", "autovacuum_naptime=1")
+	}
 	// Where the engine shares this network namespace, the container uses
 	// the host network and listens on a loopback port of its own: a
 	// published port would route every query through docker-proxy, a
@@ -294,7 +306,6 @@ func StartServer(ctx context.Context) (*Server, error) {
 		port = p
 		args = append(args, "-c", "listen_addresses=127.0.0.1", "-c", "port="+port)
 	}
-	durable := envOn("MEFOR_PG_DURABLE")
 	if !durable {
 		// fsync dominates test time, and no test crashes the machine: the
 		// one that crashes PostgreSQL kills a server process, which loses

@@ -49,8 +49,8 @@ func benchDBLine(b *testing.B, db *testcontainers.DB) string {
 	case fstype == "overlay" || strings.HasPrefix(fstype, "fuse"):
 		data = fstype // the container's own layer, not a volume
 	}
-	return fmt.Sprintf("BENCH db fsync=%s synchronous_commit=%s data=%s full_page_writes=%s fs=%s",
-		show("fsync"), show("synchronous_commit"), data, show("full_page_writes"), fstype)
+	return fmt.Sprintf("BENCH db fsync=%s synchronous_commit=%s data=%s full_page_writes=%s fs=%s autovacuum_naptime=%s",
+		show("fsync"), show("synchronous_commit"), data, show("full_page_writes"), fstype, show("autovacuum_naptime"))
 }
 
 // statements is pg_stat_statements when the server preloads it
