@@ -49,9 +49,9 @@ type Options struct {
 	// StopTimeout bounds a graceful stop; past it running drainers are
 	// cancelled. Zero means 30s.
 	StopTimeout time.Duration
-	// OpenConnsAtStart opens the node's pool's connections (MaxConns of
-	// them) once, in the background and one at a time, when Start has done
-	// its own steps. A session's first statements cost the server several
+	// OpenConnsAtStart makes Start open the node's pool's connections
+	// (MaxConns of them) once, one at a time, before the drainers start and
+	// the listeners bind (up to openConnsTimeout). A session's first statements cost the server several
 	// times their usual time (it loads the tables' and indexes'
 	// descriptions, and compiles the triggers' functions); opened on
 	// demand, new sessions come in bursts when many drainers end a slice
@@ -424,6 +424,14 @@ func (n *Node) Start(ctx context.Context) error {
 		waker := newSnoozeWaker(n.opts.Pool, n.logger)
 		go func() { defer close(n.wakeDone); waker.run(wakeCtx, events) }()
 	}
+	if n.opts.OpenConnsAtStart {
+		// Before the drainers start and the listeners bind: opened while
+		// traffic arrives, each new session's warm-up competed with the
+		// first messages for the server's cores, and every message whose
+		// statement waited for a new session waited for its warm-up too
+		// (channels-50's first second: ACK p99 140-300 ms).
+		n.openConns(ctx)
+	}
 	if err := n.client.Start(ctx); err != nil {
 		return fmt.Errorf("start River client: %w", err)
 	}
@@ -444,11 +452,6 @@ func (n *Node) Start(ctx context.Context) error {
 	syncCtx, stopSync := context.WithCancel(context.WithoutCancel(ctx))
 	n.stopSync, n.syncDone = stopSync, make(chan struct{})
 	go func() { defer close(n.syncDone); n.syncLoop(syncCtx) }()
-	if n.opts.OpenConnsAtStart {
-		// Once the node has its lease and its loops: the steps above
-		// never wait behind the opening.
-		go n.openConns()
-	}
 	return nil
 }
 
@@ -781,31 +784,24 @@ func riverLogger(l *slog.Logger) *slog.Logger {
 }
 
 // openConnsTimeout bounds openConns: a database that cannot open the
-// pool's sessions in that time is slow enough that the node's own
-// retries say more.
-const openConnsTimeout = 30 * time.Second
+// pool's sessions in that time is slow enough that the node had better
+// start and open the rest on demand.
+const openConnsTimeout = 10 * time.Second
 
 // openConns opens the pool's MaxConns connections one at a time, each
 // readied by AfterConnect, and leaves them idle in the pool
-// (Options.OpenConnsAtStart). One at a time because twenty new sessions
-// opened and readied at once take every core of a small database server
-// for a moment: in CI (two cores shared with other test processes) that
-// moment made the node's own lease renewal miss its fence_timeout. Each
-// opened connection is held until the pool is full, so that the next
-// Acquire opens a new one instead of taking it back; the node's own work
-// meanwhile takes an idle connection or opens one of its own. A node
-// stopping meanwhile ends it: the pool's Close waits for every connection
-// acquired.
-func (n *Node) openConns() {
-	ctx, cancel := context.WithTimeout(context.Background(), openConnsTimeout)
+// (Options.OpenConnsAtStart). Start runs it before the drainers start and
+// the listeners bind, so each opened connection can be held until the
+// pool is full (the next Acquire then opens a new one instead of taking it
+// back), and no sender waits meanwhile. One at a time because twenty new
+// sessions opened and readied at once take every core of a small database
+// server for a moment: in CI (two cores shared with other test processes)
+// that moment made a node's lease renewal miss its fence_timeout. It gives
+// up, leaving the rest to open on demand, when ctx ends or after
+// openConnsTimeout.
+func (n *Node) openConns(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, openConnsTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-n.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	pool := n.opts.Pool
 	max := pool.Config().MaxConns
 	var held []*pgxpool.Conn
@@ -818,7 +814,7 @@ func (n *Node) openConns() {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
 			n.logger.DebugContext(ctx, "opened fewer database sessions at start than the pool holds; the rest open on demand",
-				"opened", len(held), "max", max, "error", err)
+				"open", pool.Stat().TotalConns(), "max", max, "error", err)
 			return
 		}
 		held = append(held, c)
