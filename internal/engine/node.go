@@ -51,15 +51,15 @@ type Options struct {
 	StopTimeout time.Duration
 	// OpenConnsAtStart makes Start open the node's pool's connections
 	// (MaxConns of them) once, one at a time, before the drainers start and
-	// the listeners bind (up to openConnsTimeout). A session's first statements cost the server several
-	// times their usual time (it loads the tables' and indexes'
-	// descriptions, and compiles the triggers' functions); opened on
-	// demand, new sessions come in bursts when many drainers end a slice
-	// together, and those first statements stall intake meanwhile. After
-	// the start, sessions that closed are reopened on demand, not all at
-	// once (as after a partition). `mefor run` sets it unless the database
-	// URL sets pool_min_conns. Every new session of the node's pool is
-	// readied (store.WarmSession) either way.
+	// the listeners bind (up to openConnsTimeout). A session's first
+	// statements cost the server several times their usual time (it loads the
+	// tables' and indexes' descriptions, and compiles the triggers'
+	// functions); opened on demand, new sessions come in bursts when many
+	// drainers end a slice together, and those first statements stall intake
+	// meanwhile. After the start, sessions that closed are reopened on demand,
+	// not all at once (as after a partition). `mefor run` sets it unless the
+	// database URL sets pool_min_conns. Every new session of the node's pool
+	// is readied (store.WarmSession) either way.
 	OpenConnsAtStart bool
 	// MaxWorkers per stage queue; zero means a default.
 	IngressWorkers, RoutedWorkers, OutboundWorkers int
