@@ -49,8 +49,47 @@ func benchDBLine(b *testing.B, db *testcontainers.DB) string {
 	case fstype == "overlay" || strings.HasPrefix(fstype, "fuse"):
 		data = fstype // the container's own layer, not a volume
 	}
-	return fmt.Sprintf("BENCH db fsync=%s synchronous_commit=%s data=%s full_page_writes=%s fs=%s autovacuum_naptime=%s",
+	line := fmt.Sprintf("BENCH db fsync=%s synchronous_commit=%s data=%s full_page_writes=%s fs=%s autovacuum_naptime=%s",
 		show("fsync"), show("synchronous_commit"), data, show("full_page_writes"), fstype, show("autovacuum_naptime"))
+	if show("fsync") == "on" && os.Getenv("MEFOR_BENCH_WAL_PREWARM") != "0" {
+		prewarmWAL(ctx, b, db)
+	}
+	return line + fmt.Sprintf(" wal_ready_mb=%d", walReadyMB(ctx, b, db))
+}
+
+// prewarmWAL gives the bench server the WAL files of one that has been
+// running under load. A fresh server has a single WAL segment, so under
+// load it creates each next one: it zero-fills and fsyncs 16 MB while
+// holding the WAL write lock, and every commit waits behind that, 10-90 ms
+// on this machine, every 3.5 s at channels-50's 5 MB/s of WAL. A server
+// that has run for a while never does: each checkpoint renames the
+// segments it no longer needs into future ones (up to about twice the WAL
+// between checkpoints, capped by max_wal_size). 512 MB of WAL records that
+// change no table, then a checkpoint, leave that state; the settings stay
+// PostgreSQL's defaults. MEFOR_BENCH_WAL_PREWARM=0 skips it, to measure a
+// server in its first minutes (docs/performance.md, "Sixteenth run").
+func prewarmWAL(ctx context.Context, b *testing.B, db *testcontainers.DB) {
+	b.Helper()
+	const chunkMB, chunks = 1, 512
+	if _, err := db.Pool.Exec(ctx, `SELECT count(pg_logical_emit_message(false, 'mefor-bench-prewarm', repeat('x', $1)))
+		FROM generate_series(1, $2)`, chunkMB<<20, chunks); err != nil {
+		b.Fatalf("pre-warm the WAL (needs a superuser; MEFOR_BENCH_WAL_PREWARM=0 skips it): %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		b.Fatalf("checkpoint after the WAL pre-warm: %v", err)
+	}
+}
+
+// walReadyMB is the size of the WAL segment files ahead of the one being
+// written: what the server can fill before it must create a file.
+func walReadyMB(ctx context.Context, b *testing.B, db *testcontainers.DB) int64 {
+	b.Helper()
+	var bytes int64
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()
+		WHERE name ~ '^[0-9A-F]{24}$' AND name > pg_walfile_name(pg_current_wal_lsn())`).Scan(&bytes); err != nil {
+		b.Fatalf("read the WAL directory: %v", err)
+	}
+	return bytes >> 20
 }
 
 // statements is pg_stat_statements when the server preloads it
