@@ -519,7 +519,12 @@ func TestLateClaimAnswerDoesNotAcquire(t *testing.T) {
 	}
 	time.Sleep(testTTL + 100*time.Millisecond) // b's lease expires: a may take it over
 
-	a, p := newLease(t, db.Pool, "a")
+	// a's claim gives up after its fence timeout, and the test must see it
+	// blocked on the row before then: 600ms was too short for that on a
+	// loaded machine (seen in a full task test), so a waits longer. Its
+	// clock is the test's, so nothing else here depends on these timings.
+	const fence = 4 * time.Second
+	a, p := newLeaseTimed(t, db.Pool, "a", 500*time.Millisecond, fence, 2*fence)
 	var now atomic.Int64
 	now.Store(int64(time.Second))
 	a.clock = now.Load
@@ -530,7 +535,7 @@ func TestLateClaimAnswerDoesNotAcquire(t *testing.T) {
 		a.Tick(ctx)
 	}()
 	waitBlockedOnLease(t, db.Pool)
-	now.Add(int64(2 * testFence)) // a is frozen, its claim in flight
+	now.Add(int64(2 * fence)) // a is frozen, its claim in flight
 	unlock()
 	<-done
 	if a.held.Load() || p.changed.Load() != 0 {
