@@ -170,6 +170,7 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 	cpu0 := node.stats(b).cpu
 	pg0, pgOK := serverCPU(b, db)
 
+	walReady := walReadyMB(context.Background(), b, db)
 	stall0, stallErr := cpupressure.Stalled(cpupressure.DefaultPath)
 	b.ResetTimer()
 	tr := drive(b, listens, sc, p, 0)
@@ -213,6 +214,7 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 			fmt.Sprintf("wal_fsync_us=%.0f", float64(w.syncMean)/float64(time.Microsecond)),
 			fmt.Sprintf("wal_bytes_per_msg=%.0f", float64(w.bytes)/n),
 			fmt.Sprintf("wal_fpi_per_msg=%.2f", float64(w.fullPages)/n),
+			fmt.Sprintf("wal_ready_mb=%d", walReady),
 			fmt.Sprintf("blks_per_msg=%.0f", float64(stm.blocks(b))/n))
 	}
 	top := stm.top(b, 15)
