@@ -218,12 +218,17 @@ func TestServingChecksRenewalAgeItself(t *testing.T) {
 
 func TestStepdownRules(t *testing.T) {
 	ctx := context.Background()
+	// Timings for subtests that race a write held on the row lock against
+	// the test goroutine: the write gives up after fence_timeout, and the
+	// test must see it blocked (and act) before then, which 600ms did not
+	// always allow on a loaded machine.
+	const hb, fence, ttl = 500 * time.Millisecond, 4 * time.Second, 8 * time.Second
 
 	// The gate is closed, and the listeners drained, before the release
 	// write: nothing acts as holder while the write is in flight.
 	t.Run("demotes before the release write", func(t *testing.T) {
 		db := testcontainers.NewDB(t)
-		a, p := newLease(t, db.Pool, "a")
+		a, p := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		a.Tick(ctx)
 		unlock := lockLeaseRow(t, db.Pool)
 		res := make(chan StepdownResult, 1)
@@ -246,7 +251,6 @@ func TestStepdownRules(t *testing.T) {
 
 	// A slow release write must not use up the claim pause: right after it
 	// returns, this node still declines to claim, so a standby can.
-	const hb, fence, ttl = 500 * time.Millisecond, 4 * time.Second, 8 * time.Second
 	t.Run("pause re-armed after a slow write", func(t *testing.T) {
 		db := testcontainers.NewDB(t)
 		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
@@ -299,7 +303,7 @@ func TestStepdownRules(t *testing.T) {
 	// node whose lease was just expired.
 	t.Run("tick in flight cannot re-promote", func(t *testing.T) {
 		db := testcontainers.NewDB(t)
-		a, _ := newLease(t, db.Pool, "a")
+		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		a.Tick(ctx)
 		unlock := lockLeaseRow(t, db.Pool)
 		tickDone := make(chan struct{})
