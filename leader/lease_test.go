@@ -21,6 +21,13 @@ const (
 	testHeartbeat = 100 * time.Millisecond
 	testFence     = 600 * time.Millisecond
 	testTTL       = 1200 * time.Millisecond
+
+	// Slower timings, for tests that hold a lease write on the row lock
+	// and must see it blocked (and act) before it gives up after its
+	// fence timeout: 600ms did not always allow that on a loaded machine.
+	slowHeartbeat = 500 * time.Millisecond
+	slowFence     = 4 * time.Second
+	slowTTL       = 8 * time.Second
 )
 
 type probe struct {
@@ -218,11 +225,7 @@ func TestServingChecksRenewalAgeItself(t *testing.T) {
 
 func TestStepdownRules(t *testing.T) {
 	ctx := context.Background()
-	// Timings for subtests that race a write held on the row lock against
-	// the test goroutine: the write gives up after fence_timeout, and the
-	// test must see it blocked (and act) before then, which 600ms did not
-	// always allow on a loaded machine.
-	const hb, fence, ttl = 500 * time.Millisecond, 4 * time.Second, 8 * time.Second
+	const hb, fence, ttl = slowHeartbeat, slowFence, slowTTL
 
 	// The gate is closed, and the listeners drained, before the release
 	// write: nothing acts as holder while the write is in flight.
@@ -523,12 +526,9 @@ func TestLateClaimAnswerDoesNotAcquire(t *testing.T) {
 	}
 	time.Sleep(testTTL + 100*time.Millisecond) // b's lease expires: a may take it over
 
-	// a's claim gives up after its fence timeout, and the test must see it
-	// blocked on the row before then: 600ms was too short for that on a
-	// loaded machine (seen in a full task test), so a waits longer. Its
-	// clock is the test's, so nothing else here depends on these timings.
-	const fence = 4 * time.Second
-	a, p := newLeaseTimed(t, db.Pool, "a", 500*time.Millisecond, fence, 2*fence)
+	// Slow timings: the test must see a's claim blocked before it gives up.
+	// a's clock is the test's, so nothing else here depends on them.
+	a, p := newLeaseTimed(t, db.Pool, "a", slowHeartbeat, slowFence, slowTTL)
 	var now atomic.Int64
 	now.Store(int64(time.Second))
 	a.clock = now.Load
@@ -539,7 +539,7 @@ func TestLateClaimAnswerDoesNotAcquire(t *testing.T) {
 		a.Tick(ctx)
 	}()
 	waitBlockedOnLease(t, db.Pool)
-	now.Add(int64(2 * fence)) // a is frozen, its claim in flight
+	now.Add(int64(2 * slowFence)) // a is frozen, its claim in flight
 	unlock()
 	<-done
 	if a.held.Load() || p.changed.Load() != 0 {

@@ -49,12 +49,9 @@ func benchDBLine(b *testing.B, db *testcontainers.DB) string {
 	case fstype == "overlay" || strings.HasPrefix(fstype, "fuse"):
 		data = fstype // the container's own layer, not a volume
 	}
-	line := fmt.Sprintf("BENCH db fsync=%s synchronous_commit=%s data=%s full_page_writes=%s fs=%s autovacuum_naptime=%s",
-		show("fsync"), show("synchronous_commit"), data, show("full_page_writes"), fstype, show("autovacuum_naptime"))
-	if show("fsync") == "on" && os.Getenv("MEFOR_BENCH_WAL_PREWARM") != "0" {
-		prewarmWAL(ctx, b, db)
-	}
-	return line + fmt.Sprintf(" wal_ready_mb=%d", walReadyMB(ctx, b, db))
+	return fmt.Sprintf("BENCH db fsync=%s synchronous_commit=%s data=%s full_page_writes=%s fs=%s autovacuum_naptime=%s wal_ready_mb=%d",
+		show("fsync"), show("synchronous_commit"), data, show("full_page_writes"), fstype, show("autovacuum_naptime"),
+		walReadyMB(ctx, b, db))
 }
 
 // prewarmWAL gives the bench server the WAL files of one that has been
@@ -67,9 +64,21 @@ func benchDBLine(b *testing.B, db *testcontainers.DB) string {
 // between checkpoints, capped by max_wal_size). 512 MB of WAL records that
 // change no table, then a checkpoint, leave that state; the settings stay
 // PostgreSQL's defaults. MEFOR_BENCH_WAL_PREWARM=0 skips it, to measure a
-// server in its first minutes (docs/performance.md, "Sixteenth run").
+// server in its first minutes (docs/performance.md, "Sixteenth run"). A
+// server without fsync (MEFOR_PG_DURABLE=0) is left as it is: creating a
+// file there costs no flush.
 func prewarmWAL(ctx context.Context, b *testing.B, db *testcontainers.DB) {
 	b.Helper()
+	if os.Getenv("MEFOR_BENCH_WAL_PREWARM") == "0" {
+		return
+	}
+	var fsync string
+	if err := db.Pool.QueryRow(ctx, "SHOW fsync").Scan(&fsync); err != nil {
+		b.Fatalf("SHOW fsync: %v", err)
+	}
+	if fsync != "on" {
+		return
+	}
 	const chunkMB, chunks = 1, 512
 	if _, err := db.Pool.Exec(ctx, `SELECT count(pg_logical_emit_message(false, 'mefor-bench-prewarm', repeat('x', $1)))
 		FROM generate_series(1, $2)`, chunkMB<<20, chunks); err != nil {

@@ -40,6 +40,7 @@ func BenchmarkPipeline(b *testing.B) {
 	env := &benchEnv{bin: buildMefor(b, b.TempDir())}
 	{
 		db := testcontainers.NewDB(b)
+		prewarmWAL(context.Background(), b, db)
 		fmt.Println(benchDBLine(b, db))
 	}
 	scenarios := []benchScenario{
