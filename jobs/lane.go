@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -18,10 +19,12 @@ import (
 // guarded by, so lane locks never collide with other advisory locks.
 const laneLockClass int32 = 0x6d66 // "mf"
 
-// Inserter is the River client method Activate needs; a full *river.Client or
-// an insert-only one (no workers) both satisfy it.
+// Inserter is the River client methods Activate and the other writers of
+// jobs need; a full *river.Client or an insert-only one (no workers) both
+// satisfy it.
 type Inserter interface {
 	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
 }
 
 // LockLanes takes the transaction lock of every lane tx is about to write to.
@@ -64,30 +67,67 @@ func Activate(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string) erro
 	return act.Finish(ctx, tx, ins)
 }
 
-// insertDrainer inserts (or finds, through the unique key) the drainer job of
-// a lane and records it in mefor_lane. It returns the job's queue when it
-// inserted one ("" when a live drainer was found).
-func insertDrainer(ctx context.Context, tx pgx.Tx, ins Inserter, lane string) (string, error) {
-	args, err := ArgsFor(lane)
-	if err != nil {
-		return "", err
+// insertDrainers inserts (or finds, through the unique key) the drainer jobs
+// of lanes, in one River insert, and records them in mefor_lane in one
+// statement, announcing the queues of the drainers it inserted. lanes must
+// be distinct, and sorted as every writer locks them.
+//
+// One statement for all the lanes, not one insert and one record per lane:
+// when a node starts, or its lanes have all gone quiet, a burst of traffic
+// activates dozens of lanes in a few transactions, and intake's commits wait
+// in line behind the one activating. Each lane's round trips held that line.
+func insertDrainers(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string) error {
+	params := make([]river.InsertManyParams, len(lanes))
+	stages := make([]string, len(lanes))
+	for i, lane := range lanes {
+		args, err := ArgsFor(lane)
+		if err != nil {
+			return err
+		}
+		params[i] = river.InsertManyParams{Args: args}
+		stages[i], _ = StageOf(lane)
 	}
-	stage, _ := StageOf(lane)
-	res, err := ins.InsertTx(ctx, tx, args, nil)
+	res, err := ins.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return "", fmt.Errorf("activate drainer of lane %s: %w", lane, err)
+		return fmt.Errorf("activate drainers of lanes %v: %w", lanes, err)
 	}
-	_, err = tx.Exec(ctx, `
-		INSERT INTO mefor_lane (name, stage, job_id, activated_at) VALUES ($1, $2, $3, clock_timestamp())
+	// River returns the jobs in the order given; each is matched to its
+	// lane by its own args all the same, so that an order River does not
+	// promise cannot record one lane's drainer under another.
+	ids := make([]int64, len(lanes))
+	var queues []string
+	for _, r := range res {
+		var a struct {
+			Lane string `json:"lane"`
+		}
+		if err := json.Unmarshal(r.Job.EncodedArgs, &a); err != nil {
+			return fmt.Errorf("drainer job %d of lanes %v: %w", r.Job.ID, lanes, err)
+		}
+		i := slices.Index(lanes, a.Lane)
+		if i < 0 || ids[i] != 0 {
+			return fmt.Errorf("drainer job %d is for lane %q, not one of %v once", r.Job.ID, a.Lane, lanes)
+		}
+		ids[i] = r.Job.ID
+		if !r.UniqueSkippedAsDuplicate {
+			queues = append(queues, r.Job.Queue)
+		}
+	}
+	if slices.Contains(ids, 0) {
+		return fmt.Errorf("activate drainers of lanes %v: River returned %d jobs", lanes, len(res))
+	}
+	b := &pgx.Batch{}
+	b.Queue(`
+		INSERT INTO mefor_lane (name, stage, job_id, activated_at)
+		SELECT name, stage, job_id, clock_timestamp()
+		FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(name, stage, job_id, n)
+		ORDER BY n
 		ON CONFLICT (name) DO UPDATE SET job_id = EXCLUDED.job_id, activated_at = EXCLUDED.activated_at`,
-		lane, stage, res.Job.ID)
-	if err != nil {
-		return "", fmt.Errorf("record drainer of lane %s: %w", lane, err)
+		lanes, stages, ids)
+	queueNotify(b, queues)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("record drainers of lanes %v: %w", lanes, err)
 	}
-	if res.UniqueSkippedAsDuplicate {
-		return "", nil
-	}
-	return res.Job.Queue, nil
+	return nil
 }
 
 // QueueLocks queues the lane locks of LockLanes onto a batch, in the same
@@ -207,17 +247,10 @@ func QueueLiveDrainerCheck(b *pgx.Batch, lanes []string) {
 // before, and that one's fetch may have run before this commit. The lane
 // would then start only at the producers' next poll.
 func (a *Activation) Finish(ctx context.Context, tx pgx.Tx, ins Inserter) error {
-	var queues []string
-	for _, lane := range a.dead {
-		q, err := insertDrainer(ctx, tx, ins, lane)
-		if err != nil {
-			return err
-		}
-		if q != "" {
-			queues = append(queues, q)
-		}
+	if len(a.dead) == 0 {
+		return nil
 	}
-	return NotifyQueues(ctx, tx, queues)
+	return insertDrainers(ctx, tx, ins, a.dead)
 }
 
 // LiveStateNames are the river_job states in which a drainer holds its

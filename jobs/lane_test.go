@@ -2,10 +2,15 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -309,5 +314,112 @@ func TestActivationsAreAnnounced(t *testing.T) {
 	defer cancel()
 	if n, err := conn.Conn().WaitForNotification(wctx); err == nil {
 		t.Fatalf("activating a lane with a live drainer announced %q", n.Payload)
+	}
+}
+
+// roundTrips counts what a connection sends to the server: each query and
+// each batch is one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// Activating many lanes at once (a node's first burst of traffic, every
+// lane of a stage gone quiet) records each lane's own drainer, of its
+// stage's kind, and costs the same few round trips as activating one: intake
+// commits wait in line behind the one that activates, so a cost per lane
+// was a wait for every sender at that moment. A lane whose drainer is
+// already live, or live in River but not recorded in mefor_lane, keeps it.
+func TestActivatingManyLanesRecordsEachDrainerInFewRoundTrips(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	activate := func(lanes []string) int64 {
+		t.Helper()
+		var n int64
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
+				return err
+			}
+			before := trips.n.Load()
+			err := jobs.Activate(ctx, tx, ins, lanes)
+			n = trips.n.Load() - before
+			return err
+		}); err != nil {
+			t.Fatalf("activate %d lanes: %v", len(lanes), err)
+		}
+		return n
+	}
+
+	one := activate([]string{"ingress:solo"})
+	// A live drainer already recorded, and one River has but mefor_lane
+	// lost (the unique key finds it): neither gets a second job.
+	live := drainerOf(t, db, "ingress:solo")
+	lost, err := ins.Insert(ctx, jobs.OutboundArgs{Lane: "outbound:lost"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lanes []string
+	for i := range 12 {
+		lanes = append(lanes, fmt.Sprintf("ingress:c%02d", i), fmt.Sprintf("routed:c%02d", i), fmt.Sprintf("outbound:d%02d", i))
+	}
+	lanes = append(lanes, "ingress:solo", "outbound:lost")
+	slices.Sort(lanes)
+	many := activate(lanes)
+	if many > one {
+		t.Errorf("activating %d lanes took %d round trips, one lane %d: the cost grows with the lanes", len(lanes), many, one)
+	}
+
+	kinds := map[string]string{"ingress": "mefor_ingress", "routed": "mefor_routed", "outbound": "mefor_outbound"}
+	seen := map[int64]string{}
+	for _, lane := range lanes {
+		var id int64
+		var kind, argLane, state string
+		if err := db.Pool.QueryRow(ctx, `
+			SELECT j.id, j.kind, j.args->>'lane', j.state::text FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
+			WHERE l.name = $1`, lane).Scan(&id, &kind, &argLane, &state); err != nil {
+			t.Fatalf("drainer of %s: %v", lane, err)
+		}
+		stage, _, _ := strings.Cut(lane, ":")
+		if argLane != lane || kind != kinds[stage] || state != "available" {
+			t.Errorf("lane %s records job %d: a %s %s job for lane %q", lane, id, state, kind, argLane)
+		}
+		if other, ok := seen[id]; ok {
+			t.Errorf("lanes %s and %s record the same job %d", other, lane, id)
+		}
+		seen[id] = lane
+	}
+	if got := drainerOf(t, db, "ingress:solo"); got != live {
+		t.Errorf("the live drainer of ingress:solo changed %+v -> %+v", live, got)
+	}
+	if got := drainerOf(t, db, "outbound:lost"); got.id != lost.Job.ID {
+		t.Errorf("outbound:lost records job %d, want River's live job %d", got.id, lost.Job.ID)
+	}
+	if n := countJobs(t, db); n != len(lanes) {
+		t.Errorf("%d jobs for %d lanes", n, len(lanes))
 	}
 }

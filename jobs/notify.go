@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -24,6 +25,25 @@ func NotifyQueues(ctx context.Context, db Execer, queues []string) error {
 	if len(queues) == 0 {
 		return nil
 	}
+	_, err := db.Exec(ctx, notifySQL, notifyPayloads(queues))
+	if err != nil {
+		return fmt.Errorf("announce drainers of queues %v: %w", queues, err)
+	}
+	return nil
+}
+
+// queueNotify queues NotifyQueues's statement on b, for a caller that has
+// other statements to send in the same round trip.
+func queueNotify(b *pgx.Batch, queues []string) {
+	if len(queues) > 0 {
+		b.Queue(notifySQL, notifyPayloads(queues))
+	}
+}
+
+const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', p) FROM unnest($1::text[]) AS p`
+
+// notifyPayloads are River's insert notifications for queues, each once.
+func notifyPayloads(queues []string) []string {
 	payloads := make([]string, 0, len(queues))
 	for _, q := range queues {
 		p := fmt.Sprintf("{\"queue\": %q}", q)
@@ -31,11 +51,7 @@ func NotifyQueues(ctx context.Context, db Execer, queues []string) error {
 			payloads = append(payloads, p)
 		}
 	}
-	_, err := db.Exec(ctx, `SELECT pg_notify(current_schema() || '.river_insert', p) FROM unnest($1::text[]) AS p`, payloads)
-	if err != nil {
-		return fmt.Errorf("announce drainers of queues %v: %w", queues, err)
-	}
-	return nil
+	return payloads
 }
 
 // Execer is what NotifyQueues sends its statement with: a pool, a
