@@ -21,13 +21,17 @@ const DefaultPath = "/proc/pressure/cpu"
 // The defaults of NewGauge. A window of 100ms follows a change of load
 // within a few wakes of a drainer. The thresholds come from the benchmark
 // on a 2-core host, node and PostgreSQL on it (docs/performance.md,
-// "Seventh run"): the stall share was 25–33% with senders paced at 200
-// msg/s, where the CPUs had room, and 55–94% where they did not (one
-// sender as fast as its ACKs, 500 msg/s paced, many lanes).
+// "Seventh run" and "Seventeenth run"). A slow VM put one sender as fast
+// as its ACKs at 67–76% and a paced 200 msg/s at 25–33%; a faster one put
+// that sender at 46–56%, and at 60% its drainers gathered only part of the
+// time, committing 2.0–2.6 transactions per message where gathering gives
+// 1.9. Lanes too light to expect company within a gather (under about 330
+// rows a second) never gather whatever the gauge says, so a low threshold
+// costs a light load nothing.
 const (
 	DefaultWindow = 100 * time.Millisecond
-	DefaultOn     = 0.60
-	DefaultOff    = 0.45
+	DefaultOn     = 0.40
+	DefaultOff    = 0.30
 )
 
 // Gauge reports Busy once a window's stall share is at least On, and stays
