@@ -196,6 +196,12 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 		r.extras = append(r.extras, fmt.Sprintf("cpu_stall_pct=%.1f", 100*float64(stall1-stall0)/float64(tr.elapsed)))
 	}
 	r.extras = append(r.extras, split...)
+	if len(tr.firsts) >= 8 {
+		// Where many senders start at once, their first ACKs wait for the
+		// lanes' activation: how the start weighs in ack_p99_ms.
+		r.extras = append(r.extras, fmt.Sprintf("first_ack_p50_ms=%.1f", ms(percentile(tr.firsts, 50))),
+			fmt.Sprintf("first_ack_max_ms=%.1f", ms(tr.firsts[len(tr.firsts)-1])))
+	}
 	if len(tr.byWindow) >= 5 {
 		// A scenario that sends long enough to show whether its tail is
 		// the node's start, something periodic, or its steady state.
@@ -240,8 +246,11 @@ type traffic struct {
 	// first holds the node's warm-up: drainers activated, sessions
 	// planning their statements).
 	byWindow []time.Duration
-	total    int
-	elapsed  time.Duration // first send to last delivery
+	// firsts are the ACKs of each sender's first message, sorted: on a
+	// node that just started, each activates its lanes.
+	firsts  []time.Duration
+	total   int
+	elapsed time.Duration // first send to last delivery
 }
 
 // drive runs the scenario's synchronous senders (send, wait for the ACK,
@@ -325,7 +334,14 @@ func driveLabelled(b *testing.B, listens []string, sc benchScenario, p *partner,
 	}
 	all := slices.Concat(latencies...)
 	slices.Sort(all)
-	return traffic{latencies: all, total: total, elapsed: elapsed, byWindow: byWindow}
+	var firsts []time.Duration
+	for _, l := range latencies {
+		if len(l) > 0 {
+			firsts = append(firsts, l[0])
+		}
+	}
+	slices.Sort(firsts)
+	return traffic{latencies: all, total: total, elapsed: elapsed, byWindow: byWindow, firsts: firsts}
 }
 
 func percentile(sorted []time.Duration, p int) time.Duration {
