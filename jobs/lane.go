@@ -19,9 +19,9 @@ import (
 // guarded by, so lane locks never collide with other advisory locks.
 const laneLockClass int32 = 0x6d66 // "mf"
 
-// Inserter is the River client methods Activate and the other writers of
-// jobs need; a full *river.Client or an insert-only one (no workers) both
-// satisfy it.
+// Inserter holds the River client methods that Activate and the other
+// writers of jobs need; a full *river.Client or an insert-only one (no
+// workers) both satisfy it.
 type Inserter interface {
 	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
