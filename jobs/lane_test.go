@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,22 +316,6 @@ func TestActivationsAreAnnounced(t *testing.T) {
 	}
 }
 
-// roundTrips counts what a connection sends to the server: each query and
-// each batch is one round trip.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // Activating many lanes at once (a node's first burst of traffic, every
 // lane of a stage gone quiet) records each lane's own drainer, of its
 // stage's kind, and costs the same few round trips as activating one: intake
@@ -347,7 +330,7 @@ func TestActivatingManyLanesRecordsEachDrainerInFewRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trips := &roundTrips{}
+	trips := &testcontainers.RoundTrips{}
 	cfg.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -365,9 +348,9 @@ func TestActivatingManyLanesRecordsEachDrainerInFewRoundTrips(t *testing.T) {
 			if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
 				return err
 			}
-			before := trips.n.Load()
+			before := trips.N.Load()
 			err := jobs.Activate(ctx, tx, ins, lanes)
-			n = trips.n.Load() - before
+			n = trips.N.Load() - before
 			return err
 		}); err != nil {
 			t.Fatalf("activate %d lanes: %v", len(lanes), err)

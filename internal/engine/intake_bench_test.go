@@ -52,21 +52,9 @@ func BenchmarkIntakeTransactions(b *testing.B) {
 	}
 }
 
-// tripCounter counts what a pgx connection sends: each query (BEGIN and
-// COMMIT included) and each batch is one round trip.
-type tripCounter struct{ n atomic.Int64 }
-
-func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+// tripCounter counts a connection's round trips (testcontainers.RoundTrips);
+// the engine's tests embed it in tracers that look into some of them.
+type tripCounter = testcontainers.RoundTrips
 
 type fixedGate struct{ owner string }
 
@@ -96,7 +84,7 @@ func runIntakeScenario(b *testing.B, channels, senders, perSender int) (xacts, t
 	b.ResetTimer()
 	run.send(b, channels*senders, perSender)
 	b.StopTimer()
-	trips = counter.n.Load()
+	trips = counter.N.Load()
 	polls := run.close(b, admin)
 	total = channels * senders * perSender
 	// The admin session's own reads are transactions too: the polls, the
