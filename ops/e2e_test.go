@@ -3,7 +3,6 @@ package ops_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
@@ -20,12 +20,7 @@ import (
 // into dir, with the given retry block.
 func (e *env) startNode(dir, retry string) {
 	e.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := freeport.Addr(e.t, "127.0.0.1")
 	y := fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
@@ -120,25 +121,11 @@ func runMefor(t *testing.T, dir string, env []string, args ...string) (string, e
 	return string(out), err
 }
 
-// handedOut holds the addresses freePort returned, so it never returns one
-// twice in a test binary (the kernel readily reuses a just-closed port).
-var handedOut sync.Map
-
-// freePort returns a loopback address nothing listens on right now and that
-// no other caller in this test binary got.
+// freePort returns a loopback address for a node to listen on, that nothing
+// is bound to and no other test got.
 func freePort(t *testing.T) string {
 	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
-			return addr
-		}
-	}
+	return freeport.Addr(t, "127.0.0.1")
 }
 
 func waitListening(t *testing.T, addr string) {

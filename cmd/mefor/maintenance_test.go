@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -26,12 +26,7 @@ func TestMaintenanceRunAndList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := freeport.Addr(t, "127.0.0.1")
 	file := filepath.Join(t.TempDir(), "mefor.yaml")
 	yaml := fmt.Sprintf(`
 channels:

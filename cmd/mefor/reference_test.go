@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -24,12 +24,7 @@ func TestReferenceCLI(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte("code,loinc,display\nGLU,2345-7,Glucose\nNA,2951-2,Sodium\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := freeport.Addr(t, "127.0.0.1")
 	cfgPath := filepath.Join(dir, "mefor.yaml")
 	y := fmt.Sprintf(`
 channels:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
@@ -92,27 +93,12 @@ func (p *partner) receivedIDs() []string {
 	return append([]string(nil), p.received...)
 }
 
-// handedOut holds the addresses freeAddr returned, so it never returns
-// one twice in a test binary: the kernel readily hands a just-closed port
-// out again, and two nodes given the same listen address no longer fail
-// (only the lease holder binds), they silently share it.
-var handedOut sync.Map
-
-// freeAddr returns a loopback address nothing listens on right now and that
-// no other caller in this test binary got.
+// freeAddr returns a loopback address for a node to listen on, that nothing
+// is bound to and no other test got: two nodes given the same listen
+// address do not fail (only the lease holder binds), they silently share it.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
-			return addr
-		}
-	}
+	return freeport.Addr(t, "127.0.0.1")
 }
 
 // downAddr returns an address for a partner that is down (connections are

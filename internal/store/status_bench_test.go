@@ -17,6 +17,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -122,12 +123,7 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 func runNodeOnBacklog(b *testing.B, db *testcontainers.DB, d time.Duration) (base, peak float64, attempts int64) {
 	b.Helper()
 	ctx := context.Background()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := freeport.Addr(b, "127.0.0.1")
 	down, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
