@@ -470,3 +470,72 @@ func checkAdmin(t *testing.T, addr, nodeID string) {
 		return len(nodes) == 1 && nodes[0].ID == nodeID && nodes[0].Status == "active" && nodes[0].HoldsLease
 	})
 }
+
+// logPipelineOnFailure logs, if the test fails, each lane's backlog and its
+// drainer's River job as the database holds them at that moment: what a
+// stalled lane's post-mortem needs and the node's log does not say (which
+// row heads the lane, when it is due, and what state its drainer is in).
+// Register it after the database, so it runs before the database goes.
+func logPipelineOnFailure(t *testing.T, db *testcontainers.DB) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rows, err := db.Pool.Query(ctx, `
+			SELECT l.name, coalesce(w.pending, 0), coalesce(w.head_id, 0), coalesce(w.head_attempts, 0),
+			       coalesce(to_char(w.head_due, 'HH24:MI:SS.MS'), '-'),
+			       coalesce(l.job_id, 0), coalesce(j.state::text, '-'), coalesce(j.attempt, 0),
+			       coalesce(to_char(j.scheduled_at, 'HH24:MI:SS.MS'), '-'),
+			       coalesce(array_to_string(j.attempted_by, ','), '-'),
+			       coalesce(to_char(now(), 'HH24:MI:SS.MS'), '-')
+			FROM mefor_lane l
+			LEFT JOIN river_job j ON j.id = l.job_id
+			LEFT JOIN LATERAL (
+				SELECT count(*) AS pending,
+				       (array_agg(id ORDER BY seq))[1] AS head_id,
+				       (array_agg(attempts ORDER BY seq))[1] AS head_attempts,
+				       (array_agg(next_attempt_at ORDER BY seq))[1] AS head_due
+				FROM mefor_work WHERE lane = l.name AND status = 'pending') w ON true
+			ORDER BY l.name`)
+		if err != nil {
+			t.Logf("pipeline at failure: %v", err)
+			return
+		}
+		defer rows.Close()
+		var b strings.Builder
+		for rows.Next() {
+			var lane, due, state, sched, by, now string
+			var pending, head, attempts, job, jobAttempt int64
+			if err := rows.Scan(&lane, &pending, &head, &attempts, &due, &job, &state, &jobAttempt, &sched, &by, &now); err != nil {
+				t.Logf("pipeline at failure: %v", err)
+				return
+			}
+			fmt.Fprintf(&b, "  %s: %d pending, head work %d (attempts %d, due %s); drainer job %d %s attempt %d scheduled %s by [%s]; now %s\n",
+				lane, pending, head, attempts, due, job, state, jobAttempt, sched, by, now)
+		}
+		rows.Close()
+		jobs, err := db.Pool.Query(ctx, `
+			SELECT id, kind, coalesce(args->>'lane', ''), state::text, attempt,
+			       to_char(scheduled_at, 'HH24:MI:SS.MS'), coalesce(array_to_string(attempted_by, ','), '-')
+			FROM river_job WHERE state NOT IN ('completed', 'cancelled', 'discarded') ORDER BY id`)
+		if err != nil {
+			t.Logf("pipeline at failure: %v", err)
+			return
+		}
+		defer jobs.Close()
+		b.WriteString("  River jobs not finished:\n")
+		for jobs.Next() {
+			var id int64
+			var attempt int
+			var kind, lane, state, sched, by string
+			if err := jobs.Scan(&id, &kind, &lane, &state, &attempt, &sched, &by); err != nil {
+				t.Logf("pipeline at failure: %v", err)
+				return
+			}
+			fmt.Fprintf(&b, "    job %d %s %s %s attempt %d scheduled %s by [%s]\n", id, kind, lane, state, attempt, sched, by)
+		}
+		t.Logf("pipeline at failure:\n%s", b.String())
+	})
+}

@@ -35,6 +35,7 @@ import (
 func TestScriptStateExactlyOnceSIGKILL(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
+	logPipelineOnFailure(t, db)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
 	listen := freePort(t)
