@@ -125,8 +125,14 @@ destinations:
 			raw, err := client.Send(context.Background(), msg)
 			if err != nil {
 				// The node is down: not acknowledged, and not sent again
-				// (it may be stored; a second copy would be a second message).
-				time.Sleep(50 * time.Millisecond)
+				// (it may be stored; a second copy would be a second
+				// message). The next waits until a node listens again.
+				// Sending on, one refused connection every few
+				// milliseconds, once skipped 140 messages in a 7 s
+				// takeover: too few were left to reach the next kill's
+				// count of deliveries, and the test timed out waiting for
+				// messages nobody had sent.
+				awaitListener(listen, time.Minute)
 				continue
 			}
 			if ack, err := hl7.ParseACK(raw); err == nil && ack.Code == hl7.AckAccept {
@@ -224,4 +230,15 @@ destinations:
 	}
 	t.Logf("stored %d, acked %d, delivered %d (%d duplicates), counter %s, across %d SIGKILLs",
 		stored, len(acked), len(got), len(got)-len(firsts), counter, kills)
+}
+
+// awaitListener waits until something accepts connections on addr, or
+// until timeout.
+func awaitListener(addr string, timeout time.Duration) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return
+		}
+	}
 }
