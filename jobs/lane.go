@@ -69,27 +69,28 @@ func Activate(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string) erro
 
 // insertDrainers inserts (or finds, through the unique key) the drainer jobs
 // of lanes, in one River insert, and records them in mefor_lane in one
-// statement, announcing the queues of the drainers it inserted. lanes must
-// be distinct, and sorted as every writer locks them.
+// statement. It returns the queues of the drainers it inserted, and
+// announces them at commit when announce is set. lanes must be distinct,
+// and sorted as every writer locks them.
 //
 // One statement for all the lanes, not one insert and one record per lane:
 // when a node starts, or its lanes have all gone quiet, a burst of traffic
 // activates dozens of lanes in a few transactions, and intake's commits wait
 // in line behind the one activating. Each lane's round trips held that line.
-func insertDrainers(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string) error {
+func insertDrainers(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string, announce bool) ([]string, error) {
 	params := make([]river.InsertManyParams, len(lanes))
 	stages := make([]string, len(lanes))
 	for i, lane := range lanes {
 		args, err := ArgsFor(lane)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		params[i] = river.InsertManyParams{Args: args}
 		stages[i], _ = StageOf(lane)
 	}
 	res, err := ins.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return fmt.Errorf("activate drainers of lanes %v: %w", lanes, err)
+		return nil, fmt.Errorf("activate drainers of lanes %v: %w", lanes, err)
 	}
 	// River returns the jobs in the order given; each is matched to its
 	// lane by its own args all the same, so that an order River does not
@@ -101,11 +102,11 @@ func insertDrainers(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string
 			Lane string `json:"lane"`
 		}
 		if err := json.Unmarshal(r.Job.EncodedArgs, &a); err != nil {
-			return fmt.Errorf("drainer job %d of lanes %v: %w", r.Job.ID, lanes, err)
+			return nil, fmt.Errorf("drainer job %d of lanes %v: %w", r.Job.ID, lanes, err)
 		}
 		i := slices.Index(lanes, a.Lane)
 		if i < 0 || ids[i] != 0 {
-			return fmt.Errorf("drainer job %d is for lane %q, not one of %v once", r.Job.ID, a.Lane, lanes)
+			return nil, fmt.Errorf("drainer job %d is for lane %q, not one of %v once", r.Job.ID, a.Lane, lanes)
 		}
 		ids[i] = r.Job.ID
 		if !r.UniqueSkippedAsDuplicate {
@@ -113,7 +114,7 @@ func insertDrainers(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string
 		}
 	}
 	if slices.Contains(ids, 0) {
-		return fmt.Errorf("activate drainers of lanes %v: River returned %d jobs", lanes, len(res))
+		return nil, fmt.Errorf("activate drainers of lanes %v: River returned %d jobs", lanes, len(res))
 	}
 	b := &pgx.Batch{}
 	b.Queue(`
@@ -123,11 +124,13 @@ func insertDrainers(ctx context.Context, tx pgx.Tx, ins Inserter, lanes []string
 		ORDER BY n
 		ON CONFLICT (name) DO UPDATE SET job_id = EXCLUDED.job_id, activated_at = EXCLUDED.activated_at`,
 		lanes, stages, ids)
-	queueNotify(b, queues)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("record drainers of lanes %v: %w", lanes, err)
+	if announce {
+		queueNotify(b, queues)
 	}
-	return nil
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("record drainers of lanes %v: %w", lanes, err)
+	}
+	return queues, nil
 }
 
 // QueueLocks queues the lane locks of LockLanes onto a batch, in the same
@@ -164,6 +167,9 @@ const locksSQL = `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) WI
 type Activation struct {
 	lanes []string
 	dead  []string
+	// queues are those of the drainers FinishUnannounced inserted, for
+	// Announce.
+	queues []string
 }
 
 // QueueActivation queues Activate's live-drainer check for each lane onto a
@@ -250,7 +256,49 @@ func (a *Activation) Finish(ctx context.Context, tx pgx.Tx, ins Inserter) error 
 	if len(a.dead) == 0 {
 		return nil
 	}
-	return insertDrainers(ctx, tx, ins, a.dead)
+	_, err := insertDrainers(ctx, tx, ins, a.dead, true)
+	return err
+}
+
+// FinishUnannounced is Finish without the announcement: the caller sends
+// it with Announce once tx has committed.
+//
+// For transactions a sender waits on. PostgreSQL commits the transactions
+// that notify one at a time, holding a lock of its own across each one's
+// WAL flush: when a node starts, or its lanes have gone quiet, and a burst
+// activates dozens of lanes at once, their commits cannot share a flush,
+// and the last sender's ACK waits for all the others' fsyncs. An
+// announcement sent after the commit, in a transaction of its own, writes
+// nothing to flush and holds that lock for microseconds.
+func (a *Activation) FinishUnannounced(ctx context.Context, tx pgx.Tx, ins Inserter) error {
+	if len(a.dead) == 0 {
+		return nil
+	}
+	var err error
+	a.queues, err = insertDrainers(ctx, tx, ins, a.dead, false)
+	return err
+}
+
+// Announce tells River's producers of the drainers FinishUnannounced
+// inserted, after their transaction committed; it does nothing when it
+// inserted none. An announcement that fails costs only time: the
+// producers find the drainers at their next poll.
+func (a *Activation) Announce(ctx context.Context, db Batcher) error {
+	if a == nil || len(a.queues) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	queueNotify(b, a.queues)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("announce drainers of queues %v: %w", a.queues, err)
+	}
+	return nil
+}
+
+// Batcher is what Announce sends its statement with: a pool or a
+// connection, outside a transaction block.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // LiveStateNames are the river_job states in which a drainer holds its

@@ -3,10 +3,14 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // River's producers fetch when told a job of their queue was inserted, and
@@ -59,3 +63,31 @@ func notifyPayloads(queues []string) []string {
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
+
+// NewQuietInserter returns an insert-only River client whose inserts send
+// no notification of their own, for a writer that announces the drainers
+// it activates itself, after its commit (Activation.FinishUnannounced and
+// Announce), or with NotifyQueues inside its transaction.
+//
+// River notifies inside the inserting transaction whenever its per-queue
+// limit allows (FetchCooldown, a few milliseconds on a node). PostgreSQL
+// commits notifying transactions one at a time, each holding its
+// notification lock across its WAL flush, so intake transactions that
+// activate lanes in a burst could not share a flush while River's
+// notification was in them. River sends it only when its driver says it
+// supports LISTEN/NOTIFY; this client's driver says it does not, and is
+// River's pgx driver in every other respect.
+// TestActivatingIntakeAnnouncesAfterItsCommit (store) fails if River
+// notifies from this client.
+func NewQuietInserter(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+	c, err := river.NewClient[pgx.Tx](quietDriver{riverpgxv5.New(pool)}, &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("create insert-only River client: %w", err)
+	}
+	return c, nil
+}
+
+// quietDriver is River's pgx driver, reporting no LISTEN/NOTIFY support.
+type quietDriver struct{ *riverpgxv5.Driver }
+
+func (quietDriver) SupportsListenNotify() bool { return false }

@@ -330,7 +330,14 @@ func New(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	n.client = client
-	n.intake = &Intake{Pool: opts.Pool, Inserter: client, Logger: opts.Logger, Wake: wake, Gate: n.lease, Metrics: n.metrics,
+	// Intake announces the drainers it activates after its commit, so its
+	// inserts must not notify inside the transaction a sender waits on.
+	quiet, err := jobs.NewQuietInserter(opts.Pool, riverLogger(opts.Logger))
+	if err != nil {
+		n.closePools()
+		return nil, err
+	}
+	n.intake = &Intake{Pool: opts.Pool, Inserter: quiet, Logger: opts.Logger, Wake: wake, Gate: n.lease, Metrics: n.metrics,
 		Keys: opts.Keys, Linger: opts.Limits.Linger}
 	return n, nil
 }

@@ -62,7 +62,7 @@ type IntakeDB interface {
 // ingress work row, the received event and the activation of the ingress
 // lane's drainer. The sender may be acknowledged only after tx commits.
 func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int64, error) {
-	ids, err := receiveTx(ctx, tx, ins, []Inbound{in})
+	ids, _, err := receiveTx(ctx, tx, ins, []Inbound{in}, false)
 	if err != nil {
 		return 0, err
 	}
@@ -103,32 +103,46 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 // (their last message is older than a drainer lingers): there the one
 // round trip is refused, which costs the trip, and an ERROR in the
 // server's log for every message of a quiet interface.
+//
+// The drainers it inserts are announced after the commit
+// (jobs.Activation.FinishUnannounced says why), before it returns.
 func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	var ids []int64
+	var act *jobs.Activation
 	err := pgx.BeginTxFunc(ctx, db, PipelineTx, func(tx pgx.Tx) error {
 		var err error
-		ids, err = receiveTx(ctx, tx, ins, ms)
+		ids, act, err = receiveTx(ctx, tx, ins, ms, true)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	// The messages are stored: an error now must not reach the senders,
+	// who would send them again. A lost announcement delays the drainers
+	// until River's producers poll.
+	_ = act.Announce(ctx, db)
 	return ids, nil
 }
 
-// receiveTx stores ms in tx, inserting the drainers their lanes lack.
-func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
+// receiveTx stores ms in tx, inserting the drainers their lanes lack. With
+// later set, the drainers are not announced at commit: the caller announces
+// them with the returned activation once tx has committed.
+func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound, later bool) ([]int64, *jobs.Activation, error) {
 	ids := make([]int64, len(ms))
 	var act *jobs.Activation
 	b := &pgx.Batch{}
 	queueReceive(b, ms, ids, func(b *pgx.Batch, lanes []string) { act = jobs.QueueActivation(b, lanes) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
+		return nil, nil, fmt.Errorf("store %d messages: %w", len(ms), err)
 	}
-	if err := act.Finish(ctx, tx, ins); err != nil {
-		return nil, err
+	finish := act.Finish
+	if later {
+		finish = act.FinishUnannounced
 	}
-	return ids, nil
+	if err := finish(ctx, tx, ins); err != nil {
+		return nil, nil, err
+	}
+	return ids, act, nil
 }
 
 // queueReceive queues on b the writes that store ms, in this order: the lease

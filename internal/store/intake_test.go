@@ -1,13 +1,20 @@
 package store_test
 
 import (
+	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
 
@@ -78,5 +85,122 @@ func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 	if n := f.int(`SELECT count(DISTINCT l.name) FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
 		WHERE l.name IN ('ingress:adt', 'ingress:lab') AND j.state = 'available'`); n != 2 {
 		t.Fatalf("%d of the 2 lanes have a live drainer", n)
+	}
+}
+
+// statementLog is a pgx tracer that records each statement sent, and
+// whether its connection was inside a transaction block when it was.
+type statementLog struct {
+	mu    sync.Mutex
+	stmts []loggedStatement
+}
+
+type loggedStatement struct {
+	sql  string
+	inTx bool
+}
+
+func (l *statementLog) add(conn *pgx.Conn, sql string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stmts = append(l.stmts, loggedStatement{sql: sql, inTx: conn.PgConn().TxStatus() != 'I'})
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.add(conn, d.SQL)
+	return ctx
+}
+func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (l *statementLog) TraceBatchQuery(_ context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.add(conn, d.SQL)
+}
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (l *statementLog) take() []loggedStatement {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stmts
+	l.stmts = nil
+	return s
+}
+
+// A message that activates its lane is announced to River's producers
+// after its transaction commits, not inside it: PostgreSQL commits
+// notifying transactions one at a time, each holding its notification lock
+// across its WAL flush, so a burst of activations (a node's start, many
+// quiet interfaces waking) made each sender's ACK wait for the others'
+// fsyncs. The announcement still reaches River's producers when River's own
+// is skipped.
+func TestActivatingIntakeAnnouncesAfterItsCommit(t *testing.T) {
+	f := newFixture(t)
+	cfg, err := pgxpool.ParseConfig(f.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &statementLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// Intake's inserter, as a node has it: River's own notification, sent
+	// inside the transaction, is left out.
+	ins, err := jobs.NewQuietInserter(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener, err := f.db.Pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	var channel string
+	if err := listener.QueryRow(f.ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listener.Exec(f.ctx, `LISTEN "`+channel+`"`); err != nil {
+		t.Fatal(err)
+	}
+	// The first message of a lane activates it.
+	if _, err := store.ReceiveBatch(f.ctx, pool, ins, []store.Inbound{parsedInbound("lab", "N1", "")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	n, err := listener.Conn().WaitForNotification(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("lane ingress:lab activated: no notification for River's producers (%v)", err)
+	}
+	wctx, cancel := context.WithTimeout(f.ctx, 500*time.Millisecond)
+	defer cancel()
+	if n, err := listener.Conn().WaitForNotification(wctx); err == nil {
+		t.Errorf("a second notification %q: the activation was announced twice", n.Payload)
+	}
+	if want := `{"queue": "` + jobs.QueueIngress + `"}`; n.Payload != want {
+		t.Fatalf("activation announced %q, want %q", n.Payload, want)
+	}
+	if k := f.int(`SELECT count(*) FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
+		WHERE l.name = 'ingress:lab' AND j.state = 'available'`); k != 1 {
+		t.Fatalf("lane ingress:lab has %d live drainers, want 1", k)
+	}
+
+	committed, announced := -1, -1
+	for i, s := range log.take() {
+		notifies := strings.Contains(s.sql, "pg_notify")
+		switch {
+		case notifies && s.inTx:
+			t.Errorf("statement %d notifies inside the storing transaction: %s", i, s.sql)
+		case notifies:
+			announced = i
+		case strings.HasPrefix(strings.ToLower(strings.TrimSpace(s.sql)), "commit"):
+			committed = i
+		}
+	}
+	if committed < 0 || announced < committed {
+		t.Fatalf("storing transaction committed at statement %d, announcement at %d: want the announcement after the commit", committed, announced)
 	}
 }
