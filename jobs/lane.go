@@ -168,7 +168,7 @@ type Activation struct {
 	lanes []string
 	dead  []string
 	// queues are those of the drainers FinishUnannounced inserted, for
-	// Announce.
+	// QueueAnnouncement.
 	queues []string
 }
 
@@ -261,7 +261,7 @@ func (a *Activation) Finish(ctx context.Context, tx pgx.Tx, ins Inserter) error 
 }
 
 // FinishUnannounced is Finish without the announcement: the caller sends
-// it with Announce once tx has committed.
+// it once tx has committed (QueueAnnouncement).
 //
 // For transactions a sender waits on. PostgreSQL commits the transactions
 // that notify one at a time, holding a lock of its own across each one's
@@ -279,26 +279,17 @@ func (a *Activation) FinishUnannounced(ctx context.Context, tx pgx.Tx, ins Inser
 	return err
 }
 
-// Announce tells River's producers of the drainers FinishUnannounced
-// inserted, after their transaction committed; it does nothing when it
-// inserted none. An announcement that fails costs only time: the
-// producers find the drainers at their next poll.
-func (a *Activation) Announce(ctx context.Context, db Batcher) error {
+// QueueAnnouncement queues onto b, a batch to send once the transaction of
+// FinishUnannounced has committed, the statement that tells River's
+// producers of the drainers it inserted; it reports whether it queued one
+// (none when it inserted none). An announcement that fails costs only
+// time: the producers find the drainers at their next poll.
+func (a *Activation) QueueAnnouncement(b *pgx.Batch) bool {
 	if a == nil || len(a.queues) == 0 {
-		return nil
+		return false
 	}
-	b := &pgx.Batch{}
 	queueNotify(b, a.queues)
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("announce drainers of queues %v: %w", a.queues, err)
-	}
-	return nil
-}
-
-// Batcher is what Announce sends its statement with: a pool or a
-// connection, outside a transaction block.
-type Batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	return true
 }
 
 // LiveStateNames are the river_job states in which a drainer holds its

@@ -67,7 +67,7 @@ type Execer interface {
 // NewQuietInserter returns an insert-only River client whose inserts send
 // no notification of their own, for a writer that announces the drainers
 // it activates itself, after its commit (Activation.FinishUnannounced and
-// Announce), or with NotifyQueues inside its transaction.
+// QueueAnnouncement), or with NotifyQueues inside its transaction.
 //
 // River notifies inside the inserting transaction whenever its per-queue
 // limit allows (FetchCooldown, a few milliseconds on a node). PostgreSQL

@@ -120,7 +120,11 @@ func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter,
 	// The messages are stored: an error now must not reach the senders,
 	// who would send them again. A lost announcement delays the drainers
 	// until River's producers poll.
-	_ = act.Announce(ctx, db)
+	b := &pgx.Batch{}
+	QueueGenericPlans(b)
+	if act.QueueAnnouncement(b) {
+		_ = db.SendBatch(ctx, b).Close()
+	}
 	return ids, nil
 }
 
