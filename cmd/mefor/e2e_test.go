@@ -130,15 +130,24 @@ func freePort(t *testing.T) string {
 
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	if !awaitListener(addr, 60*time.Second) {
+		t.Fatalf("nothing listening on %s after 60s", addr)
+	}
+}
+
+// awaitListener reports whether something accepted a connection on addr
+// within timeout. It does not touch a testing.T, so a test's sender
+// goroutine can wait with it for a restarted node.
+func awaitListener(addr string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return
+			return true
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nothing listening on %s after 60s", addr)
+			return false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -231,14 +231,3 @@ destinations:
 	t.Logf("stored %d, acked %d, delivered %d (%d duplicates), counter %s, across %d SIGKILLs",
 		stored, len(acked), len(got), len(got)-len(firsts), counter, kills)
 }
-
-// awaitListener waits until something accepts connections on addr, or
-// until timeout.
-func awaitListener(addr string, timeout time.Duration) {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			return
-		}
-	}
-}
