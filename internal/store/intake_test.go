@@ -16,6 +16,7 @@ import (
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
+	"github.com/mefor/mefor/testcontainers"
 )
 
 func parsedInbound(channel, controlID, owner string) store.Inbound {
@@ -89,8 +90,10 @@ func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 }
 
 // statementLog is a pgx tracer that records each statement sent, and
-// whether its connection was inside a transaction block when it was.
+// whether its connection was inside a transaction block when it was; the
+// rest of the tracer is testcontainers.RoundTrips.
 type statementLog struct {
+	testcontainers.RoundTrips
 	mu    sync.Mutex
 	stmts []loggedStatement
 }
@@ -110,14 +113,9 @@ func (l *statementLog) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pg
 	l.add(conn, d.SQL)
 	return ctx
 }
-func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
 func (l *statementLog) TraceBatchQuery(_ context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
 	l.add(conn, d.SQL)
 }
-func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func (l *statementLog) take() []loggedStatement {
 	l.mu.Lock()
