@@ -239,7 +239,8 @@ func runCLI(b *testing.B, bin string, db *testcontainers.DB, args ...string) tim
 // says where the ACK time went on the node's side: node_ack_p99_ms (frame
 // in to ACK written), commit_wait_p99_ms (a message waiting for its commit
 // to start), commit_p99_ms (one commit, statements to durable) and
-// commit_msgs_mean (messages per commit). Quantiles are interpolated in
+// commit_msgs_mean (messages per commit), and gathers (how often a woken
+// drainer waited Limits.Gather for more rows, all stages). Quantiles are interpolated in
 // the histogram's buckets, as Prometheus's histogram_quantile does, so
 // they are as coarse as the buckets; the sender's own ack_p99_ms is exact.
 func (p *nodeProc) intakeSplit(b *testing.B) []string {
@@ -287,6 +288,14 @@ func (p *nodeProc) intakeSplit(b *testing.B) []string {
 		}
 		return 1000 * lower // above the last bound: its lower edge
 	}
+	// gathers counts the drainers' waits for company (workers' gather), all
+	// stages; a family nothing incremented is absent from the exposition.
+	gathers := 0.0
+	if f, ok := fams["mefor_drainer_gathers_total"]; ok {
+		for _, m := range f.GetMetric() {
+			gathers += m.GetCounter().GetValue()
+		}
+	}
 	n, total, _, _ := merged("mefor_intake_commit_messages")
 	mean := 0.0
 	if n > 0 {
@@ -297,5 +306,6 @@ func (p *nodeProc) intakeSplit(b *testing.B) []string {
 		fmt.Sprintf("commit_wait_p99_ms=%.2f", p99ms("mefor_intake_commit_wait_seconds")),
 		fmt.Sprintf("commit_p99_ms=%.2f", p99ms("mefor_intake_commit_seconds")),
 		fmt.Sprintf("commit_msgs_mean=%.2f", mean),
+		fmt.Sprintf("gathers=%.0f", gathers),
 	}
 }
