@@ -89,6 +89,64 @@ func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 	}
 }
 
+// A batch whose lanes all have a live drainer is stored in one round trip
+// to the server, lease check included: the ACK of a sender on one
+// connection waits for nothing else. A lane without one costs a second
+// trip, the transaction that activates it.
+func TestReceiveBatchToLiveLanesIsOneRoundTrip(t *testing.T) {
+	f := newFixture(t)
+	cfg, err := pgxpool.ParseConfig(f.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trips := &testcontainers.RoundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// Connections opened before counting: a new one's setup is not intake's.
+	if err := pool.Ping(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-a', now() + interval '1 hour')`,
+		leader.ListenerLeaseKey)
+	if _, err := store.ReceiveBatch(f.ctx, pool, ins, []store.Inbound{parsedInbound("adt", "A0", "node-a"), parsedInbound("lab", "B0", "node-a")}); err != nil {
+		t.Fatal(err)
+	}
+
+	trips.N.Store(0)
+	batch := []store.Inbound{parsedInbound("adt", "A1", "node-a"), parsedInbound("lab", "B1", "node-a"), parsedInbound("adt", "A2", "node-a")}
+	ids, err := store.ReceiveBatch(f.ctx, pool, ins, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.N.Load(); n != 1 {
+		t.Errorf("a batch of 3 to lanes with live drainers took %d round trips, want 1", n)
+	}
+	for i, in := range batch {
+		if n := f.int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND control_id = $2`, ids[i], in.ControlID); n != 1 {
+			t.Errorf("message %s not stored under id %d", in.ControlID, ids[i])
+		}
+	}
+
+	trips.N.Store(0)
+	if _, err := store.ReceiveBatch(f.ctx, pool, ins, []store.Inbound{parsedInbound("orm", "C0", "node-a")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.N.Load(); n < 2 {
+		t.Errorf("a lane without a drainer was stored in %d round trips; the refusal and the activation take 2 or more", n)
+	}
+	if n := f.int(`SELECT count(*) FROM mefor_message WHERE control_id = 'C0'`); n != 1 {
+		t.Errorf("C0 stored %d times, want 1", n)
+	}
+}
+
 // statementLog is a pgx tracer that records each statement sent, and
 // whether its connection was inside a transaction block when it was; the
 // rest of the tracer is testcontainers.RoundTrips.
