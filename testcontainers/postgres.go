@@ -149,6 +149,23 @@ type DB struct {
 	Server *Server
 }
 
+// TracedPool opens another pool on the database, with its Pool's settings,
+// whose connections report every statement to tracer; it is closed when
+// the test ends. A test that counts or inspects what some code sends
+// passes it that pool and does its own reads through Pool, which the
+// tracer does not see.
+func (d *DB) TracedPool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg := d.Pool.Config().Copy()
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("traced pool on %s: %v", d.Name, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 type options struct {
 	empty bool
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
@@ -204,13 +203,7 @@ func startNode(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod func
 // and the partner.
 func startTracedNode(t *testing.T, db *testcontainers.DB, tracer pgx.QueryTracer, linger time.Duration) (string, *partner) {
 	t.Helper()
-	cfg := db.Pool.Config().Copy()
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the node's stop, registered below
+	pool := db.TracedPool(t, tracer) // closed after the node's stop, registered below
 	p := newPartner(t, "")
 	listen := freeAddr(t)
 	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -95,17 +94,8 @@ func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 // trip, the transaction that activates it.
 func TestReceiveBatchToLiveLanesIsOneRoundTrip(t *testing.T) {
 	f := newFixture(t)
-	cfg, err := pgxpool.ParseConfig(f.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	trips := &testcontainers.RoundTrips{}
-	cfg.ConnConfig.Tracer = trips
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := f.db.TracedPool(t, trips)
 	// Connections opened before counting: a new one's setup is not intake's.
 	if err := pool.Ping(f.ctx); err != nil {
 		t.Fatal(err)
@@ -192,17 +182,8 @@ func (l *statementLog) take() []loggedStatement {
 // is skipped.
 func TestActivatingIntakeAnnouncesAfterItsCommit(t *testing.T) {
 	f := newFixture(t)
-	cfg, err := pgxpool.ParseConfig(f.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := &statementLog{}
-	cfg.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := f.db.TracedPool(t, log)
 	// Intake's inserter, as a node has it: River's own notification, sent
 	// inside the transaction, is left out.
 	ins, err := jobs.NewQuietInserter(pool, nil)
