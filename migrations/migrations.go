@@ -9,7 +9,6 @@ package migrations
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -237,9 +236,4 @@ func appliedVersions(ctx context.Context, q querier) (map[int]time.Time, error) 
 		out[v] = at
 	}
 	return out, rows.Err()
-}
-
-func isUndefinedTable(err error) bool {
-	var pgErr interface{ SQLState() string }
-	return errors.As(err, &pgErr) && pgErr.SQLState() == "42P01"
 }

@@ -2,14 +2,12 @@ package migrations
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -154,9 +152,9 @@ func ensureRoles(ctx context.Context, conn *pgx.Conn, res *RolesResult) error {
 		switch {
 		case err == nil:
 			res.Created = append(res.Created, r)
-		case sqlState(err, "42710", "23505"):
+		case sqlState(err, codeDuplicateObject, codeUniqueViolation):
 			// Created by another migrator just now.
-		case sqlState(err, "42501"):
+		case IsPermissionDenied(err):
 			return &RolesError{Step: "create role " + r, Err: err, SQL: createRolesSQL()}
 		default:
 			return fmt.Errorf("create role %s: %w", r, err)
@@ -172,7 +170,7 @@ func ensureRoles(ctx context.Context, conn *pgx.Conn, res *RolesResult) error {
 			continue
 		}
 		err := retryConcurrent(func() error { _, err := conn.Exec(ctx, "GRANT "+role+" TO "+member); return err })
-		if sqlState(err, "42501") {
+		if IsPermissionDenied(err) {
 			return &RolesError{Step: "grant " + role + " to " + member, Err: err, SQL: createRolesSQL()}
 		}
 		if err != nil {
@@ -197,7 +195,7 @@ func createRolesSQL() string {
 func retryConcurrent(fn func() error) error {
 	var err error
 	for range 5 {
-		if err = fn(); err == nil || !strings.Contains(err.Error(), "tuple concurrently updated") {
+		if err = fn(); err == nil || !isConcurrentCatalogUpdate(err) {
 			return err
 		}
 	}
@@ -290,7 +288,7 @@ func savepoint(ctx context.Context, tx pgx.Tx, fn func() error) (bool, error) {
 	}
 	if err := fn(); err != nil {
 		_ = sp.Rollback(ctx)
-		if sqlState(err, "42501", "0LP01") {
+		if IsPermissionDenied(err) || sqlState(err, codeInvalidGrantOperation) {
 			return false, nil
 		}
 		return false, err
@@ -374,7 +372,7 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
-			if sqlState(err, "42501") {
+			if IsPermissionDenied(err) {
 				return &RolesError{Step: "grant privileges to mefor's roles", Err: err,
 					SQL: "(as the owner of mefor's tables) mefor migrate"}
 			}
@@ -382,11 +380,6 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 		}
 	}
 	return nil
-}
-
-func sqlState(err error, codes ...string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && slices.Contains(codes, pgErr.Code)
 }
 
 // RequireRole refuses, the way the database refuses a statement (SQLSTATE
@@ -405,7 +398,7 @@ func RequireRole(ctx context.Context, q interface {
 		return fmt.Errorf("check role %s: %w", role, err)
 	}
 	if !ok {
-		return &pgconn.PgError{Severity: "ERROR", Code: "42501", Message: action + " is for members of " + role}
+		return permissionDenied(action + " is for members of " + role)
 	}
 	return nil
 }
