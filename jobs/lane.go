@@ -204,6 +204,14 @@ var ErrNoLiveDrainer = errors.New("a lane has no live drainer")
 // noDrainerMark is in the error the check raises, to tell it from others.
 const noDrainerMark = "mefor: no live drainer in lane "
 
+// isNoDrainerRaise reports whether err is the live-drainer check's raise:
+// the cast of noDrainerMark and a lane name to int fails with
+// invalid_text_representation (22P02), whose message quotes the text.
+func isNoDrainerRaise(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, noDrainerMark)
+}
+
 // QueueLiveDrainerCheck queues onto b a statement that raises an error when
 // any of lanes has no live drainer, reported as ErrNoLiveDrainer. It is for
 // a batch sent outside a transaction block: PostgreSQL runs such a batch as
@@ -234,8 +242,7 @@ func QueueLiveDrainerCheck(b *pgx.Batch, lanes []string) {
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, noDrainerMark) {
+			if isNoDrainerRaise(err) {
 				return ErrNoLiveDrainer
 			}
 			return fmt.Errorf("check drainers of lanes %v: %w", sorted, err)

@@ -503,10 +503,17 @@ func QueueLeaseCheck(b *pgx.Batch, owner string) {
 		ListenerLeaseKey, owner).QueryRow(func(r pgx.Row) error {
 		var one int64
 		err := r.Scan(&one)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "22012" {
+		if isLeaseCheckRefusal(err) {
 			return ErrNotLeaseHolder
 		}
 		return err
 	})
+}
+
+// isLeaseCheckRefusal reports whether err is QueueLeaseCheck's statement
+// refusing: with no live lease row for the owner it divides by zero, which
+// raises division_by_zero (22012).
+func isLeaseCheckRefusal(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }
