@@ -134,10 +134,9 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 // more often than every slice). Drainers that started together (a node's
 // start, a burst reaching many lanes at once) would otherwise all yield
 // together at every slice, and each yield costs River a snooze, a fetch and
-// the next execution's first read: with 150 drainers that burst stalled
-// intake for up to 170 ms every 5 s (channels-50, ack_p99_ms_by_second in
-// docs/performance.md). Drawn anew for each execution, the yields spread
-// out, and stay spread.
+// the next execution's first read, so a burst of yields stalls intake
+// while River works through it. Drawn anew for each execution, the yields
+// spread out, and stay spread.
 func sliceOf(slice time.Duration) time.Duration {
 	if j := slice / 4; j > 0 {
 		return slice + rand.N(j)
@@ -206,8 +205,8 @@ func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Executi
 			// make the producer of that row insert a drainer, announce it
 			// and wait for the announcement's commit, holding up every
 			// message committed with that row; at the end of their holds,
-			// busy lanes' completions were most of channels-50's ACK tail
-			// (docs/performance.md, "Twelfth run"). An execution that
+			// busy lanes' completions would make most of the ACK latency
+			// tail. An execution that
 			// served nothing completes, so a quiet lane still ends its
 			// drainer within a slice or a linger.
 			return false, nil
@@ -333,9 +332,8 @@ const (
 // It does not wait for company it does not expect: on a lane whose rows
 // come further apart than Gather, a wait only delays the row in hand. Nor
 // does it wait with CPU to spare: the pipeline's commits then come sooner
-// and smaller, and measured with paced senders on a host with idle CPU,
-// deferring them made every WAL flush longer and the ACKs that wait for
-// one slower (docs/performance.md, "Sixth run"). A row is delayed by at
+// and smaller, and deferring them would make every WAL flush longer and
+// the ACKs that wait for one slower. A row is delayed by at
 // most Gather at each stage; a drainer that starts on a quiet lane knows
 // no rate yet and reads at once. Stopping ends the wait; the drain loop
 // then yields.
