@@ -11,8 +11,7 @@ import (
 )
 
 // Retention purges message content past its retention window and keeps the
-// metadata, as the seed's purges do, in short batches so intake never waits
-// long behind it.
+// metadata, in short batches so intake never waits long behind it.
 //
 // Two windows decide when a message's content goes:
 //
