@@ -343,23 +343,10 @@ func New(opts Options) (*Node, error) {
 	return n, nil
 }
 
-// How often each River producer looks for available jobs without being
-// notified; each look is a database transaction, so at idle these are most
-// of a node's database load (docs/ARCHITECTURE.md, "Idle cost").
-//
-// River's notifications cover inserts and the jobs its scheduler makes
-// available. A drainer's yield (a snooze of zero) and its short snoozes (a
-// delivery retry, a held row) are announced by the node's snooze waker
-// (snoozewake.go), once River has recorded them, so on the stage queues
-// the poll is only the backstop for a notification lost, and it is River's
-// default. Were they announced by the poll alone, it would have to be short,
-// and the three stage queues' polls would be most of an idle node's
-// transactions and of its CPU.
-//
-// The maintenance and alert jobs are inserted by River's periodic enqueuer
-// (which notifies) or retried with River's own backoff, so there the poll
-// only bounds how late a retry shorter than 5s runs, and a slow one costs
-// little.
+// stageQueuePoll and slowQueuePoll are how often River's producers of the
+// stage queues, and of the maintenance and alert queues, look for jobs
+// without being notified: River's default of 1s, a backstop behind the
+// snooze waker, and 5s. The package doc ("Polling") says why.
 const (
 	stageQueuePoll = time.Second
 	slowQueuePoll  = 5 * time.Second
