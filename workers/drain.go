@@ -154,13 +154,14 @@ type laneHold struct {
 // extend gives sl another slice when the one it has ends within a linger
 // or a quarter slice, whichever is shorter (so a drainer lingering on an
 // empty lane, which completes at the end of its slice, is extended too,
-// and a busy one looks near the end of its slice, not at its start), the execution stays within Limits.Hold,
-// and no drainer of queue is waiting for a worker slot (an available job
-// already due): that slot is then wanted by nobody, on this node or
-// another, and a yield, or a completion on a lane that gets its next row
-// a moment later, would only cost River a snooze or an insert, a fetch and
-// the next execution's first read; at 50 channels those were 30 a second,
-// and bursts of them when drainers started together. It looks once per
+// and a busy one looks near the end of its slice, not at its start), the
+// execution stays within Limits.Hold, and no drainer of queue is waiting
+// for a worker slot (an available job already due): that slot is then
+// wanted by nobody, on this node or another, and a yield, or a completion
+// on a lane that gets its next row a moment later, would only cost River a
+// snooze or an insert, a fetch and the next execution's first read, many
+// a second across many lanes, in bursts when drainers started together.
+// It looks once per
 // slice. A drainer that becomes available just after the look waits at
 // most that slice, as it would have without the look; when the look
 // fails, the slice ends as it would have.
