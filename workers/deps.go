@@ -74,7 +74,7 @@ type Limits struct {
 	// while no drainer of its stage queue is waiting for a worker slot: a
 	// yield then frees a slot nobody wants, and costs River a snooze, a
 	// fetch and the next execution's first read. Zero (or less than
-	// Slice): an execution yields after its slice, as before. Defaults to
+	// Slice): an execution keeps its lane for one slice only. Defaults to
 	// 20s.
 	Hold time.Duration
 }
