@@ -51,7 +51,7 @@ type BulkOptions struct {
 	Progress func(done, matched int)
 	// Wait bounds how long Cancel waits for the rows it could not cancel at
 	// once (their lane's drainer was running, so it may have been sending
-	// them) to be resolved by that drainer; zero does not wait.
+	// them) to be resolved by that drainer. Defaults to zero: no wait.
 	Wait time.Duration
 }
 

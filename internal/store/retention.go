@@ -40,7 +40,8 @@ type RetentionPolicy struct {
 	KeepBodies  time.Duration
 	KeepDead    time.Duration
 	DeleteAfter time.Duration
-	// Batch is how many messages one transaction looks at.
+	// Batch is how many messages one transaction looks at. Defaults to
+	// 5000 when not positive.
 	Batch int
 }
 
