@@ -384,6 +384,12 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 	return nil
 }
 
+// IsPermissionDenied reports whether err is a refusal for lack of privilege
+// (SQLSTATE 42501): the database's, or RequireRole's for an action the
+// table privileges cannot tell apart. Callers explain it by naming the role
+// the operation needs (ops.RequiredRole).
+func IsPermissionDenied(err error) bool { return sqlState(err, "42501") }
+
 func sqlState(err error, codes ...string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && slices.Contains(codes, pgErr.Code)
