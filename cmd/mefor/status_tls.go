@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mefor/mefor/internal/tlsconf"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -46,7 +47,7 @@ func expiry(c ops.NodeCertificate, now time.Time) string {
 	switch {
 	case left <= 0:
 		return date + " (EXPIRED)"
-	case !now.Before(c.WarnFrom):
+	case tlsconf.RenewSoon(c.NotAfter, now, c.NotAfter.Sub(c.WarnFrom)):
 		return fmt.Sprintf("%s (in %s, renew soon)", date, fmtDays(left))
 	}
 	return fmt.Sprintf("%s (in %s)", date, fmtDays(left))
