@@ -2,13 +2,11 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/audit"
@@ -176,9 +174,7 @@ func RotateKeys(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, opt 
 func withRetry(fn func() error) error {
 	var err error
 	for range 5 {
-		err = fn()
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
+		if err = fn(); !store.IsResealConflict(err) {
 			return err
 		}
 	}
