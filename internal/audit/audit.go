@@ -41,6 +41,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mefor/mefor/migrations"
 )
 
 // Actions recorded in mefor_audit.action.
@@ -166,8 +168,7 @@ func Failure(action string, target map[string]any, err error) Entry {
 		t[k] = v
 	}
 	outcome := OutcomeFailed
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+	if migrations.IsPermissionDenied(err) {
 		outcome = OutcomeDenied
 	}
 	msg := err.Error()
