@@ -43,3 +43,42 @@ func recordFailure(ctx context.Context, pool *pgxpool.Pool, action string, targe
 	defer cancel()
 	_ = audit.AppendAlone(ctx, pool, audit.Failure(action, target, err))
 }
+
+// Audit log types, as ops returns them.
+type (
+	// AuditFilter narrows ListAudit. Empty fields do not filter.
+	AuditFilter = audit.Filter
+	// AuditRecord is one row of the audit log.
+	AuditRecord = audit.Record
+	// AuditAnchor is a row's number and hash, kept outside the database
+	// to prove later that no row up to it changed.
+	AuditAnchor = audit.Anchor
+	// AuditVerification is the outcome of VerifyAudit.
+	AuditVerification = audit.Verification
+)
+
+// AuditedActions lists the actions the audit log records, in the order the
+// CLI names them.
+func AuditedActions() []string {
+	return []string{audit.ActionReplay, audit.ActionReplayDead, audit.ActionCancel, audit.ActionStepdown,
+		audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies}
+}
+
+// ParseAuditAnchor reads an anchor written as SEQ:HASH.
+func ParseAuditAnchor(s string) (AuditAnchor, error) { return audit.ParseAnchor(s) }
+
+// ListAudit returns audit log rows, newest first.
+func ListAudit(ctx context.Context, pool *pgxpool.Pool, f AuditFilter) ([]AuditRecord, error) {
+	return audit.List(ctx, pool, f)
+}
+
+// VerifyAudit recomputes the hash chain of the whole log and, given an
+// anchor, checks that its row is still there unchanged.
+func VerifyAudit(ctx context.Context, pool *pgxpool.Pool, anchor *AuditAnchor) (AuditVerification, error) {
+	return audit.Verify(ctx, pool, anchor)
+}
+
+// AuditHead returns the anchor of the log's last row.
+func AuditHead(ctx context.Context, pool *pgxpool.Pool) (AuditAnchor, error) {
+	return audit.Head(ctx, pool)
+}

@@ -70,7 +70,15 @@ type StepdownAnswer struct {
 	NewHolder string `json:"new_holder,omitempty"`
 }
 
-// Outcomes the CLI adds to the node's own ones (leader.Outcome*).
+// Outcomes of a stepdown as the node answers it (see leader.Lease.StepDown).
+const (
+	OutcomeReleased           = leader.OutcomeReleased
+	OutcomeNotHolder          = leader.OutcomeNotHolder
+	OutcomeLockTimeout        = leader.OutcomeLockTimeout
+	OutcomeReleaseUnconfirmed = leader.OutcomeReleaseUnconfirmed
+)
+
+// Outcomes the CLI adds to the node's own ones.
 const (
 	OutcomeNoHolder = "no-holder"
 	OutcomeNoAnswer = "no-answer"

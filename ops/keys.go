@@ -2,13 +2,11 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/audit"
@@ -176,17 +174,9 @@ func RotateKeys(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, opt 
 func withRetry(fn func() error) error {
 	var err error
 	for range 5 {
-		if err = fn(); !isDeadlockOrSerialization(err) {
+		if err = fn(); !store.IsResealConflict(err) {
 			return err
 		}
 	}
 	return err
-}
-
-// isDeadlockOrSerialization reports whether PostgreSQL aborted the
-// transaction to break a deadlock (40P01) or a serialization conflict
-// (40001): the transaction changed nothing, and running it again may pass.
-func isDeadlockOrSerialization(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }

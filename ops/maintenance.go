@@ -21,6 +21,15 @@ import (
 	"github.com/mefor/mefor/workers"
 )
 
+// MaintenanceRun is one finished run of a maintenance job.
+type MaintenanceRun = store.MaintenanceRun
+
+// Maintenance run outcomes (MaintenanceRun.Outcome).
+const (
+	RunOK     = store.RunOK
+	RunFailed = store.RunFailed
+)
+
 // MaintenanceJob is one line of `mefor maintenance list`.
 type MaintenanceJob struct {
 	Name string `json:"name"`

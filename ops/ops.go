@@ -3,6 +3,12 @@
 // dead-letter replay, cancel and status. The SQL lives in internal/store; this
 // package decides transactions, batching and lane wake-ups.
 //
+// The CLI reaches the database only through this package, and the API and
+// console are to do the same. So that they need not import the packages
+// that write SQL, ops names the types its operations return (aliases of
+// the owning packages' types), and holds the role policy (RequiredRole)
+// they explain a refusal with.
+//
 // Every write follows the pipeline's lock order (lane locks, then message
 // finalize locks) inside one transaction, and activates the lanes it put work
 // into in that same transaction, so a committed replay is always drained.

@@ -15,6 +15,55 @@ import (
 	"github.com/mefor/mefor/leader"
 )
 
+// Message and status types, as ops returns them.
+type (
+	// MessageFilter narrows ListMessages.
+	MessageFilter = store.MessageFilter
+	// MessageSummary is one message of a listing (metadata only).
+	MessageSummary = store.MessageSummary
+	// WorkInfo is one stage or delivery row of a message.
+	WorkInfo = store.WorkInfo
+	// Reply is a partner's answer to one delivery.
+	Reply = store.Reply
+	// Event is one entry of a message's timeline.
+	Event = store.Event
+	// Outbound is one delivery's payload as sent.
+	Outbound = store.Outbound
+	// Origin is where a message came from and the replies routed back in.
+	Origin = store.Origin
+	// LinkedMessage is a message linked to another (a reply routed in).
+	LinkedMessage = store.LinkedMessage
+	// DeadFilter narrows ListDead and ReplayDead.
+	DeadFilter = store.DeadFilter
+	// DeadRow is one dead-lettered delivery.
+	DeadRow = store.DeadRow
+	// Alert is one alert rule's state.
+	Alert = store.Alert
+	// StatusReport is what Status returns: counts per channel and
+	// destination, each node's config, retention, transport and
+	// encryption.
+	StatusReport = store.Status
+	// TransportStatus is the certificates and listeners the live nodes use.
+	TransportStatus = store.TransportStatus
+	// NodeCertificate is one certificate a node loaded.
+	NodeCertificate = store.NodeCertificate
+	// EncryptionStatus is how many bodies each key encrypts.
+	EncryptionStatus = store.EncryptionStatus
+)
+
+// Message statuses (a message's status field).
+const (
+	StatusReceived  = store.StatusReceived
+	StatusRouted    = store.StatusRouted
+	StatusUnrouted  = store.StatusUnrouted
+	StatusFiltered  = store.StatusFiltered
+	StatusProcessed = store.StatusProcessed
+	StatusError     = store.StatusError
+)
+
+// ErrNotFound is returned for a message id that does not exist.
+var ErrNotFound = store.ErrNotFound
+
 // ListMessages returns messages newest first (metadata only). A search of
 // the bodies (f.Text) reads content, so it is audited like a body view: the
 // search and its audit row share one transaction. The row records that a

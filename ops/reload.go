@@ -12,6 +12,10 @@ import (
 	"github.com/mefor/mefor/leader"
 )
 
+// ConfigReport is the cluster config version and every known node's
+// applied config, as ConfigStatus returns it.
+type ConfigReport = leader.ConfigStatus
+
 // BumpConfig tells every node to reload its config file: it raises the
 // cluster config version, recording the hash of cfg (the file the operator
 // validated) as the one every node is expected to run, and notifies the

@@ -13,6 +13,24 @@ import (
 	"github.com/mefor/mefor/internal/store"
 )
 
+// Replay and cancel types, as ops returns them.
+type (
+	// ReplayResult says what Replay re-queued.
+	ReplayResult = store.ReplayResult
+	// CancelFilter narrows Cancel.
+	CancelFilter = store.CancelFilter
+)
+
+// Replay modes (ReplayResult.Mode).
+const (
+	ReplayRecover = store.ReplayRecover
+	ReplayResend  = store.ReplayResend
+)
+
+// ErrBodyPurged is returned when a message's body was purged by retention,
+// so it cannot be replayed.
+var ErrBodyPurged = store.ErrBodyPurged
+
 // DefaultBatchSize is how many rows a bulk operation changes per
 // transaction: small enough to keep locks short and within PostgreSQL's
 // lock table (each message touched takes an advisory lock), large enough to

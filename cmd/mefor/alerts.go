@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -71,7 +70,7 @@ func (c *alertsListCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.JSON {
 		if list == nil {
-			list = []store.Alert{}
+			list = []ops.Alert{}
 		}
 		return writeJSON(g.stdout, list)
 	}
@@ -100,7 +99,7 @@ func alertValue(condition string, v *float64) string {
 	return fmt.Sprintf("%.0f", *v)
 }
 
-func lastNotification(a store.Alert) string {
+func lastNotification(a ops.Alert) string {
 	if a.LastNotification == "" {
 		return "none"
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/audit"
+	"github.com/mefor/mefor/ops"
 )
 
 type auditCmd struct {
@@ -54,11 +54,10 @@ Examples:
   mefor audit list --since 7d --json | jq '.[] | select(.outcome != "ok")'`
 }
 
-var auditActions = []string{audit.ActionReplay, audit.ActionReplayDead, audit.ActionCancel, audit.ActionStepdown,
-	audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies}
+var auditActions = ops.AuditedActions()
 
 func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
-	f := audit.Filter{Action: c.Action, Limit: c.Limit}
+	f := ops.AuditFilter{Action: c.Action, Limit: c.Limit}
 	if c.Limit <= 0 {
 		return errors.New("--limit must be at least 1")
 	}
@@ -77,13 +76,13 @@ func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	recs, err := audit.List(ctx, pool, f)
+	recs, err := ops.ListAudit(ctx, pool, f)
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		if recs == nil {
-			recs = []audit.Record{}
+			recs = []ops.AuditRecord{}
 		}
 		return writeJSON(g.stdout, recs)
 	}
@@ -117,9 +116,9 @@ Examples:
 }
 
 func (c *auditVerifyCmd) Run(ctx context.Context, g *Globals) error {
-	var anchor *audit.Anchor
+	var anchor *ops.AuditAnchor
 	if c.Anchor != "" {
-		a, err := audit.ParseAnchor(c.Anchor)
+		a, err := ops.ParseAuditAnchor(c.Anchor)
 		if err != nil {
 			return fmt.Errorf("--anchor: %w", err)
 		}
@@ -130,7 +129,7 @@ func (c *auditVerifyCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	v, err := audit.Verify(ctx, pool, anchor)
+	v, err := ops.VerifyAudit(ctx, pool, anchor)
 	if err != nil {
 		return err
 	}
@@ -173,7 +172,7 @@ func (c *auditAnchorCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	a, err := audit.Head(ctx, pool)
+	a, err := ops.AuditHead(ctx, pool)
 	if err != nil {
 		return err
 	}

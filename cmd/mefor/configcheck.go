@@ -127,7 +127,8 @@ func (res *configCheckResult) checkTLSFiles(cfg *config.Config, now time.Time) {
 	}
 	res.Certificates = set.Certificates()
 	for _, crt := range res.Certificates {
-		if left := crt.NotAfter.Sub(now); left <= cfg.TLSExpiryWarning {
+		if tlsconf.RenewSoon(crt.NotAfter, now, cfg.TLSExpiryWarning) {
+			left := crt.NotAfter.Sub(now)
 			res.Warnings = append(res.Warnings, config.Error{File: cfg.File, Message: fmt.Sprintf(
 				"certificate %q in %s (%s) expires on %s, in %d days; install a renewed one at the same path and run mefor reload",
 				crt.Subject, crt.File, strings.Join(crt.Uses, "; "), crt.NotAfter.UTC().Format(time.RFC3339), int(left.Hours()/24))})

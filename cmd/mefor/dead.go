@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -55,13 +54,13 @@ func (c *deadListCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := ops.ListDead(ctx, pool, kr, store.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
+	rows, err := ops.ListDead(ctx, pool, kr, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		if rows == nil {
-			rows = []store.DeadRow{}
+			rows = []ops.DeadRow{}
 		}
 		return writeJSON(g.stdout, rows)
 	}

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/ops"
 )
 
 type enqueueCmd struct {
@@ -69,25 +66,23 @@ func (c *enqueueCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer pool.Close()
 	// Insert-only: no queues or workers, it only activates lanes.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: g.logger})
+	client, err := ops.NewQueue(pool, g.logger)
 	if err != nil {
-		return fmt.Errorf("create River client: %w", err)
+		return err
 	}
-	intake := &engine.Intake{Pool: pool, Inserter: client, Logger: g.logger, Keys: kr}
+	enq := ops.NewEnqueuer(pool, client, kr, g.logger)
 
 	var out []enqueued
 	bad := 0
 	for _, raw := range msgs {
-		rec, err := intake.Receive(ctx, c.Channel, "enqueue", "", raw)
+		rec, err := enq.Enqueue(ctx, c.Channel, raw)
 		if err != nil {
 			return fmt.Errorf("after %d stored: %w", len(out), err)
 		}
-		e := enqueued{MessageID: rec.MessageID}
+		e := enqueued{MessageID: rec.MessageID, ControlID: rec.ControlID}
 		if rec.ParseErr != nil {
 			e.Error = rec.ParseErr.Error()
 			bad++
-		} else {
-			e.ControlID = rec.Msg.ControlID()
 		}
 		out = append(out, e)
 		if !c.JSON {

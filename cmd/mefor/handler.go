@@ -10,8 +10,7 @@ import (
 	"strings"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/dryrun"
 	"github.com/mefor/mefor/internal/state"
 )
 
@@ -47,56 +46,6 @@ Examples:
   cat adt.hl7 | mefor handler test --config mefor.yaml visits - --json | jq '.messages[].outputs'`
 }
 
-// handlerTestReport is the --json document.
-type handlerTestReport struct {
-	Handler      string              `json:"handler"`
-	Channel      string              `json:"channel"`
-	Route        string              `json:"route"`
-	Destinations []string            `json:"destinations"`
-	Warnings     []string            `json:"warnings,omitempty"`
-	Messages     []handlerTestResult `json:"messages"`
-	Summary      handlerTestSummary  `json:"summary"`
-}
-
-type handlerTestResult struct {
-	File        string               `json:"file"`
-	Index       int                  `json:"index"` // 1-based within the file
-	ControlID   string               `json:"control_id,omitempty"`
-	Type        string               `json:"type,omitempty"`
-	Outcome     string               `json:"outcome"` // delivered, filtered, failed, held
-	Error       string               `json:"error,omitempty"`
-	Outputs     []handlerTestOutput  `json:"outputs,omitempty"`
-	StateWrites []handlerTestWrite   `json:"state_writes,omitempty"`
-	Logs        []handlerTestLogLine `json:"logs,omitempty"`
-
-	input *hl7.Message
-}
-
-type handlerTestOutput struct {
-	Destinations []string `json:"destinations"`
-	Segments     []string `json:"segments"`
-}
-
-type handlerTestWrite struct {
-	Namespace string          `json:"namespace"`
-	Key       string          `json:"key"`
-	Value     json.RawMessage `json:"value"`    // null: deleted
-	Previous  json.RawMessage `json:"previous"` // null: absent before
-}
-
-type handlerTestLogLine struct {
-	Level string `json:"level"`
-	Text  string `json:"text"`
-}
-
-type handlerTestSummary struct {
-	Messages  int `json:"messages"`
-	Delivered int `json:"delivered"`
-	Outputs   int `json:"outputs"`
-	Filtered  int `json:"filtered"`
-	Failed    int `json:"failed"`
-}
-
 func (c *handlerTestCmd) Run(ctx context.Context, g *Globals) error {
 	cfg, err := config.Load(c.Config)
 	if err != nil {
@@ -113,101 +62,30 @@ func (c *handlerTestCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	dry, err := engine.NewDryRun(ctx, cfg, c.Name, engine.DryRunOptions{Route: c.Route, State: seed})
+	dry, err := dryrun.New(ctx, cfg, c.Name, dryrun.Options{Route: c.Route, State: seed})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
-	rep := handlerTestReport{Handler: c.Name, Warnings: dry.Warnings}
-	rep.Channel, rep.Route, rep.Destinations = dry.Route()
-
 	for _, file := range c.Files {
 		data, err := readSample(file, g)
 		if err != nil {
 			return &exitError{code: 1, err: err}
 		}
-		for i, raw := range hl7.SplitMessages(data) {
-			r := handlerTestResult{File: file, Index: i + 1}
-			msg, err := hl7.Parse(raw)
-			if err != nil {
-				r.Outcome, r.Error = "failed", fmt.Sprintf("not an HL7 message: %v", err)
-				rep.Messages = append(rep.Messages, r)
-				continue
-			}
-			r.input, r.ControlID, r.Type = msg, msg.ControlID(), messageType(msg)
-			fillResult(&r, dry.Run(ctx, msg))
-			rep.Messages = append(rep.Messages, r)
-		}
+		dry.RunFile(ctx, file, data)
 	}
-	for _, r := range rep.Messages {
-		rep.Summary.Messages++
-		switch r.Outcome {
-		case "delivered":
-			rep.Summary.Delivered++
-			rep.Summary.Outputs += len(r.Outputs)
-		case "filtered":
-			rep.Summary.Filtered++
-		default:
-			rep.Summary.Failed++
-		}
-	}
+	rep := dry.Report()
 
 	if c.JSON {
 		if err := writeJSON(g.stdout, rep); err != nil {
 			return err
 		}
 	} else {
-		printHandlerTest(g.stdout, &rep)
+		printHandlerTest(g.stdout, rep)
 	}
 	if rep.Summary.Failed > 0 {
 		return &exitError{code: 1}
 	}
 	return nil
-}
-
-func fillResult(r *handlerTestResult, res engine.DryResult) {
-	switch {
-	case res.Err != nil && res.Held:
-		r.Outcome, r.Error = "held", res.Err.Error()
-	case res.Err != nil:
-		r.Outcome, r.Error = "failed", res.Err.Error()
-	case len(res.Outputs) == 0:
-		r.Outcome = "filtered"
-	default:
-		r.Outcome = "delivered"
-	}
-	for _, o := range res.Outputs {
-		r.Outputs = append(r.Outputs, handlerTestOutput{Destinations: o.Destinations, Segments: segmentTexts(o.Message)})
-	}
-	for _, w := range res.Writes {
-		r.StateWrites = append(r.StateWrites, handlerTestWrite{
-			Namespace: w.Key.Namespace, Key: w.Key.Key, Value: orNull(w.Value), Previous: orNull(w.Previous),
-		})
-	}
-	for _, l := range res.Logs {
-		r.Logs = append(r.Logs, handlerTestLogLine{Level: strings.ToLower(l.Level.String()), Text: l.Text})
-	}
-}
-
-func orNull(v json.RawMessage) json.RawMessage {
-	if v == nil {
-		return json.RawMessage("null")
-	}
-	return v
-}
-
-func segmentTexts(m *hl7.Message) []string {
-	out := make([]string, m.SegmentCount())
-	for i := range out {
-		out[i] = m.SegmentText(i)
-	}
-	return out
-}
-
-func messageType(m *hl7.Message) string {
-	if t := m.TriggerEvent(); t != "" {
-		return m.MessageType() + "^" + t
-	}
-	return m.MessageType()
 }
 
 // readSample reads a sample file, or standard input for "-".
@@ -248,7 +126,7 @@ func parseStateFlags(flags []string) (map[state.Key]json.RawMessage, error) {
 }
 
 // printHandlerTest writes the human-readable report.
-func printHandlerTest(w io.Writer, rep *handlerTestReport) {
+func printHandlerTest(w io.Writer, rep *dryrun.Report) {
 	dests := strings.Join(rep.Destinations, ", ")
 	if dests == "" {
 		dests = "no destinations"
@@ -280,7 +158,7 @@ func printHandlerTest(w io.Writer, rep *handlerTestReport) {
 				to = "no destination"
 			}
 			fmt.Fprintf(w, "  output %d of %d → %s\n", i+1, len(r.Outputs), to)
-			for _, line := range diffSegments(r.input, o.Segments) {
+			for _, line := range r.Diff(o) {
 				fmt.Fprintf(w, "    %s\n", line)
 			}
 		}
@@ -299,55 +177,4 @@ func printHandlerTest(w io.Writer, rep *handlerTestReport) {
 	s := rep.Summary
 	fmt.Fprintf(w, "\n%d messages: %d delivered (%d output messages), %d filtered, %d failed\n",
 		s.Messages, s.Delivered, s.Outputs, s.Filtered, s.Failed)
-}
-
-// diffSegments marks an output's segments against the input: "  " the
-// same, "~ " changed (same segment id and occurrence), "+ " added; input
-// segments the output lacks follow as "- ".
-func diffSegments(in *hl7.Message, out []string) []string {
-	type occ struct {
-		id string
-		n  int
-	}
-	inText := map[occ]string{}
-	count := map[string]int{}
-	var order []occ
-	for _, s := range segmentTexts(in) {
-		id := segID(s)
-		count[id]++
-		o := occ{id, count[id]}
-		inText[o] = s
-		order = append(order, o)
-	}
-	seen := map[occ]bool{}
-	count = map[string]int{}
-	var lines []string
-	for _, s := range out {
-		id := segID(s)
-		count[id]++
-		o := occ{id, count[id]}
-		seen[o] = true
-		prev, ok := inText[o]
-		switch {
-		case !ok:
-			lines = append(lines, "+ "+s)
-		case prev != s:
-			lines = append(lines, "~ "+s)
-		default:
-			lines = append(lines, "  "+s)
-		}
-	}
-	for _, o := range order {
-		if !seen[o] {
-			lines = append(lines, "- "+inText[o])
-		}
-	}
-	return lines
-}
-
-func segID(s string) string {
-	if len(s) < 3 {
-		return s
-	}
-	return s[:3]
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mefor/mefor/internal/dryrun"
 )
 
 // The example's walkthrough, as its README shows it: run from the root of
@@ -85,7 +87,7 @@ func TestHandlerTestJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("handler test: %v\n%s", err, out)
 	}
-	var rep handlerTestReport
+	var rep dryrun.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}

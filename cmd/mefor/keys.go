@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -122,7 +121,7 @@ Examples:
   mefor keys rotate --batch-size 200 --json`
 }
 
-func (c *keysRotateCmd) needsRole() string { return migrations.RoleAdmin }
+func (c *keysRotateCmd) needsRole() string { return ops.RequiredRole(ops.OpKeysRotate) }
 
 func (c *keysRotateCmd) Run(ctx context.Context, g *Globals) error {
 	kr, err := g.keyring()

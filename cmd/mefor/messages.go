@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -91,7 +90,7 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	msgs, err := ops.ListMessages(ctx, pool, store.MessageFilter{
+	msgs, err := ops.ListMessages(ctx, pool, ops.MessageFilter{
 		Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
 		Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit, Keys: kr,
 	})
@@ -100,7 +99,7 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.JSON {
 		if msgs == nil {
-			msgs = []store.MessageSummary{}
+			msgs = []ops.MessageSummary{}
 		}
 		return writeJSON(g.stdout, msgs)
 	}
@@ -112,7 +111,7 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // printSummaries prints the table of `messages list`.
-func printSummaries(w io.Writer, msgs []store.MessageSummary) error {
+func printSummaries(w io.Writer, msgs []ops.MessageSummary) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tCHANNEL\tTYPE\tCONTROL ID\tSTATUS\tSIZE")
 	for _, m := range msgs {
@@ -165,13 +164,13 @@ type messageShowJSON struct {
 }
 
 type outboundJSON struct {
-	store.Outbound
+	ops.Outbound
 	Payload        *string `json:"payload"`
 	PayloadCharset string  `json:"payload_charset,omitempty"`
 }
 
 type replyJSON struct {
-	store.Reply
+	ops.Reply
 	Body        *string `json:"body,omitempty"`
 	BodyCharset string  `json:"body_charset,omitempty"`
 }
@@ -204,7 +203,7 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 			c.ID, id, len(also), c.ID)
 	}
 	v, err := ops.ShowMessage(ctx, pool, kr, id, c.Body)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ops.ErrNotFound) {
 		return fmt.Errorf("message %d not found", id)
 	}
 	if err != nil {
@@ -213,10 +212,10 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		out := messageShowJSON{MessageView: v, Replies: []replyJSON{}}
 		if v.Work == nil {
-			v.Work = []store.WorkInfo{}
+			v.Work = []ops.WorkInfo{}
 		}
 		if v.Events == nil {
-			v.Events = []store.Event{}
+			v.Events = []ops.Event{}
 		}
 		if c.Body && v.Message.Raw != nil {
 			s, cs := bodyText(v.Message.Raw)
@@ -367,7 +366,7 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 }
 
 // printReply prints what a partner answered to one attempt.
-func printReply(w io.Writer, r store.Reply) {
+func printReply(w io.Writer, r ops.Reply) {
 	fmt.Fprintf(w, "\nReply from %s to row %d, attempt %d (%s):\n", r.Destination, r.WorkID, r.Attempt, oneLine(r.Outcome))
 	if r.Body == nil {
 		fmt.Fprintln(w, "  (no reply)")
@@ -378,7 +377,7 @@ func printReply(w io.Writer, r store.Reply) {
 
 // target names what a stage row works for: its destination, or its
 // route/handler.
-func target(r store.WorkInfo) string {
+func target(r ops.WorkInfo) string {
 	switch {
 	case r.Destination != "":
 		return r.Destination

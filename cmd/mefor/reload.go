@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -177,7 +176,7 @@ func shortHash(h string) string {
 
 // printConfigStatus prints the config section of `mefor status`: the
 // cluster config version and, per live node, what it applied.
-func printConfigStatus(w io.Writer, cs *leader.ConfigStatus) error {
+func printConfigStatus(w io.Writer, cs *ops.ConfigReport) error {
 	if cs == nil {
 		return nil
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -54,9 +53,9 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	res, err := ops.Replay(ctx, pool, q, c.ID)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, ops.ErrNotFound):
 		return fmt.Errorf("message %d not found", c.ID)
-	case errors.Is(err, store.ErrBodyPurged):
+	case errors.Is(err, ops.ErrBodyPurged):
 		return fmt.Errorf("message %d cannot be replayed: its body was purged by retention", c.ID)
 	case err != nil:
 		return err
@@ -65,9 +64,9 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 		return writeJSON(g.stdout, res)
 	}
 	switch res.Mode {
-	case store.ReplayRecover:
+	case ops.ReplayRecover:
 		fmt.Fprintf(g.stdout, "message %d: re-queued %d dead or pending row(s); status %s\n", res.MessageID, res.Rows, res.Status)
-	case store.ReplayResend:
+	case ops.ReplayResend:
 		fmt.Fprintf(g.stdout, "message %d: re-sending %d delivered row(s); status %s\n", res.MessageID, res.Rows, res.Status)
 	default:
 		fmt.Fprintf(g.stdout, "message %d: nothing to replay (no dead or pending rows and no delivered outbound rows); status %s\n",
@@ -116,7 +115,7 @@ func (c *replayDeadCmd) Run(ctx context.Context, g *Globals) error {
 		Confirm:  confirmer(g, c.Yes, "re-queue %d dead deliveries"),
 		Progress: bar.progress,
 	}
-	res, err := ops.ReplayDead(ctx, pool, q, store.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
+	res, err := ops.ReplayDead(ctx, pool, q, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
 	bar.finish()
 	if err != nil {
 		if res.Rows > 0 {

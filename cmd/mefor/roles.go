@@ -8,44 +8,44 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/mefor/mefor/migrations"
+	"github.com/mefor/mefor/ops"
 )
 
 // roleNeeder is a command that needs more than mefor_reader, the role of
-// every command that does not say.
+// every command that does not say. The policy itself is ops.RequiredRole.
 type roleNeeder interface {
 	needsRole() string
 }
 
 func (c *messagesShowCmd) needsRole() string {
 	if c.Body {
-		return migrations.RoleOperator
+		return ops.RequiredRole(ops.OpMessagesShowBody)
 	}
-	return migrations.RoleReader
+	return ops.RoleReader
 }
 
 func (c *messagesListCmd) needsRole() string {
 	if c.Text != "" {
-		return migrations.RoleOperator
+		return ops.RequiredRole(ops.OpMessagesSearch)
 	}
-	return migrations.RoleReader
+	return ops.RoleReader
 }
 
-func (c *replayCmd) needsRole() string         { return migrations.RoleOperator }
-func (c *replayDeadCmd) needsRole() string     { return migrations.RoleOperator }
-func (c *cancelCmd) needsRole() string         { return migrations.RoleOperator }
-func (c *enqueueCmd) needsRole() string        { return migrations.RoleOperator }
-func (c *runCmd) needsRole() string            { return migrations.RoleAdmin }
-func (c *stepdownCmd) needsRole() string       { return migrations.RoleAdmin }
-func (c *reloadCmd) needsRole() string         { return migrations.RoleAdmin }
-func (c *maintenanceRunCmd) needsRole() string { return migrations.RoleAdmin }
-func (c *referenceSyncCmd) needsRole() string  { return migrations.RoleAdmin }
-func (c *referenceShowCmd) needsRole() string  { return migrations.RoleOperator }
+func (c *replayCmd) needsRole() string         { return ops.RequiredRole(ops.OpReplay) }
+func (c *replayDeadCmd) needsRole() string     { return ops.RequiredRole(ops.OpReplayDead) }
+func (c *cancelCmd) needsRole() string         { return ops.RequiredRole(ops.OpCancel) }
+func (c *enqueueCmd) needsRole() string        { return ops.RequiredRole(ops.OpEnqueue) }
+func (c *runCmd) needsRole() string            { return ops.RequiredRole(ops.OpRun) }
+func (c *stepdownCmd) needsRole() string       { return ops.RequiredRole(ops.OpStepdown) }
+func (c *reloadCmd) needsRole() string         { return ops.RequiredRole(ops.OpReload) }
+func (c *maintenanceRunCmd) needsRole() string { return ops.RequiredRole(ops.OpMaintenanceRun) }
+func (c *referenceSyncCmd) needsRole() string  { return ops.RequiredRole(ops.OpReferenceSync) }
+func (c *referenceShowCmd) needsRole() string  { return ops.RequiredRole(ops.OpReferenceShow) }
 func (c *migrateCmd) needsRole() string {
 	if c.Status {
-		return migrations.RoleReader
+		return ops.RoleReader
 	}
-	return migrations.RoleAdmin
+	return ops.RequiredRole(ops.OpMigrate)
 }
 
 // explainDenied turns the database's refusal for lack of privilege
@@ -53,10 +53,10 @@ func (c *migrateCmd) needsRole() string {
 // to get it; other errors pass through.
 func explainDenied(kctx *kong.Context, g *Globals, err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+	if !ops.IsPermissionDenied(err) || !errors.As(err, &pgErr) {
 		return err
 	}
-	role := migrations.RoleReader
+	role := ops.RoleReader
 	if n := kctx.Selected(); n != nil && n.Target.CanAddr() {
 		if r, ok := n.Target.Addr().Interface().(roleNeeder); ok {
 			role = r.needsRole()

@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
-	"regexp"
-	"sync/atomic"
 	"time"
 
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/sink"
 )
 
 type sinkCmd struct {
@@ -39,13 +34,22 @@ message line then ends with the sender's certificate subject):
   mefor sink --listen 127.0.0.1:2576 --tls-cert sink.crt --tls-key sink.key --tls-client-ca ca.crt`
 }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-
 func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
-	if c.Dir != "" {
-		if err := os.MkdirAll(c.Dir, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", c.Dir, err)
-		}
+	snk, err := sink.New(sink.Config{Dir: c.Dir, Ack: hl7.AckCode(c.Ack), Delay: c.Delay, Logger: g.logger,
+		Report: func(r sink.Received) {
+			switch {
+			case r.ParseErr != nil:
+				fmt.Fprintf(g.stdout, "%d\t-\tunparseable (%v)\n", r.Seq, r.ParseErr)
+			case !c.Quiet:
+				from := ""
+				if r.Peer != "" {
+					from = "\tfrom " + r.Peer
+				}
+				fmt.Fprintf(g.stdout, "%d\t%s\t%s^%s%s\n", r.Seq, r.ControlID, r.MessageType, r.TriggerEvent, from)
+			}
+		}})
+	if err != nil {
+		return err
 	}
 	tlsCfg, err := c.TLS.config()
 	if err != nil {
@@ -55,66 +59,11 @@ func (c *sinkCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
-	var n atomic.Int64
-	srv := &mllp.Server{
-		Logger:    g.logger,
-		TLSConfig: tlsCfg,
-		Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, conn mllp.ConnInfo) []byte {
-			seq := n.Add(1)
-			msg, err := hl7.Parse(raw)
-			if err != nil {
-				fmt.Fprintf(g.stdout, "%d\t-\tunparseable (%v)\n", seq, err)
-				return hl7.NewACKForUnparsed(raw, hl7.AckReject, "not a valid HL7 message", hl7.NewControlID(), time.Now())
-			}
-			if c.Dir != "" {
-				name := fmt.Sprintf("%08d-%s.hl7", seq, unsafeName.ReplaceAllString(msg.ControlID(), "_"))
-				if err := writeFileAtomic(filepath.Join(c.Dir, name), raw); err != nil {
-					g.logger.Error("write message file", "error", err)
-					return hl7.NewACK(msg, hl7.AckError, "receiver could not store the message", hl7.NewControlID(), time.Now())
-				}
-			}
-			if !c.Quiet {
-				from := ""
-				if peer := conn.PeerSubject(); peer != "" {
-					from = "\tfrom " + peer
-				}
-				fmt.Fprintf(g.stdout, "%d\t%s\t%s^%s%s\n", seq, msg.ControlID(), msg.MessageType(), msg.TriggerEvent(), from)
-			}
-			if c.Delay > 0 {
-				select {
-				case <-time.After(c.Delay):
-				case <-ctx.Done():
-					return nil
-				}
-			}
-			return hl7.NewACK(msg, hl7.AckCode(c.Ack), "", hl7.NewControlID(), time.Now())
-		}),
-	}
 	g.logger.Info("sink listening", "addr", ln.Addr().String(), "dir", c.Dir, "ack", c.Ack,
 		"tls", tlsCfg != nil, "client_certificates", tlsCfg != nil && tlsCfg.ClientCAs != nil)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-done; err != nil && !errors.Is(err, mllp.ErrServerClosed) {
+	if err := snk.Serve(ctx, ln, tlsCfg); err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "received %d messages\n", n.Load())
+	fmt.Fprintf(g.stdout, "received %d messages\n", snk.Count())
 	return nil
-}
-
-// writeFileAtomic writes through a hidden temp file and a rename, so whoever
-// watches the directory never reads a half-written message.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, data, 0o640); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

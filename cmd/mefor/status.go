@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/store"
-	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -75,8 +73,8 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		for _, ch := range st.Channels {
 			s := ch.ByStatus
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", ch.Channel, ch.Received, ch.Queued,
-				fmtAge(ch.OldestQueuedSeconds), s[store.StatusReceived], s[store.StatusRouted], s[store.StatusUnrouted],
-				s[store.StatusFiltered], s[store.StatusProcessed], s[store.StatusError])
+				fmtAge(ch.OldestQueuedSeconds), s[ops.StatusReceived], s[ops.StatusRouted], s[ops.StatusUnrouted],
+				s[ops.StatusFiltered], s[ops.StatusProcessed], s[ops.StatusError])
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -106,7 +104,7 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 
 // printTail prints what follows the counts: each node's config, then the
 // certificates in use and the plaintext listeners.
-func (c *statusCmd) printTail(w io.Writer, st *store.Status) error {
+func (c *statusCmd) printTail(w io.Writer, st *ops.StatusReport) error {
 	if err := printConfigStatus(w, st.Config); err != nil {
 		return err
 	}
@@ -138,7 +136,7 @@ func fmtAge(sec *float64) string {
 
 // printClusterLine summarizes who serves the listeners and who schedules
 // maintenance, above the counts.
-func printClusterLine(w io.Writer, cl *leader.ClusterStatus) {
+func printClusterLine(w io.Writer, cl *ops.ClusterStatus) {
 	if cl == nil {
 		return
 	}

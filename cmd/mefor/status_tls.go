@@ -6,13 +6,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/tlsconf"
+	"github.com/mefor/mefor/ops"
 )
 
 // printTransport lists the certificates the live nodes use, with their
 // expiry, and warns about plaintext listeners other machines can reach.
 // It prints nothing for a cluster without TLS that listens on loopback.
-func printTransport(w io.Writer, ts *store.TransportStatus, now time.Time) error {
+func printTransport(w io.Writer, ts *ops.TransportStatus, now time.Time) error {
 	if ts == nil {
 		return nil
 	}
@@ -40,13 +41,13 @@ func printTransport(w io.Writer, ts *store.TransportStatus, now time.Time) error
 
 // expiry reads as "2026-03-01 (in 89d)", flagged once the nodes warn about
 // it and once it has passed.
-func expiry(c store.NodeCertificate, now time.Time) string {
+func expiry(c ops.NodeCertificate, now time.Time) string {
 	date := c.NotAfter.UTC().Format(time.DateOnly)
 	left := c.NotAfter.Sub(now)
 	switch {
 	case left <= 0:
 		return date + " (EXPIRED)"
-	case !now.Before(c.WarnFrom):
+	case tlsconf.RenewSoon(c.NotAfter, now, c.NotAfter.Sub(c.WarnFrom)):
 		return fmt.Sprintf("%s (in %s, renew soon)", date, fmtDays(left))
 	}
 	return fmt.Sprintf("%s (in %s)", date, fmtDays(left))

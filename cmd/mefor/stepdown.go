@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -78,16 +77,16 @@ func (c *stepdownCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintln(g.stdout, describeStepdown(ans, c.Wait))
 	}
 	switch ans.Outcome {
-	case leader.OutcomeReleased:
+	case ops.OutcomeReleased:
 		if c.Wait && ans.NewHolder == "" {
 			return &exitError{code: exitStepdownNoAnswer, err: fmt.Errorf("released, but no other node took the lease within %s", c.Timeout)}
 		}
 		return nil
-	case leader.OutcomeReleaseUnconfirmed:
+	case ops.OutcomeReleaseUnconfirmed:
 		return &exitError{code: exitStepdownUnconfirmed}
 	case ops.OutcomeNoAnswer:
 		return &exitError{code: exitStepdownNoAnswer}
-	case leader.OutcomeNotHolder, leader.OutcomeLockTimeout, ops.OutcomeNoHolder, ops.OutcomeNotLive:
+	case ops.OutcomeNotHolder, ops.OutcomeLockTimeout, ops.OutcomeNoHolder, ops.OutcomeNotLive:
 		return &exitError{code: exitStepdownRefused}
 	default:
 		return &exitError{code: 1, err: errors.New("unexpected answer " + ans.Outcome)}
@@ -96,7 +95,7 @@ func (c *stepdownCmd) Run(ctx context.Context, g *Globals) error {
 
 func describeStepdown(a ops.StepdownAnswer, wait bool) string {
 	switch a.Outcome {
-	case leader.OutcomeReleased:
+	case ops.OutcomeReleased:
 		s := fmt.Sprintf("node %s released the listener lease", a.Node)
 		if a.ReleasedAt != nil {
 			s += " at " + a.ReleasedAt.Local().Format("15:04:05.000")
@@ -108,7 +107,7 @@ func describeStepdown(a ops.StepdownAnswer, wait bool) string {
 			s += "; no other node took it yet"
 		}
 		return s
-	case leader.OutcomeNotHolder:
+	case ops.OutcomeNotHolder:
 		holder := a.Holder
 		if holder == "" {
 			holder = "no node"
@@ -118,9 +117,9 @@ func describeStepdown(a ops.StepdownAnswer, wait bool) string {
 		return "refused: no node holds the listener lease; nothing to release"
 	case ops.OutcomeNotLive:
 		return "refused: " + a.Reason
-	case leader.OutcomeLockTimeout:
+	case ops.OutcomeLockTimeout:
 		return fmt.Sprintf("refused: node %s could not start the release (%s); it still holds the lease. Try again.", a.Node, a.Reason)
-	case leader.OutcomeReleaseUnconfirmed:
+	case ops.OutcomeReleaseUnconfirmed:
 		return fmt.Sprintf("NOT CONFIRMED: node %s stopped serving the listeners, but its release write did not return (%s). "+
 			"The lease may still be live, and then no other node can take it until it expires. "+
 			"Run 'mefor stepdown --node %s' again to re-send the release, and check 'mefor nodes'.", a.Node, a.Reason, a.Node)

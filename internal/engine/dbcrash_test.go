@@ -26,7 +26,7 @@ import (
 // message stored whose ACK the crash cut off. A commit that returned
 // before its WAL was flushed (synchronous_commit off, for intake as a
 // mutant, or for every session on this server without
-// store.DurableCommits) loses ACKed messages here.
+// dbpool.DurableCommits) loses ACKed messages here.
 func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -38,7 +38,7 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	t.Cleanup(db.Pool.Close)
 	// The suite's server commits without waiting for the flush, as a
 	// careless production server might; the node's sessions must not
-	// (store.DurableCommits).
+	// (dbpool.DurableCommits).
 
 	// The partner holds one delivery until the crash is over, so that no
 	// delivery record flushes the WAL meanwhile: only intake's commits do.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/cpupressure"
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/state"
@@ -35,7 +35,7 @@ type Options struct {
 	Config *config.Config
 	// Pool's settings (not its connections) are what the node connects
 	// with: it opens pools of its own from them, with the session settings
-	// every node needs (nodePoolConfig).
+	// every node needs (dbpool.NodeConfig).
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
 	// NodeID names this node in River and in logs.
@@ -183,7 +183,10 @@ func New(opts Options) (*Node, error) {
 		return nil, errors.New("engine: a node needs a config, a database pool and a node id")
 	}
 	callerAfterConnect := opts.Pool.Config().AfterConnect
-	pool, err := pgxpool.NewWithConfig(context.Background(), nodePoolConfig(opts.Pool.Config(), opts.NodeID, opts.Config.Cluster.LeaseTTL, opts.Logger))
+	pool, err := pgxpool.NewWithConfig(context.Background(), dbpool.NodeConfig(opts.Pool.Config(), dbpool.NodeOptions{
+		ApplicationName: leader.ApplicationName(opts.NodeID), LeaseTTL: opts.Config.Cluster.LeaseTTL,
+		Warm: store.WarmSession, Logger: opts.Logger,
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("create connection pool: %w", err)
 	}
@@ -249,7 +252,7 @@ func New(opts Options) (*Node, error) {
 	// the warm-up ran, again at every heartbeat, on a host short of CPU.
 	ccfg.AfterConnect = callerAfterConnect
 	// A stepdown's audit row and answer are written here.
-	store.DurableCommits(&ccfg.ConnConfig.Config)
+	dbpool.DurableCommits(&ccfg.ConnConfig.Config)
 	cpool, err := pgxpool.NewWithConfig(context.Background(), ccfg)
 	if err != nil {
 		pool.Close()
@@ -372,7 +375,7 @@ func maxSendTimeout(cfg *config.Config) time.Duration {
 	return longest
 }
 
-// Pool is the pool the node's own sessions come from (see nodePoolConfig).
+// Pool is the pool the node's own sessions come from (see dbpool.NodeConfig).
 func (n *Node) Pool() *pgxpool.Pool { return n.opts.Pool }
 
 // Client is the node's River client (for inserting jobs, e.g. in tests).
@@ -685,50 +688,11 @@ func (n *Node) closePools() {
 	n.opts.Pool.Close()
 }
 
-// nodePoolConfig is base with the session settings a node's connections
-// need, whoever runs the node:
-//   - application_name names the node, so the other nodes can end its
-//     sessions once it is dead (leader.TerminateDeadNodeSessions);
-//   - idle_in_transaction_session_timeout (lease_ttl, unless base sets it):
-//     a node frozen or cut off in the middle of a transaction keeps its
-//     session, and with it its lane locks and River row locks, until TCP
-//     gives up (hours), and the node taking over would wait on them.
-//     Nothing a node does sits idle inside a transaction, so the server may
-//     end such a session once the lease could have moved;
-//   - every new session is readied (store.WarmSession) before its first
-//     use.
-func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration, logger *slog.Logger) *pgxpool.Config {
-	cfg := base.Copy()
-	params := cfg.ConnConfig.RuntimeParams
-	if params == nil {
-		params = map[string]string{}
-		cfg.ConnConfig.RuntimeParams = params
-	}
-	params["application_name"] = leader.ApplicationName(nodeID)
-	if _, set := params["idle_in_transaction_session_timeout"]; !set {
-		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
-	}
-	store.DurableCommits(&cfg.ConnConfig.Config)
-	after := cfg.AfterConnect
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		if after != nil {
-			if err := after(ctx, c); err != nil {
-				return err
-			}
-		}
-		if err := store.WarmSession(ctx, c); err != nil {
-			logger.DebugContext(ctx, "a new database session was not readied; its first statements will be slower", "error", err)
-		}
-		return nil
-	}
-	return cfg
-}
-
 // warnIfNotDurable logs, once at start, settings that let a crash lose
 // what the server reported committed. With fsync or full_page_writes off
 // (the server's), an acknowledged message is only as safe as the operating
 // system's cache. With synchronous_commit off in the node's own sessions
-// (only when the database URL names it: store.DurableCommits turns it on
+// (only when the database URL names it: dbpool.DurableCommits turns it on
 // otherwise), a commit returns before its flush, so a sender can hold an
 // ACK for a message a crash of the server then loses.
 func (n *Node) warnIfNotDurable(ctx context.Context) {

@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/hl7"
@@ -147,6 +149,16 @@ type ResealResult struct {
 	Kept int
 	// After is the cursor for the next batch.
 	After []any
+}
+
+// IsResealConflict reports whether err is PostgreSQL aborting a
+// ResealBatch to break a deadlock (40P01) or a serialization failure
+// (40001) with a node's transaction touching the same rows in another
+// order. The batch's transaction rolled back and changed nothing, so it is
+// safe to run again.
+func IsResealConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
 // ResealBatch re-seals under kr's active key up to limit values of c that

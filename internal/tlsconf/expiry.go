@@ -12,6 +12,14 @@ import (
 // warnEvery is how often one certificate is warned about.
 const warnEvery = 24 * time.Hour
 
+// RenewSoon reports whether a certificate valid until notAfter is due for
+// renewal as of now: it expires within window (the config's
+// tls_expiry_warning), or has expired. It is the one rule behind a node's
+// warnings (ExpiryWarner), 'mefor config check' and 'mefor status'.
+func RenewSoon(notAfter, now time.Time, window time.Duration) bool {
+	return notAfter.Sub(now) <= window
+}
+
 // ExpiryWarner logs, at most once a day per certificate, the certificates
 // that expire within Window, and those that have expired (which a renewal
 // followed by a reload cures; a restart would be refused). Each node warns
@@ -35,10 +43,10 @@ func (w *ExpiryWarner) Check(ctx context.Context, certs []Certificate, now time.
 	}
 	n := 0
 	for _, c := range certs {
-		left := c.NotAfter.Sub(now)
-		if left > w.Window {
+		if !RenewSoon(c.NotAfter, now, w.Window) {
 			continue
 		}
+		left := c.NotAfter.Sub(now)
 		key := c.File + "\x00" + c.Serial
 		if last, ok := w.warned[key]; ok && now.Sub(last) < warnEvery {
 			continue
