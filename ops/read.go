@@ -11,6 +11,8 @@ import (
 
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/leader"
 )
@@ -59,7 +61,7 @@ type MessageView struct {
 // ShowMessage reads one message with its stage rows, partner replies,
 // timeline and origin (file, parent, replies routed in), all from one
 // snapshot. Bodies (the message's and the replies')
-// are read only when withBody is set. An unknown id wraps store.ErrNotFound.
+// are read only when withBody is set. An unknown id wraps pipeline.ErrNotFound.
 //
 // Reading bodies is audited: the reads and the audit row share one
 // transaction, so no body is returned unless its viewing was recorded.
@@ -117,29 +119,29 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 // openView opens the sealed parts of a message view in place.
 func openView(kr *crypt.Keyring, v *MessageView) error {
 	var err error
-	v.Message.Error = store.OpenText(kr, v.Message.Error)
+	v.Message.Error = pipeline.OpenText(kr, v.Message.Error)
 	for i := range v.Work {
-		v.Work[i].LastError = store.OpenText(kr, v.Work[i].LastError)
+		v.Work[i].LastError = pipeline.OpenText(kr, v.Work[i].LastError)
 	}
 	for i := range v.Events {
-		v.Events[i].Detail = store.OpenText(kr, v.Events[i].Detail)
+		v.Events[i].Detail = pipeline.OpenText(kr, v.Events[i].Detail)
 	}
 	if p := v.Origin.Parent; p != nil {
-		p.Error = store.OpenText(kr, p.Error)
+		p.Error = pipeline.OpenText(kr, p.Error)
 	}
 	for i := range v.Origin.Replies {
-		v.Origin.Replies[i].Error = store.OpenText(kr, v.Origin.Replies[i].Error)
+		v.Origin.Replies[i].Error = pipeline.OpenText(kr, v.Origin.Replies[i].Error)
 	}
-	if v.Message.Raw, err = kr.Open(store.ColRaw, v.Message.Raw); err != nil {
+	if v.Message.Raw, err = kr.Open(pipeline.ColRaw, v.Message.Raw); err != nil {
 		return fmt.Errorf("message %d: %w", v.Message.ID, err)
 	}
 	for i := range v.Replies {
-		if v.Replies[i].Body, err = kr.Open(store.ColReply, v.Replies[i].Body); err != nil {
+		if v.Replies[i].Body, err = kr.Open(pipeline.ColReply, v.Replies[i].Body); err != nil {
 			return fmt.Errorf("message %d, reply %d: %w", v.Message.ID, v.Replies[i].ID, err)
 		}
 	}
 	for i := range v.Outbound {
-		if v.Outbound[i].Payload, err = kr.Open(store.ColPayload, v.Outbound[i].Payload); err != nil {
+		if v.Outbound[i].Payload, err = kr.Open(pipeline.ColPayload, v.Outbound[i].Payload); err != nil {
 			return fmt.Errorf("message %d, row %d: %w", v.Message.ID, v.Outbound[i].WorkID, err)
 		}
 	}
@@ -168,7 +170,7 @@ func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64,
 				}
 			}
 			return n, nil, also, nil
-		case !errors.Is(gerr, store.ErrNotFound):
+		case !errors.Is(gerr, pipeline.ErrNotFound):
 			return 0, nil, nil, gerr
 		}
 	}
@@ -186,10 +188,10 @@ func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]store.Alert, error) 
 // ListDead returns dead rows of every stage, most recently dead first.
 //
 // Their errors are opened with kr.
-func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f store.DeadFilter) ([]store.DeadRow, error) {
+func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter) ([]store.DeadRow, error) {
 	rows, err := store.ListDead(ctx, pool, f)
 	for i := range rows {
-		rows[i].LastError = store.OpenText(kr, rows[i].LastError)
+		rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
 	}
 	return rows, err
 }
@@ -213,7 +215,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		if err != nil {
 			return err
 		}
-		rs, err := store.ReadRetentionStatus(ctx, tx)
+		rs, err := retention.ReadStatus(ctx, tx)
 		st.Retention = &rs
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
@@ -39,7 +40,7 @@ func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]
 	// Reclaim runs every few seconds on one node at a time: often enough
 	// to keep the summary counts about one row per key, which is what
 	// `mefor status` and the gauges read.
-	if _, err := store.FoldCounts(ctx, w.Deps.Pool); err != nil {
+	if _, err := pipeline.FoldCounts(ctx, w.Deps.Pool); err != nil {
 		return err
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
@@ -38,7 +39,7 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 	log := w.Deps.Logger.With("job", MaintenanceRetention, "job_id", job.ID)
 	run := store.MaintenanceRun{Job: MaintenanceRetention, NodeID: w.NodeID, StartedAt: time.Now()}
 	p := w.Policy()
-	var counts store.RetentionCounts
+	var counts retention.Counts
 	var err error
 	if p == nil {
 		run.Detail = map[string]any{"note": "retention is not configured; nothing purged"}
@@ -47,7 +48,7 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 			"keep_bodies": p.KeepBodies.String(), "keep_dead": p.KeepDead.String(),
 			"delete_after": p.DeleteAfter.String(), "batch_size": p.BatchSize,
 		}
-		counts, err = store.RunRetention(ctx, w.Deps.Pool, store.RetentionPolicy{
+		counts, err = retention.Run(ctx, w.Deps.Pool, retention.Policy{
 			KeepBodies: p.KeepBodies, KeepDead: p.KeepDead, DeleteAfter: p.DeleteAfter, Batch: p.BatchSize,
 		}, nil)
 		run.Detail["bodies_nulled"] = counts.BodiesNulled

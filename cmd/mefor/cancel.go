@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -68,7 +68,7 @@ func (c *cancelCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	bar := newBar(g, c.JSON, "cancelling")
-	f := store.CancelFilter{Destination: c.Destination, Channel: c.Channel, Top: c.Top}
+	f := pipeline.CancelFilter{Destination: c.Destination, Channel: c.Channel, Top: c.Top}
 	res, err := ops.Cancel(ctx, pool, q, f, ops.BulkOptions{Progress: bar.progress, Wait: c.Wait})
 	bar.finish()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
@@ -55,7 +56,7 @@ func (c *deadListCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := ops.ListDead(ctx, pool, kr, store.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
+	rows, err := ops.ListDead(ctx, pool, kr, pipeline.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
 	if err != nil {
 		return err
 	}

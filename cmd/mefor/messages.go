@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
@@ -204,7 +205,7 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 			c.ID, id, len(also), c.ID)
 	}
 	v, err := ops.ShowMessage(ctx, pool, kr, id, c.Body)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, pipeline.ErrNotFound) {
 		return fmt.Errorf("message %d not found", id)
 	}
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/drainer"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
@@ -45,9 +45,9 @@ func newOpsFixture(t *testing.T) *opsFixture {
 			t.Fatal(err)
 		}
 	}
-	head := func(lane string, msg int64) drainer.Row {
+	head := func(lane string, msg int64) pipeline.Row {
 		t.Helper()
-		rows, err := drainer.PendingRows(ctx, db.Pool, lane, 100)
+		rows, err := pipeline.PendingRows(ctx, db.Pool, lane, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,14 +57,14 @@ func newOpsFixture(t *testing.T) *opsFixture {
 			}
 		}
 		t.Fatalf("message %d not pending in %s", msg, lane)
-		return drainer.Row{}
+		return pipeline.Row{}
 	}
 	n := 0
 	receive := func() int64 {
 		n++
 		var id int64
 		inTx(func(tx pgx.Tx) error {
-			id, err = store.Receive(ctx, tx, q, store.Inbound{
+			id, err = pipeline.Receive(ctx, tx, q, pipeline.Inbound{
 				Channel: "adt", Source: "test",
 				Raw:       []byte(strings.Replace(fixtureBody, "%d", strconv.Itoa(n), 1)),
 				ControlID: "CTRL" + strconv.Itoa(n), MessageType: "ADT", TriggerEvent: "A01",
@@ -78,11 +78,11 @@ func newOpsFixture(t *testing.T) *opsFixture {
 		id := receive()
 		row := head(jobs.IngressLane("adt"), id)
 		inTx(func(tx pgx.Tx) error {
-			return drainer.RouteHandoff(ctx, tx, q, row, []drainer.RoutedOut{{Route: "all", Handler: "pass"}})
+			return pipeline.RouteHandoff(ctx, tx, q, row, []pipeline.RoutedOut{{Route: "all", Handler: "pass"}})
 		})
 		row = head(jobs.RoutedLane("adt"), id)
 		inTx(func(tx pgx.Tx) error {
-			return drainer.TransformHandoff(ctx, tx, q, row, []drainer.OutboundOut{{Destination: "lab", Lane: lab}})
+			return pipeline.TransformHandoff(ctx, tx, q, row, []pipeline.OutboundOut{{Destination: "lab", Lane: lab}})
 		})
 		return id
 	}
@@ -92,11 +92,11 @@ func newOpsFixture(t *testing.T) *opsFixture {
 	f.queued = toLab()
 	f.fresh = receive()
 	inTx(func(tx pgx.Tx) error {
-		_, err := drainer.Delivered(ctx, tx, head(lab, f.done), drainer.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK\rMSA|AA\r")})
+		_, err := pipeline.Delivered(ctx, tx, head(lab, f.done), pipeline.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK\rMSA|AA\r")})
 		return err
 	})
 	inTx(func(tx pgx.Tx) error {
-		return drainer.Failed(ctx, tx, head(lab, f.dead), drainer.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected: AR"}, 0, true)
+		return pipeline.Failed(ctx, tx, head(lab, f.dead), pipeline.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected: AR"}, 0, true)
 	})
 	return f
 }
@@ -274,8 +274,8 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	}
 
 	// Replay a delivered message: re-sent.
-	r := decode[store.ReplayResult](t, f.ok(t, "replay", strconv.FormatInt(f.done, 10), "--json"))
-	if r.Rows != 1 || r.Mode != store.ReplayResend || r.Status != store.StatusRouted {
+	r := decode[pipeline.ReplayResult](t, f.ok(t, "replay", strconv.FormatInt(f.done, 10), "--json"))
+	if r.Rows != 1 || r.Mode != pipeline.ReplayResend || r.Status != pipeline.StatusRouted {
 		t.Fatalf("replay delivered = %+v", r)
 	}
 	// A just-received message: its pending ingress row is re-queued in place.

@@ -13,7 +13,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -54,9 +54,9 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	res, err := ops.Replay(ctx, pool, q, c.ID)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, pipeline.ErrNotFound):
 		return fmt.Errorf("message %d not found", c.ID)
-	case errors.Is(err, store.ErrBodyPurged):
+	case errors.Is(err, pipeline.ErrBodyPurged):
 		return fmt.Errorf("message %d cannot be replayed: its body was purged by retention", c.ID)
 	case err != nil:
 		return err
@@ -65,9 +65,9 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 		return writeJSON(g.stdout, res)
 	}
 	switch res.Mode {
-	case store.ReplayRecover:
+	case pipeline.ReplayRecover:
 		fmt.Fprintf(g.stdout, "message %d: re-queued %d dead or pending row(s); status %s\n", res.MessageID, res.Rows, res.Status)
-	case store.ReplayResend:
+	case pipeline.ReplayResend:
 		fmt.Fprintf(g.stdout, "message %d: re-sending %d delivered row(s); status %s\n", res.MessageID, res.Rows, res.Status)
 	default:
 		fmt.Fprintf(g.stdout, "message %d: nothing to replay (no dead or pending rows and no delivered outbound rows); status %s\n",
@@ -116,7 +116,7 @@ func (c *replayDeadCmd) Run(ctx context.Context, g *Globals) error {
 		Confirm:  confirmer(g, c.Yes, "re-queue %d dead deliveries"),
 		Progress: bar.progress,
 	}
-	res, err := ops.ReplayDead(ctx, pool, q, store.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
+	res, err := ops.ReplayDead(ctx, pool, q, pipeline.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
 	bar.finish()
 	if err != nil {
 		if res.Rows > 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
@@ -75,8 +76,8 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		for _, ch := range st.Channels {
 			s := ch.ByStatus
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", ch.Channel, ch.Received, ch.Queued,
-				fmtAge(ch.OldestQueuedSeconds), s[store.StatusReceived], s[store.StatusRouted], s[store.StatusUnrouted],
-				s[store.StatusFiltered], s[store.StatusProcessed], s[store.StatusError])
+				fmtAge(ch.OldestQueuedSeconds), s[pipeline.StatusReceived], s[pipeline.StatusRouted], s[pipeline.StatusUnrouted],
+				s[pipeline.StatusFiltered], s[pipeline.StatusProcessed], s[pipeline.StatusError])
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -23,6 +23,7 @@ import (
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
@@ -59,7 +60,7 @@ type Options struct {
 	// meanwhile. After the start, sessions that closed are reopened on demand,
 	// not all at once (as after a partition). `mefor run` sets it unless the
 	// database URL sets pool_min_conns. Every new session of the node's pool
-	// is readied (store.WarmSession) either way.
+	// is readied (pipeline.WarmSession) either way.
 	OpenConnsAtStart bool
 	// MaxWorkers per stage queue; zero means a default.
 	IngressWorkers, RoutedWorkers, OutboundWorkers int
@@ -242,7 +243,7 @@ func New(opts Options) (*Node, error) {
 	// connection would fence a healthy holder and fail the listeners over.
 	ccfg := opts.Pool.Config().Copy()
 	ccfg.MaxConns, ccfg.MinConns = 2, 0
-	// Nor are these sessions readied (store.WarmSession): they run a few
+	// Nor are these sessions readied (pipeline.WarmSession): they run a few
 	// small statements, and once a partition heals, a renewal that must
 	// open a session within a heartbeat would miss its deadline while
 	// the warm-up ran, again at every heartbeat (seen on a slow host).
@@ -707,7 +708,7 @@ func (n *Node) closePools() {
 //     gives up (hours), and the node taking over would wait on them.
 //     Nothing a node does sits idle inside a transaction, so the server may
 //     end such a session once the lease could have moved;
-//   - every new session is readied (store.WarmSession) before its first
+//   - every new session is readied (pipeline.WarmSession) before its first
 //     use.
 func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration, logger *slog.Logger) *pgxpool.Config {
 	cfg := base.Copy()
@@ -728,7 +729,7 @@ func nodePoolConfig(base *pgxpool.Config, nodeID string, leaseTTL time.Duration,
 				return err
 			}
 		}
-		if err := store.WarmSession(ctx, c); err != nil {
+		if err := pipeline.WarmSession(ctx, c); err != nil {
 			logger.DebugContext(ctx, "a new database session was not readied; its first statements will be slower", "error", err)
 		}
 		return nil

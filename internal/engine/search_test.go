@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -34,7 +35,7 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 		`SELECT patient_key FROM mefor_message WHERE control_id = 'S001'`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
-	if stored != store.PatientKey(nil, "P888") {
-		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, store.PatientKey(nil, "P888"))
+	if stored != pipeline.PatientKey(nil, "P888") {
+		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, pipeline.PatientKey(nil, "P888"))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // Alert states (mefor_alert.state) and notification kinds.
@@ -43,7 +44,7 @@ func scanAlert(r pgx.CollectableRow) (Alert, error) {
 }
 
 // ListAlerts returns every rule's state, by rule name.
-func ListAlerts(ctx context.Context, q DBTX) ([]Alert, error) {
+func ListAlerts(ctx context.Context, q pipeline.DBTX) ([]Alert, error) {
 	rows, err := q.Query(ctx, `SELECT `+alertColumns+` FROM mefor_alert ORDER BY rule`)
 	if err != nil {
 		return nil, fmt.Errorf("list alerts: %w", err)
@@ -107,7 +108,7 @@ func UpdateAlert(ctx context.Context, tx pgx.Tx, rule, state string, changed boo
 
 // RecordNotification notes the outcome of sending a rule's notification
 // to sink: errText empty for a success. It never holds header values.
-func RecordNotification(ctx context.Context, q DBTX, rule, sink, notification, errText string) error {
+func RecordNotification(ctx context.Context, q pipeline.DBTX, rule, sink, notification, errText string) error {
 	_, err := q.Exec(ctx, `
 		UPDATE mefor_alert SET last_notification = $3, last_sink = $2, last_notify_error = NULLIF($4, ''),
 			last_notified_at = CASE WHEN $4 = '' THEN clock_timestamp() ELSE last_notified_at END
@@ -122,7 +123,7 @@ func RecordNotification(ctx context.Context, q DBTX, rule, sink, notification, e
 // channel when destination is empty (rows not replayed or cancelled since),
 // from the summary counts (counts.go): exact, and as cheap with a million
 // dead letters as with none.
-func CountDead(ctx context.Context, q DBTX, destination, channel string) (int64, error) {
+func CountDead(ctx context.Context, q pipeline.DBTX, destination, channel string) (int64, error) {
 	var n int64
 	var err error
 	if destination != "" {
@@ -143,7 +144,7 @@ func CountDead(ctx context.Context, q DBTX, destination, channel string) (int64,
 // SecondsSinceTraffic is how long ago the channel last received a message,
 // or the destination last had a delivery queued for it, by the database
 // clock; ok is false when it never did.
-func SecondsSinceTraffic(ctx context.Context, q DBTX, destination, channel string) (secs float64, ok bool, err error) {
+func SecondsSinceTraffic(ctx context.Context, q pipeline.DBTX, destination, channel string) (secs float64, ok bool, err error) {
 	var v *float64
 	if destination != "" {
 		err = q.QueryRow(ctx, `

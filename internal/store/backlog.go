@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -39,7 +40,7 @@ type BacklogGroup struct {
 // group from the partial index on pending rows (pendingGroupsSQL), so its
 // cost follows the number of groups, not the backlog or the history kept;
 // the lane registry supplies the names with nothing pending.
-func ReadBacklog(ctx context.Context, q DBTX) (*Backlog, error) {
+func ReadBacklog(ctx context.Context, q pipeline.DBTX) (*Backlog, error) {
 	b := &Backlog{}
 	var err error
 	if b.Groups, err = readPendingGroups(ctx, q); err != nil {

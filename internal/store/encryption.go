@@ -7,13 +7,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/leader"
 )
 
 // RecordEncryption notes which key node seals with (none: encryption off)
 // and which key ids it can open, for `mefor status`. Key material never
 // reaches the database.
-func RecordEncryption(ctx context.Context, q DBTX, nodeID string, kr *crypt.Keyring) error {
+func RecordEncryption(ctx context.Context, q pipeline.DBTX, nodeID string, kr *crypt.Keyring) error {
 	ids := kr.IDs()
 	if ids == nil {
 		ids = []string{}
@@ -63,7 +64,7 @@ func (s *EncryptionStatus) State() string {
 }
 
 // ReadEncryptionStatus returns what each live node recorded.
-func ReadEncryptionStatus(ctx context.Context, q DBTX) (*EncryptionStatus, error) {
+func ReadEncryptionStatus(ctx context.Context, q pipeline.DBTX) (*EncryptionStatus, error) {
 	live, err := leader.LiveNodes(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("read encryption status: %w", err)

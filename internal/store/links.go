@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // Origin is where a message came from beyond its source: the file it was
@@ -59,9 +60,9 @@ func (m LinkedMessage) Type() string {
 	return MessageSummary{MessageType: m.MessageType, TriggerEvent: m.TriggerEvent}.Type()
 }
 
-// MessageOrigin reads a message's file, parent and replies. ErrNotFound
+// MessageOrigin reads a message's file, parent and replies. pipeline.ErrNotFound
 // when there is no such message.
-func MessageOrigin(ctx context.Context, q DBTX, id int64) (Origin, error) {
+func MessageOrigin(ctx context.Context, q pipeline.DBTX, id int64) (Origin, error) {
 	var o Origin
 	var (
 		fileID, parentID *int64
@@ -70,7 +71,7 @@ func MessageOrigin(ctx context.Context, q DBTX, id int64) (Origin, error) {
 	err := q.QueryRow(ctx, `SELECT source_file_id, source_file_index, parent_id, reply_depth FROM mefor_message WHERE id = $1`,
 		id).Scan(&fileID, &index, &parentID, &o.ReplyDepth)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Origin{}, fmt.Errorf("message %d: %w", id, ErrNotFound)
+		return Origin{}, fmt.Errorf("message %d: %w", id, pipeline.ErrNotFound)
 	}
 	if err != nil {
 		return Origin{}, fmt.Errorf("read origin of message %d: %w", id, err)
@@ -105,7 +106,7 @@ func MessageOrigin(ctx context.Context, q DBTX, id int64) (Origin, error) {
 
 // linked reads messages matching where, with the delivery named by the
 // response id expression resp.
-func linked(ctx context.Context, q DBTX, where string, id int64, resp string) ([]LinkedMessage, error) {
+func linked(ctx context.Context, q pipeline.DBTX, where string, id int64, resp string) ([]LinkedMessage, error) {
 	rows, err := q.Query(ctx, `
 		SELECT m.id, m.channel, coalesce(m.message_type, ''), coalesce(m.trigger_event, ''), coalesce(m.control_id, ''),
 			m.status, coalesce(m.error, ''), m.received_at, coalesce(r.destination, ''), coalesce(r.attempt, 0)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // Maintenance run outcomes (mefor_maintenance_run.outcome).
@@ -35,7 +36,7 @@ type MaintenanceRun struct {
 }
 
 // RecordRun appends the audit row of one maintenance run.
-func RecordRun(ctx context.Context, db DBTX, run MaintenanceRun) error {
+func RecordRun(ctx context.Context, db pipeline.DBTX, run MaintenanceRun) error {
 	if run.Detail == nil {
 		run.Detail = map[string]any{}
 	}
@@ -55,7 +56,7 @@ func RecordRun(ctx context.Context, db DBTX, run MaintenanceRun) error {
 
 // LastRuns returns the latest run of each named job that has run at least
 // once, by job name.
-func LastRuns(ctx context.Context, db DBTX, names []string) (map[string]MaintenanceRun, error) {
+func LastRuns(ctx context.Context, db pipeline.DBTX, names []string) (map[string]MaintenanceRun, error) {
 	rows, err := db.Query(ctx, `
 		SELECT r.id, r.job, r.node_id, r.started_at, r.finished_at, r.outcome, r.detail, coalesce(r.error, '')
 		FROM unnest($1::text[]) AS j(name)
@@ -82,7 +83,7 @@ func LastRuns(ctx context.Context, db DBTX, names []string) (map[string]Maintena
 
 // RunsAfter returns the runs of job recorded after run id after, oldest
 // first: `mefor maintenance run --wait` uses it to find the run it asked for.
-func RunsAfter(ctx context.Context, db DBTX, job string, after int64) ([]MaintenanceRun, error) {
+func RunsAfter(ctx context.Context, db pipeline.DBTX, job string, after int64) ([]MaintenanceRun, error) {
 	rows, err := db.Query(ctx, `
 		SELECT id, job, node_id, started_at, finished_at, outcome, detail, coalesce(error, '')
 		FROM mefor_maintenance_run WHERE job = $1 AND id > $2 ORDER BY id`, job, after)
@@ -105,7 +106,7 @@ func RunsAfter(ctx context.Context, db DBTX, job string, after int64) ([]Mainten
 }
 
 // LastRunID is the id of the latest run of job, 0 if it never ran.
-func LastRunID(ctx context.Context, db DBTX, job string) (int64, error) {
+func LastRunID(ctx context.Context, db pipeline.DBTX, job string) (int64, error) {
 	var id int64
 	err := db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM mefor_maintenance_run WHERE job = $1`, job).Scan(&id)
 	if err != nil {
@@ -117,7 +118,7 @@ func LastRunID(ctx context.Context, db DBTX, job string) (int64, error) {
 // LastJobRun describes the latest finished River job of kind with exactly
 // these args as a run, for jobs that are not audited (reclaim): River keeps
 // finished jobs for a day. ok is false when there is none.
-func LastJobRun(ctx context.Context, db DBTX, job, kind string, args []byte) (run MaintenanceRun, ok bool, err error) {
+func LastJobRun(ctx context.Context, db pipeline.DBTX, job, kind string, args []byte) (run MaintenanceRun, ok bool, err error) {
 	var state string
 	err = db.QueryRow(ctx, `
 		SELECT coalesce(attempted_at, created_at), finalized_at, state::text, coalesce(attempted_by[array_length(attempted_by, 1)], '')
@@ -141,7 +142,7 @@ func LastJobRun(ctx context.Context, db DBTX, job, kind string, args []byte) (ru
 // LiveJob returns the id of a live (queued, scheduled or running) River job
 // of kind with exactly these args, 0 if there is none, and whether it is
 // running.
-func LiveJob(ctx context.Context, db DBTX, kind string, args []byte) (id int64, running bool, err error) {
+func LiveJob(ctx context.Context, db pipeline.DBTX, kind string, args []byte) (id int64, running bool, err error) {
 	err = db.QueryRow(ctx, `
 		SELECT id, state = 'running' FROM river_job
 		WHERE kind = $1 AND args = $2::jsonb AND finalized_at IS NULL

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -61,8 +63,8 @@ type MessageDetail struct {
 }
 
 // GetMessage returns one message's header, and its body when withBody is
-// set. ErrNotFound when there is no such message.
-func GetMessage(ctx context.Context, q DBTX, id int64, withBody bool) (MessageDetail, error) {
+// set. pipeline.ErrNotFound when there is no such message.
+func GetMessage(ctx context.Context, q pipeline.DBTX, id int64, withBody bool) (MessageDetail, error) {
 	var m MessageDetail
 	err := q.QueryRow(ctx, `
 		SELECT id, received_at, channel, coalesce(message_type, ''), coalesce(trigger_event, ''),
@@ -76,7 +78,7 @@ func GetMessage(ctx context.Context, q DBTX, id int64, withBody bool) (MessageDe
 		&m.UpdatedAt, &m.Source, &m.RemoteAddr, &m.SendingApp,
 		&m.SendingFacility, &m.BodyPurgedAt, &m.Error, &m.Raw, &m.SourceIdentity)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return MessageDetail{}, fmt.Errorf("message %d: %w", id, ErrNotFound)
+		return MessageDetail{}, fmt.Errorf("message %d: %w", id, pipeline.ErrNotFound)
 	}
 	if err != nil {
 		return MessageDetail{}, fmt.Errorf("read message %d: %w", id, err)
@@ -113,7 +115,7 @@ type WorkInfo struct {
 
 // MessageWork returns every stage row of a message, in the order they were
 // created.
-func MessageWork(ctx context.Context, q DBTX, messageID int64) ([]WorkInfo, error) {
+func MessageWork(ctx context.Context, q pipeline.DBTX, messageID int64) ([]WorkInfo, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, stage, lane, seq, status, attempts, coalesce(last_error, ''),
 			CASE WHEN status = 'pending' THEN next_attempt_at END,
@@ -151,7 +153,7 @@ type Reply struct {
 
 // MessageReplies returns the partner replies recorded for a message's
 // deliveries, oldest first; bodies only when withBody is set.
-func MessageReplies(ctx context.Context, q DBTX, messageID int64, withBody bool) ([]Reply, error) {
+func MessageReplies(ctx context.Context, q pipeline.DBTX, messageID int64, withBody bool) ([]Reply, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, work_id, destination, attempt, outcome, coalesce(ack_code, ''), received_at,
 			`+contentColumn(withBody, "body")+`
@@ -183,7 +185,7 @@ type Event struct {
 }
 
 // MessageEvents returns a message's timeline, oldest first.
-func MessageEvents(ctx context.Context, q DBTX, messageID int64) ([]Event, error) {
+func MessageEvents(ctx context.Context, q pipeline.DBTX, messageID int64) ([]Event, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, at, event, coalesce(work_id, 0), coalesce(destination, ''), coalesce(detail, '')
 		FROM mefor_event WHERE message_id = $1
@@ -200,14 +202,6 @@ func MessageEvents(ctx context.Context, q DBTX, messageID int64) ([]Event, error
 		return nil, fmt.Errorf("read events of message %d: %w", messageID, err)
 	}
 	return out, nil
-}
-
-// DeadFilter narrows ListDead, ReplayDeadBatch and CountDeadOutbound. Empty
-// fields do not filter.
-type DeadFilter struct {
-	Channel     string
-	Destination string
-	Limit       int // ListDead only; <= 0: DefaultListLimit
 }
 
 // DeadRow is one dead-lettered stage row.
@@ -227,7 +221,7 @@ type DeadRow struct {
 }
 
 // ListDead returns dead rows of every stage, most recently dead first.
-func ListDead(ctx context.Context, q DBTX, f DeadFilter) ([]DeadRow, error) {
+func ListDead(ctx context.Context, q pipeline.DBTX, f pipeline.DeadFilter) ([]DeadRow, error) {
 	rows, err := q.Query(ctx, `
 		SELECT w.id, w.message_id, w.channel, w.stage, w.lane, coalesce(w.destination, ''),
 			coalesce(w.handler, ''), w.attempts, coalesce(w.last_error, ''),
@@ -298,7 +292,7 @@ type Status struct {
 	Cluster *leader.ClusterStatus `json:"cluster,omitempty"`
 	// Retention is the oldest message body still kept (filled by
 	// ops.Status).
-	Retention *RetentionStatus `json:"retention,omitempty"`
+	Retention *retention.Status `json:"retention,omitempty"`
 	// Transport is the certificates and listeners the live nodes recorded
 	// (filled by ops.Status).
 	Transport *TransportStatus `json:"transport,omitempty"`
@@ -312,7 +306,7 @@ type Status struct {
 // sums the summary counts (counts.go) and reads the oldest pending row of
 // each group from an index, so it costs in proportion to the channels,
 // destinations and lanes, not to the messages kept or queued.
-func ReadStatus(ctx context.Context, q DBTX) (*Status, error) {
+func ReadStatus(ctx context.Context, q pipeline.DBTX) (*Status, error) {
 	st := &Status{Channels: []ChannelStatus{}, Destinations: []DestinationStatus{}}
 	if err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&st.At); err != nil {
 		return nil, fmt.Errorf("read status: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // ReferenceRow is one row of a reference set: a key and its value columns,
@@ -101,7 +102,7 @@ func WriteReferenceSnapshot(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, n
 
 // RecordReferenceFailure notes a failed sync of set name on its pointer row,
 // leaving the live snapshot as it is. msg must not hold row contents.
-func RecordReferenceFailure(ctx context.Context, db DBTX, name, msg string) error {
+func RecordReferenceFailure(ctx context.Context, db pipeline.DBTX, name, msg string) error {
 	_, err := db.Exec(ctx, `
 		INSERT INTO mefor_reference_set (name, last_error, last_error_at) VALUES ($1, $2, now())
 		ON CONFLICT (name) DO UPDATE SET last_error = excluded.last_error, last_error_at = excluded.last_error_at`,
@@ -114,7 +115,7 @@ func RecordReferenceFailure(ctx context.Context, db DBTX, name, msg string) erro
 
 // ReferenceVersions returns the live version of every reference set that has
 // a snapshot. It is the cheap query nodes poll to notice a new snapshot.
-func ReferenceVersions(ctx context.Context, db DBTX) (map[string]int64, error) {
+func ReferenceVersions(ctx context.Context, db pipeline.DBTX) (map[string]int64, error) {
 	rows, err := db.Query(ctx, `SELECT name, version FROM mefor_reference_set WHERE version > 0`)
 	if err != nil {
 		return nil, fmt.Errorf("read reference versions: %w", err)
@@ -140,7 +141,7 @@ type Beginner interface {
 // LoadReferenceSnapshot reads the live snapshot of set name: its version,
 // columns and rows, all as of one moment (a repeatable-read transaction), so
 // a sync committing meanwhile cannot mix two versions. Version 0 means the
-// set has no snapshot; ErrNotFound that it was never synced or attempted.
+// set has no snapshot; pipeline.ErrNotFound that it was never synced or attempted.
 func LoadReferenceSnapshot(ctx context.Context, db Beginner, kr *crypt.Keyring, name string) (version int64, snap ReferenceSnapshot, err error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -150,7 +151,7 @@ func LoadReferenceSnapshot(ctx context.Context, db Beginner, kr *crypt.Keyring, 
 	err = tx.QueryRow(ctx, `SELECT version, columns, source FROM mefor_reference_set WHERE name = $1`, name).
 		Scan(&version, &snap.Columns, &snap.Source)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, snap, fmt.Errorf("load reference set %s: %w", name, ErrNotFound)
+		return 0, snap, fmt.Errorf("load reference set %s: %w", name, pipeline.ErrNotFound)
 	}
 	if err != nil {
 		return 0, snap, fmt.Errorf("load reference set %s: %w", name, err)
@@ -184,7 +185,7 @@ func LoadReferenceSnapshot(ctx context.Context, db Beginner, kr *crypt.Keyring, 
 
 // ReferenceSets returns the pointer rows of the named sets, in the order
 // given; a set never synced nor attempted has a zero row with its name.
-func ReferenceSets(ctx context.Context, db DBTX, names []string) ([]ReferenceSetInfo, error) {
+func ReferenceSets(ctx context.Context, db pipeline.DBTX, names []string) ([]ReferenceSetInfo, error) {
 	rows, err := db.Query(ctx, `
 		SELECT n.name, coalesce(s.version, 0), coalesce(s.columns, '{}'), coalesce(s.row_count, 0),
 		       s.synced_at, coalesce(s.source, ''), coalesce(s.last_error, ''), s.last_error_at
@@ -213,7 +214,7 @@ func sealReferenceValue(kr *crypt.Keyring, value map[string]string) json.RawMess
 	if !kr.Enabled() {
 		return obj
 	}
-	s, _ := json.Marshal(kr.SealString(ColReference, string(obj)))
+	s, _ := json.Marshal(kr.SealString(pipeline.ColReference, string(obj)))
 	return s
 }
 
@@ -221,7 +222,7 @@ func sealReferenceValue(kr *crypt.Keyring, value map[string]string) json.RawMess
 func openReferenceValue(kr *crypt.Keyring, stored []byte) (map[string]string, error) {
 	var sealed string
 	if err := json.Unmarshal(stored, &sealed); err == nil {
-		obj, err := kr.OpenString(ColReference, sealed)
+		obj, err := kr.OpenString(pipeline.ColReference, sealed)
 		if err != nil {
 			return nil, err
 		}
@@ -232,4 +233,18 @@ func openReferenceValue(kr *crypt.Keyring, stored []byte) (map[string]string, er
 		return nil, fmt.Errorf("not a reference row value: %w", err)
 	}
 	return value, nil
+}
+
+// WriteResealedReferenceValues stores re-sealed values of
+// mefor_reference_row.value (JSON strings, as text) for the rows sets,
+// versions and keys name, under the rows' locks the caller holds (package
+// rotation re-seals them). It returns how many rows it wrote.
+func WriteResealedReferenceValues(ctx context.Context, tx pgx.Tx, sets []string, versions []int64, keys, values []string) (int64, error) {
+	tag, err := tx.Exec(ctx, `UPDATE mefor_reference_row t SET value = u.v::jsonb
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(set_name, version, key, v)
+		WHERE t.set_name = u.set_name AND t.version = u.version AND t.key = u.key`, sets, versions, keys, values)
+	if err != nil {
+		return 0, fmt.Errorf("re-seal mefor_reference_row.value: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // MessageFilter narrows ListMessages. Empty fields do not filter; the
@@ -20,7 +21,7 @@ type MessageFilter struct {
 	// ControlID is MSH-10, exactly.
 	ControlID string
 	// Patient is a patient identifier as PID-3.1 holds it, exactly; it is
-	// looked up as PatientKeys(Keys, Patient).
+	// looked up as pipeline.PatientKeys(Keys, Patient).
 	Patient string
 	// Type is the HL7 type: "ADT" (any trigger) or "ADT^A08"; a third
 	// component (the structure, ADT_A01) is ignored.
@@ -55,7 +56,7 @@ func SplitType(t string) (messageType, triggerEvent string) {
 }
 
 // ListMessages returns the messages matching f, newest first.
-func ListMessages(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummary, error) {
+func ListMessages(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]MessageSummary, error) {
 	if f.Text != "" {
 		return searchText(ctx, q, f)
 	}
@@ -83,7 +84,7 @@ const textPage = 500
 // plaintext bodies, so it returns those that match and every sealed body
 // the other filters leave, page by page in the listing's order; sealed
 // ones are opened and matched here.
-func searchText(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummary, error) {
+func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]MessageSummary, error) {
 	limit := limitOf(f.Limit)
 	var out []MessageSummary
 	var after *MessageSummary
@@ -111,7 +112,7 @@ func searchText(ctx context.Context, q DBTX, f MessageFilter) ([]MessageSummary,
 			return nil, fmt.Errorf("list messages: %w", err)
 		}
 		for _, c := range page {
-			body, err := f.Keys.Open(ColRaw, c.raw)
+			body, err := f.Keys.Open(pipeline.ColRaw, c.raw)
 			if err != nil {
 				return nil, fmt.Errorf("search the body of message %d: %w", c.ID, err)
 			}
@@ -166,7 +167,7 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 	eq("control_id", "control_id", f.ControlID)
 	if f.Patient != "" {
 		where = append(where, "m.patient_key = ANY(@patient)")
-		args["patient"] = PatientKeys(f.Keys, f.Patient)
+		args["patient"] = pipeline.PatientKeys(f.Keys, f.Patient)
 	}
 	if f.Type != "" {
 		typ, trigger := SplitType(f.Type)

@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/freeport"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -82,7 +83,7 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 			return err
 		})
 		listMS := median(func() error {
-			got, err := store.ListMessages(ctx, db.Pool, store.MessageFilter{Status: store.StatusError})
+			got, err := store.ListMessages(ctx, db.Pool, store.MessageFilter{Status: pipeline.StatusError})
 			if err == nil && len(got) != store.DefaultListLimit {
 				err = fmt.Errorf("list --status error found %d, want %d", len(got), store.DefaultListLimit)
 			}
@@ -103,7 +104,7 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 		for _, q := range store.StatusSQL() {
 			b.Logf("%s", explainAnalyze(b, db, q))
 		}
-		sql, args := store.ListMessagesSQL(store.MessageFilter{Status: store.StatusError})
+		sql, args := store.ListMessagesSQL(store.MessageFilter{Status: pipeline.StatusError})
 		b.Logf("%s", explainAnalyze(b, db, sql, args))
 
 		heapBase, heapPeak, attempts := runNodeOnBacklog(b, db, 20*time.Second)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // Outbound is one delivery of a message as it was (or will be) sent: the
@@ -21,7 +22,7 @@ type Outbound struct {
 
 // MessageOutbound returns the outbound rows of a message with their
 // payloads, in the order they were created.
-func MessageOutbound(ctx context.Context, q DBTX, messageID int64) ([]Outbound, error) {
+func MessageOutbound(ctx context.Context, q pipeline.DBTX, messageID int64) ([]Outbound, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, coalesce(destination, ''), lane, status, attempts, payload
 		FROM mefor_work WHERE message_id = $1 AND stage = 'outbound'
@@ -42,6 +43,6 @@ func MessageOutbound(ctx context.Context, q DBTX, messageID int64) ([]Outbound, 
 
 // MessagesByControlID returns up to limit messages whose MSH-10 is
 // controlID, newest first.
-func MessagesByControlID(ctx context.Context, q DBTX, controlID string, limit int) ([]MessageSummary, error) {
+func MessagesByControlID(ctx context.Context, q pipeline.DBTX, controlID string, limit int) ([]MessageSummary, error) {
 	return ListMessages(ctx, q, MessageFilter{ControlID: controlID, Limit: limit})
 }

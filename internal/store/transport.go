@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/leader"
 )
 
@@ -52,7 +53,7 @@ type Transport struct {
 
 // RecordTransport replaces what the node's row says about its transport
 // security.
-func RecordTransport(ctx context.Context, q DBTX, nodeID string, t Transport) error {
+func RecordTransport(ctx context.Context, q pipeline.DBTX, nodeID string, t Transport) error {
 	if t.Certificates == nil {
 		t.Certificates = []NodeCertificate{}
 	}
@@ -101,7 +102,7 @@ type TransportStatus struct {
 
 // ReadTransportStatus merges what the live nodes recorded (leader.LiveNodes
 // decides which nodes are live).
-func ReadTransportStatus(ctx context.Context, q DBTX) (*TransportStatus, error) {
+func ReadTransportStatus(ctx context.Context, q pipeline.DBTX) (*TransportStatus, error) {
 	live, err := leader.LiveNodes(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("read transport security: %w", err)
