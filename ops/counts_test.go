@@ -9,7 +9,7 @@ import (
 
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/retention"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -176,8 +176,8 @@ func (e *env) checkStatusByFullCount(step string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var wantD []store.DestinationStatus
-	var d store.DestinationStatus
+	var wantD []search.DestinationStatus
+	var d search.DestinationStatus
 	var oldest *float64
 	if _, err := pgx.ForEachRow(rows, []any{&d.Destination, &d.Lanes, &d.Queued, &d.Delivered, &d.Dead, &d.Cancelled, &oldest}, func() error {
 		d.OldestQueuedSeconds = oldest

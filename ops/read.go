@@ -9,11 +9,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/nodeinfo"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/retention"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/leader"
 )
 
@@ -22,16 +24,16 @@ import (
 // search and its audit row share one transaction. The row records that a
 // search ran and what it found, never the text searched for, which may be
 // a patient's name.
-func ListMessages(ctx context.Context, pool *pgxpool.Pool, f store.MessageFilter) ([]store.MessageSummary, error) {
+func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilter) ([]search.MessageSummary, error) {
 	if f.Text == "" {
-		return store.ListMessages(ctx, pool, f)
+		return search.ListMessages(ctx, pool, f)
 	}
-	var out []store.MessageSummary
+	var out []search.MessageSummary
 	target := map[string]any{"channel": f.Channel, "destination": f.Destination, "text_bytes": len(f.Text)}
 	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionSearchBodies, target,
 		func(tx pgx.Tx) (string, error) {
 			var err error
-			if out, err = store.ListMessages(ctx, tx, f); err != nil {
+			if out, err = search.ListMessages(ctx, tx, f); err != nil {
 				return "", err
 			}
 			ids := make([]int64, len(out))
@@ -46,16 +48,16 @@ func ListMessages(ctx context.Context, pool *pgxpool.Pool, f store.MessageFilter
 
 // MessageView is everything `messages show` presents about one message.
 type MessageView struct {
-	Message store.MessageDetail `json:"message"`
-	Work    []store.WorkInfo    `json:"work"`
-	Replies []store.Reply       `json:"replies"`
-	Events  []store.Event       `json:"events"`
+	Message search.MessageDetail `json:"message"`
+	Work    []search.WorkInfo    `json:"work"`
+	Replies []search.Reply       `json:"replies"`
+	Events  []search.Event       `json:"events"`
 	// Outbound is each delivery's payload as sent (after transforms),
 	// read only with the bodies.
-	Outbound []store.Outbound `json:"-"`
+	Outbound []search.Outbound `json:"-"`
 	// Origin is the file the message was read from, the message it is the
 	// reply to, and the replies routed back in from its deliveries.
-	Origin store.Origin `json:"origin"`
+	Origin search.Origin `json:"origin"`
 }
 
 // ShowMessage reads one message with its stage rows, partner replies,
@@ -73,24 +75,24 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 	var v MessageView
 	read := func(tx pgx.Tx) error {
 		var err error
-		if v.Message, err = store.GetMessage(ctx, tx, id, withBody); err != nil {
+		if v.Message, err = search.GetMessage(ctx, tx, id, withBody); err != nil {
 			return err
 		}
-		if v.Work, err = store.MessageWork(ctx, tx, id); err != nil {
+		if v.Work, err = search.MessageWork(ctx, tx, id); err != nil {
 			return err
 		}
-		if v.Replies, err = store.MessageReplies(ctx, tx, id, withBody); err != nil {
+		if v.Replies, err = search.MessageReplies(ctx, tx, id, withBody); err != nil {
 			return err
 		}
-		if v.Events, err = store.MessageEvents(ctx, tx, id); err != nil {
+		if v.Events, err = search.MessageEvents(ctx, tx, id); err != nil {
 			return err
 		}
 		if withBody {
-			if v.Outbound, err = store.MessageOutbound(ctx, tx, id); err != nil {
+			if v.Outbound, err = search.MessageOutbound(ctx, tx, id); err != nil {
 				return err
 			}
 		}
-		v.Origin, err = store.MessageOrigin(ctx, tx, id)
+		v.Origin, err = search.MessageOrigin(ctx, tx, id)
 		return err
 	}
 	var err error
@@ -154,14 +156,14 @@ func openView(kr *crypt.Keyring, v *MessageView) error {
 // several messages (or none), the matches, newest first, and id 0. also
 // lists the other messages whose control id is ref when ref named a
 // message by its id.
-func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64, matches, also []store.MessageSummary, err error) {
+func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64, matches, also []search.MessageSummary, err error) {
 	const most = 20
-	byControl, err := store.MessagesByControlID(ctx, pool, ref, most)
+	byControl, err := search.MessagesByControlID(ctx, pool, ref, most)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	if n, perr := strconv.ParseInt(ref, 10, 64); perr == nil && n > 0 {
-		_, gerr := store.GetMessage(ctx, pool, n, false)
+		_, gerr := search.GetMessage(ctx, pool, n, false)
 		switch {
 		case gerr == nil:
 			for _, m := range byControl {
@@ -181,15 +183,15 @@ func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64,
 }
 
 // ListAlerts returns the state of every alert rule the cluster evaluated.
-func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]store.Alert, error) {
-	return store.ListAlerts(ctx, pool)
+func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]alert.Alert, error) {
+	return alert.ListAlerts(ctx, pool)
 }
 
 // ListDead returns dead rows of every stage, most recently dead first.
 //
 // Their errors are opened with kr.
-func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter) ([]store.DeadRow, error) {
-	rows, err := store.ListDead(ctx, pool, f)
+func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter) ([]search.DeadRow, error) {
+	rows, err := search.ListDead(ctx, pool, f)
 	for i := range rows {
 		rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
 	}
@@ -198,11 +200,11 @@ func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipe
 
 // Status returns the per-channel and per-destination counts from one
 // snapshot.
-func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
-	var st *store.Status
+func Status(ctx context.Context, pool *pgxpool.Pool) (*search.Status, error) {
+	var st *search.Status
 	err := readTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		st, err = store.ReadStatus(ctx, tx)
+		st, err = search.ReadStatus(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -220,10 +222,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		if err != nil {
 			return err
 		}
-		if st.Transport, err = store.ReadTransportStatus(ctx, tx); err != nil {
+		if st.Transport, err = nodeinfo.ReadTransportStatus(ctx, tx); err != nil {
 			return err
 		}
-		st.Encryption, err = store.ReadEncryptionStatus(ctx, tx)
+		st.Encryption, err = nodeinfo.ReadEncryptionStatus(ctx, tx)
 		return err
 	})
 	return st, err

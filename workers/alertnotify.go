@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -76,7 +76,7 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 	sink := w.Config().Alerts.Sink(a.Sink)
 	if sink == nil {
 		w.Logger.WarnContext(ctx, "alert notification dropped: its sink is no longer in the config", "rule", a.Rule, "sink", a.Sink, "state", a.State)
-		return store.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "sink no longer in the config; not sent")
+		return alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "sink no longer in the config; not sent")
 	}
 	switch {
 	case sink.Log != nil:
@@ -89,7 +89,7 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 			if !final {
 				note += " (will retry)"
 			}
-			if rerr := store.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, note); rerr != nil {
+			if rerr := alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, note); rerr != nil {
 				w.Logger.WarnContext(ctx, "could not record a failed alert notification", "rule", a.Rule, "error", rerr)
 			}
 			w.Logger.WarnContext(ctx, "alert notification failed", "rule", a.Rule, "sink", a.Sink, "state", a.State,
@@ -97,7 +97,7 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 			return err
 		}
 	}
-	return store.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "")
+	return alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "")
 }
 
 // earlierPending reports whether a notification of the same rule to the

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/maintenance"
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -49,9 +49,9 @@ func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]
 // runOutcome is a maintenance run's outcome label.
 func runOutcome(err error) string {
 	if err != nil {
-		return store.RunFailed
+		return maintenance.RunFailed
 	}
-	return store.RunOK
+	return maintenance.RunOK
 }
 
 // Reclaim activates every stranded lane and returns how many it activated.

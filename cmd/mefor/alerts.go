@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -71,7 +71,7 @@ func (c *alertsListCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.JSON {
 		if list == nil {
-			list = []store.Alert{}
+			list = []alert.Alert{}
 		}
 		return writeJSON(g.stdout, list)
 	}
@@ -100,7 +100,7 @@ func alertValue(condition string, v *float64) string {
 	return fmt.Sprintf("%.0f", *v)
 }
 
-func lastNotification(a store.Alert) string {
+func lastNotification(a alert.Alert) string {
 	if a.LastNotification == "" {
 		return "none"
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -62,7 +62,7 @@ func (c *deadListCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.JSON {
 		if rows == nil {
-			rows = []store.DeadRow{}
+			rows = []search.DeadRow{}
 		}
 		return writeJSON(g.stdout, rows)
 	}

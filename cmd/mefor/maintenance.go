@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/maintenance"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -84,8 +84,8 @@ func (c *maintenanceListCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // runDetail is a run's counts as key=value, or its error when it failed.
-func runDetail(r *store.MaintenanceRun) string {
-	if r.Outcome == store.RunFailed && r.Error != "" {
+func runDetail(r *maintenance.MaintenanceRun) string {
+	if r.Outcome == maintenance.RunFailed && r.Error != "" {
 		return oneLine(r.Error)
 	}
 	keys := make([]string, 0, len(r.Detail))
@@ -137,7 +137,7 @@ func (c *maintenanceRunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	failed := res.Run != nil && res.Run.Outcome == store.RunFailed || res.Run == nil && res.State != "" &&
+	failed := res.Run != nil && res.Run.Outcome == maintenance.RunFailed || res.Run == nil && res.State != "" &&
 		c.Wait > 0 && res.State != "completed"
 	if c.JSON {
 		if err := writeJSON(g.stdout, res); err != nil {

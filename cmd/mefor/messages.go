@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -92,7 +92,7 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	msgs, err := ops.ListMessages(ctx, pool, store.MessageFilter{
+	msgs, err := ops.ListMessages(ctx, pool, search.MessageFilter{
 		Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
 		Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit, Keys: kr,
 	})
@@ -101,7 +101,7 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.JSON {
 		if msgs == nil {
-			msgs = []store.MessageSummary{}
+			msgs = []search.MessageSummary{}
 		}
 		return writeJSON(g.stdout, msgs)
 	}
@@ -113,7 +113,7 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // printSummaries prints the table of `messages list`.
-func printSummaries(w io.Writer, msgs []store.MessageSummary) error {
+func printSummaries(w io.Writer, msgs []search.MessageSummary) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tCHANNEL\tTYPE\tCONTROL ID\tSTATUS\tSIZE")
 	for _, m := range msgs {
@@ -166,13 +166,13 @@ type messageShowJSON struct {
 }
 
 type outboundJSON struct {
-	store.Outbound
+	search.Outbound
 	Payload        *string `json:"payload"`
 	PayloadCharset string  `json:"payload_charset,omitempty"`
 }
 
 type replyJSON struct {
-	store.Reply
+	search.Reply
 	Body        *string `json:"body,omitempty"`
 	BodyCharset string  `json:"body_charset,omitempty"`
 }
@@ -214,10 +214,10 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		out := messageShowJSON{MessageView: v, Replies: []replyJSON{}}
 		if v.Work == nil {
-			v.Work = []store.WorkInfo{}
+			v.Work = []search.WorkInfo{}
 		}
 		if v.Events == nil {
-			v.Events = []store.Event{}
+			v.Events = []search.Event{}
 		}
 		if c.Body && v.Message.Raw != nil {
 			s, cs := bodyText(v.Message.Raw)
@@ -368,7 +368,7 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 }
 
 // printReply prints what a partner answered to one attempt.
-func printReply(w io.Writer, r store.Reply) {
+func printReply(w io.Writer, r search.Reply) {
 	fmt.Fprintf(w, "\nReply from %s to row %d, attempt %d (%s):\n", r.Destination, r.WorkID, r.Attempt, oneLine(r.Outcome))
 	if r.Body == nil {
 		fmt.Fprintln(w, "  (no reply)")
@@ -379,7 +379,7 @@ func printReply(w io.Writer, r store.Reply) {
 
 // target names what a stage row works for: its destination, or its
 // route/handler.
-func target(r store.WorkInfo) string {
+func target(r search.WorkInfo) string {
 	switch {
 	case r.Destination != "":
 		return r.Destination

@@ -5,12 +5,12 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 )
 
 // originFields adds a message's file and parent to the header of
 // `messages show`.
-func originFields(field func(name, value string), o store.Origin) {
+func originFields(field func(name, value string), o search.Origin) {
 	if f := o.File; f != nil {
 		taken := ""
 		if f.Node != "" {
@@ -33,7 +33,7 @@ func originFields(field func(name, value string), o store.Origin) {
 
 // printReplyMessages lists the messages stored from the replies to a
 // message's deliveries.
-func printReplyMessages(w io.Writer, replies []store.LinkedMessage) error {
+func printReplyMessages(w io.Writer, replies []search.LinkedMessage) error {
 	if len(replies) == 0 {
 		return nil
 	}

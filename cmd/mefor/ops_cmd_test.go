@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -131,7 +131,7 @@ func TestMessagesListCLI(t *testing.T) {
 	t.Parallel()
 	f := newOpsFixture(t)
 
-	list := decode[[]store.MessageSummary](t, f.ok(t, "messages", "list", "--json"))
+	list := decode[[]search.MessageSummary](t, f.ok(t, "messages", "list", "--json"))
 	var ids []int64
 	for _, m := range list {
 		ids = append(ids, m.ID)
@@ -143,11 +143,11 @@ func TestMessagesListCLI(t *testing.T) {
 		t.Fatalf("oldest message = %+v", m)
 	}
 
-	errs := decode[[]store.MessageSummary](t, f.ok(t, "messages", "list", "--status", "error", "--json"))
+	errs := decode[[]search.MessageSummary](t, f.ok(t, "messages", "list", "--status", "error", "--json"))
 	if len(errs) != 1 || errs[0].ID != f.dead {
 		t.Fatalf("--status error = %+v, want message %d only", errs, f.dead)
 	}
-	if got := decode[[]store.MessageSummary](t, f.ok(t, "messages", "list", "--limit", "2", "--json")); len(got) != 2 {
+	if got := decode[[]search.MessageSummary](t, f.ok(t, "messages", "list", "--limit", "2", "--json")); len(got) != 2 {
 		t.Fatalf("--limit 2 gave %d messages", len(got))
 	}
 	if got := f.ok(t, "messages", "list", "--channel", "nope", "--json"); strings.TrimSpace(got) != "[]" {
@@ -190,14 +190,14 @@ func TestMessagesShowCLI(t *testing.T) {
 	}
 
 	type shown struct {
-		Message store.MessageDetail `json:"message"`
-		Work    []store.WorkInfo    `json:"work"`
+		Message search.MessageDetail `json:"message"`
+		Work    []search.WorkInfo    `json:"work"`
 		Replies []struct {
 			AckCode string  `json:"ack_code"`
 			Body    *string `json:"body"`
 		} `json:"replies"`
-		Events []store.Event `json:"events"`
-		Body   *string       `json:"body"`
+		Events []search.Event `json:"events"`
+		Body   *string        `json:"body"`
 	}
 	v := decode[shown](t, f.ok(t, "messages", "show", id, "--json"))
 	if v.Body != nil || v.Message.ID != f.done || len(v.Work) != 3 || len(v.Replies) != 1 || v.Replies[0].Body != nil || len(v.Events) != 4 {
@@ -221,7 +221,7 @@ func TestStatusCLI(t *testing.T) {
 	t.Parallel()
 	f := newOpsFixture(t)
 
-	st := decode[store.Status](t, f.ok(t, "status", "--json"))
+	st := decode[search.Status](t, f.ok(t, "status", "--json"))
 	if len(st.Channels) != 1 || len(st.Destinations) != 1 {
 		t.Fatalf("status = %+v", st)
 	}
@@ -246,7 +246,7 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	t.Parallel()
 	f := newOpsFixture(t)
 
-	dead := decode[[]store.DeadRow](t, f.ok(t, "dead", "list", "--json"))
+	dead := decode[[]search.DeadRow](t, f.ok(t, "dead", "list", "--json"))
 	if len(dead) != 1 || dead[0].MessageID != f.dead || dead[0].Destination != "lab" || dead[0].Attempts != 1 || dead[0].LastError != "partner rejected: AR" {
 		t.Fatalf("dead list = %+v", dead)
 	}
@@ -262,7 +262,7 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "--yes") {
 		t.Fatalf("replay-dead without --yes: exit %d, stderr %q", code, stderr)
 	}
-	if got := decode[[]store.DeadRow](t, f.ok(t, "dead", "list", "--json")); len(got) != 1 {
+	if got := decode[[]search.DeadRow](t, f.ok(t, "dead", "list", "--json")); len(got) != 1 {
 		t.Fatalf("replay-dead without --yes changed the dead letters: %+v", got)
 	}
 	res := decode[ops.BulkResult](t, f.ok(t, "replay-dead", "--destination", "lab", "--yes", "--json"))
@@ -292,7 +292,7 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	if c.Rows != 3 || c.Messages != 3 {
 		t.Fatalf("cancel = %+v, want 3 rows of 3 messages", c)
 	}
-	st := decode[store.Status](t, f.ok(t, "status", "--json"))
+	st := decode[search.Status](t, f.ok(t, "status", "--json"))
 	if d := st.Destinations[0]; d.Queued != 0 || d.Cancelled != 3 {
 		t.Fatalf("after cancel lab = %+v", d)
 	}

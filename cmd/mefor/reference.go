@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/maintenance"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -198,14 +198,14 @@ func (c *referenceSyncCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	failed := c.Wait > 0 && (res.Run == nil && res.State != "completed" || res.Run != nil && res.Run.Outcome == store.RunFailed)
+	failed := c.Wait > 0 && (res.Run == nil && res.State != "completed" || res.Run != nil && res.Run.Outcome == maintenance.RunFailed)
 	if c.JSON {
 		if err := writeJSON(g.stdout, res); err != nil {
 			return err
 		}
 	} else {
 		switch {
-		case res.Run != nil && res.Run.Outcome == store.RunOK:
+		case res.Run != nil && res.Run.Outcome == maintenance.RunOK:
 			fmt.Fprintf(g.stdout, "%s: synced on %s: version %v, %v rows\n", c.Name, res.Run.NodeID, res.Run.Detail["version"], res.Run.Detail["rows"])
 		case res.Run != nil:
 			fmt.Fprintf(g.stdout, "%s: sync failed on %s, the last snapshot stays live: %s\n", c.Name, res.Run.NodeID, oneLine(res.Run.Error))

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -93,7 +93,7 @@ func newSearchFixture(t *testing.T) *searchFixture {
 
 func (f *searchFixture) list(t *testing.T, args ...string) []string {
 	t.Helper()
-	got := decode[[]store.MessageSummary](t, f.ok(t, append([]string{"messages", "list", "--json"}, args...)...))
+	got := decode[[]search.MessageSummary](t, f.ok(t, append([]string{"messages", "list", "--json"}, args...)...))
 	var controls []string
 	for _, m := range got {
 		controls = append(controls, m.ControlID)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 )
@@ -107,7 +107,7 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 
 // printTail prints what follows the counts: each node's config, then the
 // certificates in use and the plaintext listeners.
-func (c *statusCmd) printTail(w io.Writer, st *store.Status) error {
+func (c *statusCmd) printTail(w io.Writer, st *search.Status) error {
 	if err := printConfigStatus(w, st.Config); err != nil {
 		return err
 	}

@@ -6,12 +6,12 @@ import (
 	"strings"
 
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/nodeinfo"
 )
 
 // printEncryption says whether the live nodes seal message content at
 // rest, and under which key, and whether this command could open it.
-func printEncryption(w io.Writer, es *store.EncryptionStatus, mine *crypt.Keyring) {
+func printEncryption(w io.Writer, es *nodeinfo.EncryptionStatus, mine *crypt.Keyring) {
 	fmt.Fprintln(w)
 	switch es.State() {
 	case "on":

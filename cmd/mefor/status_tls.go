@@ -6,13 +6,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/nodeinfo"
 )
 
 // printTransport lists the certificates the live nodes use, with their
 // expiry, and warns about plaintext listeners other machines can reach.
 // It prints nothing for a cluster without TLS that listens on loopback.
-func printTransport(w io.Writer, ts *store.TransportStatus, now time.Time) error {
+func printTransport(w io.Writer, ts *nodeinfo.TransportStatus, now time.Time) error {
 	if ts == nil {
 		return nil
 	}
@@ -40,7 +40,7 @@ func printTransport(w io.Writer, ts *store.TransportStatus, now time.Time) error
 
 // expiry reads as "2026-03-01 (in 89d)", flagged once the nodes warn about
 // it and once it has passed.
-func expiry(c store.NodeCertificate, now time.Time) string {
+func expiry(c nodeinfo.NodeCertificate, now time.Time) string {
 	date := c.NotAfter.UTC().Format(time.DateOnly)
 	left := c.NotAfter.Sub(now)
 	switch {

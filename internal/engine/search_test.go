@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -23,7 +23,7 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 `), nil)
 	send(t, listen, adt("S000", "P777"), adt("S001", "P888"), adt("S002", "P777"))
 
-	got, err := store.ListMessages(context.Background(), db.Pool, store.MessageFilter{Patient: "P777"})
+	got, err := search.ListMessages(context.Background(), db.Pool, search.MessageFilter{Patient: "P777"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // and counts the values under each key: the list of sealed columns, the key
 // census and one batch of a rotation. The statements that write the
 // re-sealed values are their tables' owners' (pipeline.WriteResealed,
-// pipeline.ResealStateKeys, store.WriteResealedReferenceValues).
+// pipeline.ResealStateKeys, reference.WriteResealedReferenceValues).
 package rotation
 
 import (
@@ -16,7 +16,7 @@ import (
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/reference"
 )
 
 // SealedColumn is one column that holds sealed values (or legacy plaintext
@@ -91,7 +91,7 @@ func stateValues(ctx context.Context, tx pgx.Tx, pks []any, values any) (int64, 
 
 // referenceValues writes the values of mefor_reference_row.value.
 func referenceValues(ctx context.Context, tx pgx.Tx, pks []any, values any) (int64, error) {
-	return store.WriteResealedReferenceValues(ctx, tx, pks[0].([]string), pks[1].([]int64), pks[2].([]string), values.([]string))
+	return reference.WriteResealedReferenceValues(ctx, tx, pks[0].([]string), pks[1].([]int64), pks[2].([]string), values.([]string))
 }
 
 // keyIDSQL is the SQL expression of the key id a value of c is sealed

@@ -1,4 +1,4 @@
-package store_test
+package search_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -83,9 +83,9 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 			return err
 		})
 		listMS := median(func() error {
-			got, err := store.ListMessages(ctx, db.Pool, store.MessageFilter{Status: pipeline.StatusError})
-			if err == nil && len(got) != store.DefaultListLimit {
-				err = fmt.Errorf("list --status error found %d, want %d", len(got), store.DefaultListLimit)
+			got, err := search.ListMessages(ctx, db.Pool, search.MessageFilter{Status: pipeline.StatusError})
+			if err == nil && len(got) != search.DefaultListLimit {
+				err = fmt.Errorf("list --status error found %d, want %d", len(got), search.DefaultListLimit)
 			}
 			return err
 		})
@@ -101,10 +101,10 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 		}
 		fmt.Printf("BENCH status-backlog-1m queued=%d status_ms=%.2f status_cli_ms=%.2f list_error_ms=%.2f list_error_cli_ms=%.2f\n",
 			queued, statusMS, statusCLI, listMS, listCLI)
-		for _, q := range store.StatusSQL() {
+		for _, q := range search.StatusSQL() {
 			b.Logf("%s", explainAnalyze(b, db, q))
 		}
-		sql, args := store.ListMessagesSQL(store.MessageFilter{Status: pipeline.StatusError})
+		sql, args := search.ListMessagesSQL(search.MessageFilter{Status: pipeline.StatusError})
 		b.Logf("%s", explainAnalyze(b, db, sql, args))
 
 		heapBase, heapPeak, attempts := runNodeOnBacklog(b, db, 20*time.Second)

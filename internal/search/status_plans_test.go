@@ -1,4 +1,4 @@
-package pipeline_test
+package search_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -56,7 +56,7 @@ func TestStatusPlansReadNoWholeTable(t *testing.T) {
 		return strings.Join(lines, "\n")
 	}
 	bigTable := regexp.MustCompile(`(Scan|Scan Backward) (using \S+ )?on mefor_(message|work)( |$)`)
-	for _, sql := range store.StatusSQL() {
+	for _, sql := range search.StatusSQL() {
 		p := plan(sql)
 		for _, m := range bigTable.FindAllString(p, -1) {
 			// The pending groups' lookups are one index probe per group.
@@ -66,10 +66,10 @@ func TestStatusPlansReadNoWholeTable(t *testing.T) {
 			t.Errorf("status reads a whole table (%s):\n%s\n%s", m, sql, p)
 		}
 	}
-	if p := plan(store.BacklogSQL()); !strings.Contains(p, "mefor_work_pending_age") {
+	if p := plan(search.BacklogSQL()); !strings.Contains(p, "mefor_work_pending_age") {
 		t.Errorf("the oldest pending row is not read from mefor_work_pending_age:\n%s", p)
 	}
-	sql, args := store.ListMessagesSQL(store.MessageFilter{Status: pipeline.StatusError})
+	sql, args := search.ListMessagesSQL(search.MessageFilter{Status: pipeline.StatusError})
 	p := plan(sql, args)
 	if !strings.Contains(p, "Index Scan Backward using mefor_message_status_id") || strings.Contains(p, "Sort") ||
 		!strings.HasPrefix(p, "Limit") {

@@ -1,4 +1,7 @@
-package store
+// Package nodeinfo owns what each node records about itself beyond its
+// membership: its listeners and certificates (mefor_node_transport) and
+// the keys it seals content with (mefor_node_encryption).
+package nodeinfo
 
 import (
 	"context"

@@ -1,4 +1,6 @@
-package store
+// Package alert owns the alert tables: each rule's state (mefor_alert) and
+// the record of its notifications, with the reads the alert rules evaluate.
+package alert
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package store
+package nodeinfo
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package store_test
+package search_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -20,7 +20,7 @@ import (
 //
 //	BENCH search-1m control_id_ms=… patient_ms=… … text_ms=…
 //
-// Each figure is the median of several runs of store.ListMessages with the
+// Each figure is the median of several runs of search.ListMessages with the
 // default limit. It fails when a filter other than --text is planned as a
 // sequential scan of messages or rows, and shows that the cluster gauges'
 // backlog read goes through the partial index on pending rows
@@ -43,24 +43,24 @@ func BenchmarkSearch1M(b *testing.B) {
 
 		type filter struct {
 			name string
-			f    store.MessageFilter
+			f    search.MessageFilter
 		}
 		now := time.Now()
 		mid := n / 2
 		span := time.Duration(n) * 2 * time.Second // the corpus reaches this far back
 		filters := []filter{
-			{"control_id", store.MessageFilter{ControlID: fmt.Sprintf("C%d", mid)}},
-			{"patient", store.MessageFilter{Patient: fmt.Sprintf("P%d", mid%200_000)}},
-			{"type", store.MessageFilter{Type: "ADT^A08"}},
-			{"type_rare", store.MessageFilter{Type: "ORM"}}, // 1 in 50,000
-			{"since", store.MessageFilter{Since: now.Add(-2 * time.Hour)}},
-			{"until", store.MessageFilter{Until: now.Add(-span / 2)}},
-			{"window", store.MessageFilter{Since: now.Add(-span * 2 / 3), Until: now.Add(-span*2/3 + time.Hour)}},
-			{"destination", store.MessageFilter{Destination: "lab"}},
-			{"destination_rare", store.MessageFilter{Destination: "rare"}},
-			{"channel_type_since", store.MessageFilter{Channel: "adt", Type: "ADT", Since: now.Add(-24 * time.Hour)}},
-			{"patient_since", store.MessageFilter{Patient: fmt.Sprintf("P%d", mid%200_000), Since: now.Add(-30 * 24 * time.Hour)}},
-			{"text", store.MessageFilter{Text: fmt.Sprintf("|C%d|", mid)}},
+			{"control_id", search.MessageFilter{ControlID: fmt.Sprintf("C%d", mid)}},
+			{"patient", search.MessageFilter{Patient: fmt.Sprintf("P%d", mid%200_000)}},
+			{"type", search.MessageFilter{Type: "ADT^A08"}},
+			{"type_rare", search.MessageFilter{Type: "ORM"}}, // 1 in 50,000
+			{"since", search.MessageFilter{Since: now.Add(-2 * time.Hour)}},
+			{"until", search.MessageFilter{Until: now.Add(-span / 2)}},
+			{"window", search.MessageFilter{Since: now.Add(-span * 2 / 3), Until: now.Add(-span*2/3 + time.Hour)}},
+			{"destination", search.MessageFilter{Destination: "lab"}},
+			{"destination_rare", search.MessageFilter{Destination: "rare"}},
+			{"channel_type_since", search.MessageFilter{Channel: "adt", Type: "ADT", Since: now.Add(-24 * time.Hour)}},
+			{"patient_since", search.MessageFilter{Patient: fmt.Sprintf("P%d", mid%200_000), Since: now.Add(-30 * 24 * time.Hour)}},
+			{"text", search.MessageFilter{Text: fmt.Sprintf("|C%d|", mid)}},
 		}
 		var line []string
 		b.StartTimer()
@@ -69,7 +69,7 @@ func BenchmarkSearch1M(b *testing.B) {
 			var found int
 			for range 5 {
 				t0 := time.Now()
-				got, err := store.ListMessages(ctx, db.Pool, fl.f)
+				got, err := search.ListMessages(ctx, db.Pool, fl.f)
 				times = append(times, time.Since(t0))
 				if err != nil {
 					b.Fatalf("%s: %v", fl.name, err)
@@ -92,7 +92,7 @@ func BenchmarkSearch1M(b *testing.B) {
 		fmt.Printf("BENCH search-1m %s\n", strings.Join(line, " "))
 
 		var plan []string
-		rows, err := db.Pool.Query(ctx, "EXPLAIN "+store.BacklogSQL())
+		rows, err := db.Pool.Query(ctx, "EXPLAIN "+search.BacklogSQL())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func BenchmarkSearch1M(b *testing.B) {
 			b.Errorf("the backlog read does not use the partial index on pending rows:\n%s", joined)
 		}
 		t0 := time.Now()
-		if _, err := store.ReadBacklog(ctx, db.Pool); err != nil {
+		if _, err := search.ReadBacklog(ctx, db.Pool); err != nil {
 			b.Fatal(err)
 		}
 		fmt.Printf("BENCH gauges-backlog-1m pending_rows=%d read_ms=%.2f\n", n/200, float64(time.Since(t0).Microseconds())/1000)
@@ -162,9 +162,9 @@ func loadSearchCorpus(b *testing.B, db *testcontainers.DB, n int) {
 }
 
 // explain is the plan of ListMessages for f.
-func explain(b *testing.B, db *testcontainers.DB, f store.MessageFilter) string {
+func explain(b *testing.B, db *testcontainers.DB, f search.MessageFilter) string {
 	b.Helper()
-	sql, args := store.ListMessagesSQL(f)
+	sql, args := search.ListMessagesSQL(f)
 	rows, err := db.Pool.Query(context.Background(), "EXPLAIN "+sql, args)
 	if err != nil {
 		b.Fatalf("explain: %v", err)

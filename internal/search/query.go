@@ -1,4 +1,8 @@
-package store
+// Package search holds the operators' reads: messages and their story
+// (work rows, events, replies, links), text and patient search, dead
+// letters, status and backlog counts. Its reads may join any table; it
+// writes none.
+package search
 
 import (
 	"context"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/nodeinfo"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/jobs"
@@ -295,10 +300,10 @@ type Status struct {
 	Retention *retention.Status `json:"retention,omitempty"`
 	// Transport is the certificates and listeners the live nodes recorded
 	// (filled by ops.Status).
-	Transport *TransportStatus `json:"transport,omitempty"`
+	Transport *nodeinfo.TransportStatus `json:"transport,omitempty"`
 	// Encryption is what the live nodes seal content with (filled by
 	// ops.Status).
-	Encryption *EncryptionStatus `json:"encryption,omitempty"`
+	Encryption *nodeinfo.EncryptionStatus `json:"encryption,omitempty"`
 }
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a

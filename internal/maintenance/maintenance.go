@@ -1,4 +1,6 @@
-package store
+// Package maintenance owns the maintenance run records
+// (mefor_maintenance_run): what each run of a maintenance job did.
+package maintenance
 
 import (
 	"context"
