@@ -17,6 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/maintenance"
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/workers"
 )
@@ -75,7 +76,7 @@ func ListMaintenance(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 				v.LastRun = &r
 			}
 		}
-		id, running, err := maintenance.LiveJob(ctx, pool, j.Args.Kind(), args)
+		id, running, err := jobs.LiveJob(ctx, pool, j.Args.Kind(), args)
 		if err != nil {
 			return nil, err
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -59,7 +58,7 @@ func readTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) erro
 // waiting and snoozes again. The job rows are locked (ScheduledDrainers), so
 // none of them can be running or finished when it is made available.
 func wake(ctx context.Context, tx pgx.Tx, q Queue, lanes []string) error {
-	ids, err := pipeline.ScheduledDrainers(ctx, tx, lanes)
+	ids, err := jobs.ScheduledDrainers(ctx, tx, lanes)
 	if err != nil {
 		return err
 	}

@@ -104,13 +104,7 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 // same sink from an earlier change is still live: this one waits for it,
 // so a receiver sees the changes in order.
 func (w *AlertNotifyWorker) earlierPending(ctx context.Context, job *river.Job[jobs.AlertNotifyArgs]) (bool, error) {
-	var earlier bool
-	err := w.Pool.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM river_job
-			WHERE kind = $1 AND id <> $2 AND finalized_at IS NULL
-			  AND args->>'rule' = $3 AND args->>'sink' = $4 AND (args->>'seq')::bigint < $5)`,
-		job.Kind, job.ID, job.Args.Rule, job.Args.Sink, job.Args.Seq).Scan(&earlier)
+	earlier, err := jobs.EarlierNotificationPending(ctx, w.Pool, job.Kind, job.ID, job.Args.Rule, job.Args.Sink, job.Args.Seq)
 	if err != nil {
 		return false, fmt.Errorf("look for earlier notifications of alert %s: %w", job.Args.Rule, err)
 	}

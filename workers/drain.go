@@ -173,10 +173,7 @@ func (d *Deps) extend(ctx context.Context, sl *laneHold, queue string) {
 	if sl.deadline.Sub(sl.began)+lim.Slice*5/4 > lim.Hold {
 		return
 	}
-	var waiting bool
-	err := d.Pool.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM river_job WHERE state = 'available' AND queue = $1 AND scheduled_at <= now())`,
-		queue).Scan(&waiting)
+	waiting, err := jobs.DrainersWaiting(ctx, d.Pool, queue)
 	if err != nil {
 		d.Logger.DebugContext(ctx, "could not look for drainers waiting for a slot; the slice ends", "queue", queue, "error", err)
 		return

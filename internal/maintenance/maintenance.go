@@ -5,12 +5,11 @@ package maintenance
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/jobs"
 )
 
 // Maintenance run outcomes (mefor_maintenance_run.outcome).
@@ -121,39 +120,18 @@ func LastRunID(ctx context.Context, db pipeline.DBTX, job string) (int64, error)
 // these args as a run, for jobs that are not audited (reclaim): River keeps
 // finished jobs for a day. ok is false when there is none.
 func LastJobRun(ctx context.Context, db pipeline.DBTX, job, kind string, args []byte) (run MaintenanceRun, ok bool, err error) {
-	var state string
-	err = db.QueryRow(ctx, `
-		SELECT coalesce(attempted_at, created_at), finalized_at, state::text, coalesce(attempted_by[array_length(attempted_by, 1)], '')
-		FROM river_job
-		WHERE kind = $1 AND args = $2::jsonb AND finalized_at IS NOT NULL
-		ORDER BY id DESC LIMIT 1`, kind, args).Scan(&run.StartedAt, &run.FinishedAt, &state, &run.NodeID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return run, false, nil
-	}
+	j, ok, err := jobs.LastFinishedJob(ctx, db, kind, args)
 	if err != nil {
 		return run, false, fmt.Errorf("read last %s job: %w", job, err)
 	}
+	if !ok {
+		return run, false, nil
+	}
+	run.StartedAt, run.FinishedAt, run.NodeID = j.StartedAt, j.FinishedAt, j.Node
 	run.Job, run.Outcome = job, RunOK
-	if state != "completed" {
+	if j.State != "completed" {
 		run.Outcome = RunFailed
-		run.Error = "River job " + state
+		run.Error = "River job " + j.State
 	}
 	return run, true, nil
-}
-
-// LiveJob returns the id of a live (queued, scheduled or running) River job
-// of kind with exactly these args, 0 if there is none, and whether it is
-// running.
-func LiveJob(ctx context.Context, db pipeline.DBTX, kind string, args []byte) (id int64, running bool, err error) {
-	err = db.QueryRow(ctx, `
-		SELECT id, state = 'running' FROM river_job
-		WHERE kind = $1 AND args = $2::jsonb AND finalized_at IS NULL
-		ORDER BY (state = 'running') DESC, id LIMIT 1`, kind, args).Scan(&id, &running)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read live %s job: %w", kind, err)
-	}
-	return id, running, nil
 }

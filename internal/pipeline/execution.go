@@ -56,7 +56,7 @@ func (ex Execution) unfenced() bool { return ex.JobID == 0 && ex.AttemptedAt.IsZ
 // before commit. It returns ErrSuperseded otherwise.
 func Fence(ctx context.Context, tx pgx.Tx, ex Execution) error {
 	var one int
-	err := tx.QueryRow(ctx, fenceSQL, ex.JobID, ex.AttemptedAt).Scan(&one)
+	err := tx.QueryRow(ctx, jobs.FenceSQL, ex.JobID, ex.AttemptedAt).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrSuperseded
 	}
@@ -65,10 +65,6 @@ func Fence(ctx context.Context, tx pgx.Tx, ex Execution) error {
 	}
 	return nil
 }
-
-// fenceSQL finds the drainer's river_job row only while the execution is
-// the running one, and locks it until the transaction ends.
-const fenceSQL = `SELECT 1 FROM river_job WHERE id = $1 AND state = 'running' AND attempted_at = $2 FOR UPDATE`
 
 // The hand-offs are sent as one pgx batch each: the fence check, the lane
 // locks, the set-based writes for every row served, the finalizer and the
@@ -96,7 +92,7 @@ func newHandoff(ex Execution) *handoff {
 		h.fenced = true
 		return h
 	}
-	h.b.Queue(fenceSQL, ex.JobID, ex.AttemptedAt).Query(func(rows pgx.Rows) error {
+	h.b.Queue(jobs.FenceSQL, ex.JobID, ex.AttemptedAt).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			h.fenced = true
 		}

@@ -330,7 +330,7 @@ func newSharedHandoff(hs []*Handoff) *handoff {
 		return b
 	}
 	b.fenced = false
-	b.b.Queue(fenceManySQL, ids, at).Query(func(rows pgx.Rows) error {
+	b.b.Queue(jobs.FenceManySQL, ids, at).Query(func(rows pgx.Rows) error {
 		n := 0
 		for rows.Next() {
 			n++
@@ -340,15 +340,6 @@ func newSharedHandoff(hs []*Handoff) *handoff {
 	})
 	return b
 }
-
-// fenceManySQL is fenceSQL for several executions at once: it returns (and
-// locks, in job id order) the rows of those still running.
-const fenceManySQL = `
-	SELECT j.id FROM river_job j
-	JOIN unnest($1::bigint[], $2::timestamptz[]) AS f(id, attempted_at) ON j.id = f.id AND j.attempted_at = f.attempted_at
-	WHERE j.state = 'running'
-	ORDER BY j.id
-	FOR UPDATE OF j`
 
 func (a *routeArgs) append(o *routeArgs) {
 	a.cWork, a.cMsg, a.cStatus = append(a.cWork, o.cWork...), append(a.cMsg, o.cMsg...), append(a.cStatus, o.cStatus...)

@@ -218,7 +218,7 @@ func scanRow(r pgx.Row, prefix ...any) (Row, error) {
 const (
 	readLaneSQL     = readSelectSQL + `false,` + readRestSQL + readWhereSQL
 	readOutboundSQL = readSelectSQL + `w.seq > coalesce(b.seq, w.seq),` + readRestSQL + `
-		LEFT JOIN (` + layoutBarrierSQL + `) b ON true` + readWhereSQL
+		LEFT JOIN (` + jobs.LayoutBarrierSQL + `) b ON true` + readWhereSQL
 	readSelectSQL = `
 		SELECT w.id, w.message_id, w.stage, w.lane, w.seq, w.channel,
 			coalesce(w.route, ''), coalesce(w.handler, ''), coalesce(w.destination, ''),
@@ -273,23 +273,9 @@ var readOutboundLanesSQL = `
 		CROSS JOIN LATERAL (` + readSelectSQL + `w.seq > coalesce(b.seq, w.seq),` + readRestSQL + readEachWhereSQL + `) rd
 		ORDER BY r.i, rd.seq`
 
-// eachLayoutBarrierSQL is layoutBarrierSQL for the lane r.lane of a read of
+// eachLayoutBarrierSQL is jobs.LayoutBarrierSQL for the lane r.lane of a read of
 // several lanes.
-var eachLayoutBarrierSQL = strings.ReplaceAll(layoutBarrierSQL, "$1", "r.lane")
-
-// layoutBarrierSQL is the lowest pending seq in the lanes of lane $1's
-// destination that belong to another lane group (jobs.LaneGroup), that is,
-// another layout generation. The lanes come from mefor_lane (a row per lane
-// ever activated, few), each probed at its head.
-const layoutBarrierSQL = `
-	SELECT min(h.seq) AS seq
-	FROM mefor_lane l
-	CROSS JOIN LATERAL (
-		SELECT x.seq FROM mefor_work x WHERE x.lane = l.name AND x.status = 'pending' ORDER BY x.seq LIMIT 1
-	) h
-	WHERE l.stage = 'outbound'
-	  AND split_part(split_part(l.name, '#', 1), '~', 1) = split_part(split_part($1, '#', 1), '~', 1)
-	  AND split_part(l.name, '#', 1) <> split_part($1, '#', 1)`
+var eachLayoutBarrierSQL = strings.ReplaceAll(jobs.LayoutBarrierSQL, "$1", "r.lane")
 
 // CompleteIfEmpty takes the lane's lock and reports whether the lane has no
 // pending row. The caller completes its drainer job in the same tx when it

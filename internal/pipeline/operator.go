@@ -486,7 +486,7 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 	if len(ids) == 0 {
 		return res, nil
 	}
-	running, err := lockDrainers(ctx, tx, laneOf)
+	running, err := jobs.LockDrainers(ctx, tx, laneOf)
 	if err != nil {
 		return res, err
 	}
@@ -522,34 +522,6 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 	}
 	res.Rows, res.Messages, res.Lanes = c.Rows, c.Messages, c.Lanes
 	return res, nil
-}
-
-// lockDrainers locks the river_job rows of the lanes' drainers in id order
-// and reports which lanes have a running one. A drainer that is not running
-// cannot start until tx ends. Callers take it before any lane lock.
-func lockDrainers(ctx context.Context, tx pgx.Tx, lanes []string) (map[string]bool, error) {
-	sorted := slices.Clone(lanes)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	rows, err := tx.Query(ctx, `
-		SELECT l.name, j.state = 'running'
-		FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
-		WHERE l.name = ANY($1)
-		ORDER BY j.id
-		FOR UPDATE OF j`, sorted)
-	if err != nil {
-		return nil, fmt.Errorf("lock drainers of %d lane(s): %w", len(sorted), err)
-	}
-	running := map[string]bool{}
-	var lane string
-	var run bool
-	if _, err := pgx.ForEachRow(rows, []any{&lane, &run}, func() error {
-		running[lane] = run
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("lock drainers of %d lane(s): %w", len(sorted), err)
-	}
-	return running, nil
 }
 
 // cancelRows cancels the rows of mefor_work matching where (with $1 = arg),
@@ -603,7 +575,7 @@ func cancelRows(ctx context.Context, tx pgx.Tx, where string, arg any) (BatchRes
 // others to their drainer. It is what a cancel waiting for its marks does
 // when a drainer snoozed or stopped before it resolved them.
 func CancelMarkedIdle(ctx context.Context, tx pgx.Tx, lanes []string) (BatchResult, error) {
-	running, err := lockDrainers(ctx, tx, lanes)
+	running, err := jobs.LockDrainers(ctx, tx, lanes)
 	if err != nil {
 		return BatchResult{}, err
 	}
@@ -668,30 +640,6 @@ func MarkedLanes(ctx context.Context, q DBTX, ids []int64) ([]string, error) {
 		return nil, fmt.Errorf("read lanes of marked deliveries: %w", err)
 	}
 	return lanes, nil
-}
-
-// ScheduledDrainers returns the River job ids of the lanes' drainers that
-// are snoozed (state scheduled), locking those job rows until tx ends so
-// they cannot start or change meanwhile. Making such a job available again
-// (River's JobRetryTx) wakes the lane now instead of at the end of a backoff
-// that an operator just cut short.
-func ScheduledDrainers(ctx context.Context, tx pgx.Tx, lanes []string) ([]int64, error) {
-	if len(lanes) == 0 {
-		return nil, nil
-	}
-	rows, err := tx.Query(ctx, `
-		SELECT j.id FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
-		WHERE l.name = ANY($1) AND j.state = 'scheduled'
-		ORDER BY j.id
-		FOR UPDATE OF j`, lanes)
-	if err != nil {
-		return nil, fmt.Errorf("find snoozed drainers: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("find snoozed drainers: %w", err)
-	}
-	return ids, nil
 }
 
 // CountCancel counts the pending deliveries CancelBatch would cancel (the

@@ -153,7 +153,7 @@ func deadLetterLaneChunk(ctx context.Context, pool *pgxpool.Pool, k Known, lane 
 	n := 0
 	running := false
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		r, err := lockDrainers(ctx, tx, []string{lane})
+		r, err := jobs.LockDrainers(ctx, tx, []string{lane})
 		if running = r[lane]; err != nil || running {
 			return err
 		}

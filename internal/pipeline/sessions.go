@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/jobs"
 )
 
 // The pipeline's own statements (intake, lane reads, hand-offs, delivery
@@ -87,8 +88,9 @@ func pipelineStmts(format string) []string {
 // statement-level trigger fires for a statement that changes no row).
 // TestWarmSessionChangesNothing runs them.
 var warmStatements = []string{
-	`SELECT 1 FROM mefor_message m, mefor_work w, mefor_lane l, mefor_event e, mefor_response r,
-		mefor_work_count wc, mefor_message_count mc, river_job j WHERE false`,
+	`SELECT 1 FROM mefor_message m, mefor_work w, mefor_event e, mefor_response r,
+		mefor_work_count wc, mefor_message_count mc WHERE false`,
+	jobs.WarmSQL,
 	`UPDATE mefor_message SET status = status WHERE false`,
 	`UPDATE mefor_work SET status = status WHERE false`,
 }

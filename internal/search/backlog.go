@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
@@ -46,13 +44,9 @@ func ReadBacklog(ctx context.Context, q pipeline.DBTX) (*Backlog, error) {
 	if b.Groups, err = readPendingGroups(ctx, q); err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `SELECT name FROM mefor_lane ORDER BY name`)
+	lanes, err := jobs.LaneNames(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("read lanes: %w", err)
-	}
-	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read lanes: %w", err)
+		return nil, err
 	}
 	seenD, seenC := map[string]bool{}, map[string]bool{}
 	for _, lane := range lanes {

@@ -399,30 +399,14 @@ func ReadStatus(ctx context.Context, q pipeline.DBTX) (*Status, error) {
 		return nil, fmt.Errorf("count deliveries: %w", err)
 	}
 
-	// A lane's head is in flight when the lane's drainer is running and the
-	// head is due (a head waiting out its backoff has a snoozed drainer).
-	rows, err = q.Query(ctx, `
-		SELECT h.destination, count(*)
-		FROM mefor_lane l
-		JOIN river_job j ON j.id = l.job_id AND j.state = 'running'
-		JOIN LATERAL (
-			SELECT w.destination, w.next_attempt_at FROM mefor_work w
-			WHERE w.lane = l.name AND w.status = 'pending'
-			ORDER BY w.seq LIMIT 1
-		) h ON true
-		WHERE l.stage = 'outbound' AND h.next_attempt_at <= clock_timestamp()
-		GROUP BY h.destination`)
+	inFlight, err := jobs.InFlightDeliveries(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("count deliveries in flight: %w", err)
+		return nil, err
 	}
-	_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+	for name, n := range inFlight {
 		if i, ok := dIdx[name]; ok {
 			st.Destinations[i].InFlight = n
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("count deliveries in flight: %w", err)
 	}
 	return st, nil
 }
