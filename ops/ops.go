@@ -1,7 +1,8 @@
 // Package ops holds the operator operations shared by the CLI and the admin
 // HTTP endpoints: message listing and detail, dead letters, replay, bulk
-// dead-letter replay, cancel and status. The SQL lives in internal/store; this
-// package decides transactions, batching and lane wake-ups.
+// dead-letter replay, cancel and status. The SQL lives in internal/pipeline
+// and internal/search; this package decides transactions, batching and lane
+// wake-ups.
 //
 // Every write follows the pipeline's lock order (lane locks, then message
 // finalize locks) inside one transaction, and activates the lanes it put work

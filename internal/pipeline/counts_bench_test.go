@@ -28,7 +28,7 @@ import (
 // MEFOR_BENCH_MESSAGES sets the messages per round (default 1,000; eight
 // rounds, so that load from elsewhere on the machine falls on both modes). Run it on its own:
 //
-//	go test -run '^$' -bench CountsWriteCost -benchtime 1x ./internal/store/
+//	go test -run '^$' -bench CountsWriteCost -benchtime 1x ./internal/pipeline/
 func BenchmarkCountsWriteCost(b *testing.B) {
 	n := 1000
 	if v, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_MESSAGES")); err == nil && v > 0 {

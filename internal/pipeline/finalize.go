@@ -1,10 +1,34 @@
 package pipeline
 
 import (
+	"context"
+	"fmt"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
+
+// finalizeLockClass keys the per-message advisory lock the finalizer takes.
+const finalizeLockClass int32 = 0x6d6d // "mm"
+
+// FinalizeMany derives the disposition of messages from all their rows:
+// nothing terminal while any row is pending; any dead row → error; else
+// any outbound row → processed; else a routed message → filtered. It
+// takes the messages' locks first, in id order, so two hand-offs finishing
+// the last rows of one message at once cannot both see the other's row
+// still pending, and two multi-message operations cannot deadlock. The
+// batched hand-offs queue the same two statements (QueueFinalize).
+func FinalizeMany(ctx context.Context, tx DBTX, messageIDs []int64) error {
+	ids, keys := finalizeKeys(messageIDs)
+	if _, err := tx.Exec(ctx, finalizeLockSQL, finalizeLockClass, keys); err != nil {
+		return fmt.Errorf("lock messages for finalize: %w", err)
+	}
+	// A statement of its own, so its snapshot is taken after the locks.
+	if _, err := tx.Exec(ctx, finalizeSQL, ids); err != nil {
+		return fmt.Errorf("finalize messages: %w", err)
+	}
+	return nil
+}
 
 // QueueFinalize queues FinalizeMany's two statements onto a batch, for the
 // drainers' hand-offs, which send a whole transaction's writes in one round

@@ -64,9 +64,6 @@ const (
 	EventCancelled   = "cancelled"
 )
 
-// finalizeLockClass keys the per-message advisory lock the finalizer takes.
-const finalizeLockClass int32 = 0x6d6d // "mm"
-
 // DBTX is what the read functions need: a pool, a connection or a transaction.
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -86,25 +83,6 @@ func AddEvent(ctx context.Context, tx DBTX, messageID int64, event string, workI
 		messageID, event, workID, destination, detail)
 	if err != nil {
 		return fmt.Errorf("record %s event of message %d: %w", event, messageID, err)
-	}
-	return nil
-}
-
-// FinalizeMany derives the disposition of messages from all their rows:
-// nothing terminal while any row is pending; any dead row → error; else
-// any outbound row → processed; else a routed message → filtered. It
-// takes the messages' locks first, in id order, so two hand-offs finishing
-// the last rows of one message at once cannot both see the other's row
-// still pending, and two multi-message operations cannot deadlock. The
-// batched hand-offs queue the same two statements (QueueFinalize).
-func FinalizeMany(ctx context.Context, tx DBTX, messageIDs []int64) error {
-	ids, keys := finalizeKeys(messageIDs)
-	if _, err := tx.Exec(ctx, finalizeLockSQL, finalizeLockClass, keys); err != nil {
-		return fmt.Errorf("lock messages for finalize: %w", err)
-	}
-	// A statement of its own, so its snapshot is taken after the locks.
-	if _, err := tx.Exec(ctx, finalizeSQL, ids); err != nil {
-		return fmt.Errorf("finalize messages: %w", err)
 	}
 	return nil
 }

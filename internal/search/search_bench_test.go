@@ -27,7 +27,7 @@ import (
 // (mefor_work_pending_age). Run it on
 // its own:
 //
-//	go test -run '^$' -bench Search1M -benchtime 1x -timeout 30m ./internal/store/
+//	go test -run '^$' -bench Search1M -benchtime 1x -timeout 30m ./internal/search/
 func BenchmarkSearch1M(b *testing.B) {
 	n := 1_000_000
 	if v, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_MESSAGES")); err == nil && v > 0 {

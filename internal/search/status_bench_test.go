@@ -33,7 +33,7 @@ import (
 //
 // MEFOR_BENCH_BACKLOG overrides the million. Run it on its own:
 //
-//	go test -run '^$' -bench StatusBacklog1M -benchtime 1x -timeout 30m ./internal/store/
+//	go test -run '^$' -bench StatusBacklog1M -benchtime 1x -timeout 30m ./internal/search/
 func BenchmarkStatusBacklog1M(b *testing.B) {
 	n := 1_000_000
 	if v, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_BACKLOG")); err == nil && v > 0 {
