@@ -182,12 +182,7 @@ func QueueActivation(b *pgx.Batch, lanes []string) *Activation {
 	if len(a.lanes) == 0 {
 		return a
 	}
-	b.Queue(`
-		SELECT n.name
-		FROM unnest($1::text[]) AS n(name)
-		LEFT JOIN mefor_lane l ON l.name = n.name
-		LEFT JOIN river_job j ON j.id = l.job_id
-		WHERE j.id IS NULL OR NOT (j.state::text = ANY($2::text[]))`,
+	b.Queue(deadLanesSQL,
 		a.lanes, LiveStateNames()).Query(func(rows pgx.Rows) error {
 		var err error
 		a.dead, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -231,12 +226,7 @@ func QueueLiveDrainerCheck(b *pgx.Batch, lanes []string) {
 	// The cast of a text naming the lane raises only for a row the filter
 	// keeps; it depends on the row, so the planner cannot fold it into an
 	// error for every execution.
-	b.Queue(`
-		SELECT ($3 || n.name)::int
-		FROM unnest($1::text[]) AS n(name)
-		LEFT JOIN mefor_lane l ON l.name = n.name
-		LEFT JOIN river_job j ON j.id = l.job_id
-		WHERE j.id IS NULL OR NOT (j.state::text = ANY($2::text[]))`,
+	b.Queue(liveDrainerCheckSQL,
 		sorted, LiveStateNames(), noDrainerMark).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 		}

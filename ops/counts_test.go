@@ -7,7 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/retention"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -20,7 +22,7 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 	e := newEnv(t)
 	check := func(step string) {
 		t.Helper()
-		if err := store.VerifyCounts(e.ctx, e.db.Pool); err != nil {
+		if err := pipeline.VerifyCounts(e.ctx, e.db.Pool); err != nil {
 			t.Fatalf("after %s: %v", step, err)
 		}
 		e.checkStatusByFullCount(step)
@@ -36,7 +38,7 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 		dead = append(dead, e.toOutbound("orm", lab))
 	}
 	e.tx(func(tx pgx.Tx) error {
-		_, err := store.Receive(e.ctx, tx, e.q, store.Inbound{Channel: "adt", Source: "test", Raw: []byte("garbage"), ParseError: "no MSH"})
+		_, err := pipeline.Receive(e.ctx, tx, e.q, pipeline.Inbound{Channel: "adt", Source: "test", Raw: []byte("garbage"), ParseError: "no MSH"})
 		return err
 	})
 	check("intake and hand-offs")
@@ -48,7 +50,7 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 		e.fail(lab, m, true, 0)
 	}
 	check("deliveries and dead letters")
-	if _, err := store.FoldCounts(e.ctx, e.db.Pool); err != nil {
+	if _, err := pipeline.FoldCounts(e.ctx, e.db.Pool); err != nil {
 		t.Fatal(err)
 	}
 	check("a fold")
@@ -58,11 +60,11 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, done[1]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, store.DeadFilter{Channel: "orm"}, ops.BulkOptions{BatchSize: 2}); err != nil {
+	if _, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Channel: "orm"}, ops.BulkOptions{BatchSize: 2}); err != nil {
 		t.Fatal(err)
 	}
 	check("replays")
-	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "x"}, ops.BulkOptions{}); err != nil {
+	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "x"}, ops.BulkOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.fail(lab, dead[0], true, 0)
@@ -72,10 +74,10 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 	// with all their rows.
 	e.exec(`UPDATE mefor_message SET received_at = received_at - interval '100 days' WHERE id = ANY($1)`, []int64{done[2], dead[0]})
 	e.exec(`UPDATE mefor_message SET received_at = received_at - interval '10 days' WHERE id = $1`, done[0])
-	if _, err := store.FoldCounts(e.ctx, e.db.Pool); err != nil {
+	if _, err := pipeline.FoldCounts(e.ctx, e.db.Pool); err != nil {
 		t.Fatal(err)
 	}
-	res, err := store.RunRetention(e.ctx, e.db.Pool, store.RetentionPolicy{KeepBodies: 5 * 24 * time.Hour, DeleteAfter: 50 * 24 * time.Hour}, nil)
+	res, err := retention.Run(e.ctx, e.db.Pool, retention.Policy{KeepBodies: 5 * 24 * time.Hour, DeleteAfter: 50 * 24 * time.Hour}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +86,7 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 	}
 	check("retention")
 	for range 2 { // the second fold has nothing left to fold
-		if _, err := store.FoldCounts(e.ctx, e.db.Pool); err != nil {
+		if _, err := pipeline.FoldCounts(e.ctx, e.db.Pool); err != nil {
 			t.Fatal(err)
 		}
 		check("a fold after retention")
@@ -174,8 +176,8 @@ func (e *env) checkStatusByFullCount(step string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var wantD []store.DestinationStatus
-	var d store.DestinationStatus
+	var wantD []search.DestinationStatus
+	var d search.DestinationStatus
 	var oldest *float64
 	if _, err := pgx.ForEachRow(rows, []any{&d.Destination, &d.Lanes, &d.Queued, &d.Delivered, &d.Dead, &d.Cancelled, &oldest}, func() error {
 		d.OldestQueuedSeconds = oldest

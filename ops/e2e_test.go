@@ -11,7 +11,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/freeport"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -85,18 +85,18 @@ func TestReplayDeadIsDrainedByRunningNode(t *testing.T) {
 		ids = append(ids, e.receive("adt"))
 	}
 	for _, id := range ids {
-		e.waitFor(fmt.Sprintf("message %d dead-lettered", id), 30*time.Second, func() bool { return e.status(id) == store.StatusError })
+		e.waitFor(fmt.Sprintf("message %d dead-lettered", id), 30*time.Second, func() bool { return e.status(id) == pipeline.StatusError })
 	}
 	if err := os.Remove(out); err != nil {
 		t.Fatal(err)
 	}
 
-	res, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, store.DeadFilter{Destination: "archive"}, ops.BulkOptions{})
+	res, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Destination: "archive"}, ops.BulkOptions{})
 	if err != nil || res.Rows != 3 {
 		t.Fatalf("replay-dead = %+v, %v; want 3 rows", res, err)
 	}
 	for _, id := range ids {
-		e.waitFor(fmt.Sprintf("message %d processed", id), 30*time.Second, func() bool { return e.status(id) == store.StatusProcessed })
+		e.waitFor(fmt.Sprintf("message %d processed", id), 30*time.Second, func() bool { return e.status(id) == pipeline.StatusProcessed })
 	}
 	files, _ := os.ReadDir(out)
 	if len(files) != 3 {
@@ -132,8 +132,8 @@ func TestReplayWakesSnoozedDrainer(t *testing.T) {
 	if err != nil || res.Rows != 1 {
 		t.Fatalf("replay = %+v, %v", res, err)
 	}
-	e.waitFor("delivery after replay", 30*time.Second, func() bool { return e.workStatus(id, "outbound") == store.WorkDone })
-	if got := e.status(id); got != store.StatusProcessed {
+	e.waitFor("delivery after replay", 30*time.Second, func() bool { return e.workStatus(id, "outbound") == pipeline.WorkDone })
+	if got := e.status(id); got != pipeline.StatusProcessed {
 		t.Fatalf("message is %s, want processed", got)
 	}
 }

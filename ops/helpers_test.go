@@ -9,8 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/mefor/mefor/internal/drainer"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -54,7 +53,7 @@ func (e *env) receive(channel string) int64 {
 	var id int64
 	e.tx(func(tx pgx.Tx) error {
 		var err error
-		id, err = store.Receive(e.ctx, tx, e.q, store.Inbound{
+		id, err = pipeline.Receive(e.ctx, tx, e.q, pipeline.Inbound{
 			Channel: channel, Source: "test", Raw: []byte(raw),
 			ControlID: fmt.Sprintf("C%03d", e.n), MessageType: "ADT", TriggerEvent: "A01",
 		})
@@ -64,9 +63,9 @@ func (e *env) receive(channel string) int64 {
 }
 
 // pendingRow returns the message's pending row in lane.
-func (e *env) pendingRow(lane string, msg int64) drainer.Row {
+func (e *env) pendingRow(lane string, msg int64) pipeline.Row {
 	e.t.Helper()
-	rows, err := drainer.PendingRows(e.ctx, e.db.Pool, lane, 10000)
+	rows, err := pipeline.PendingRows(e.ctx, e.db.Pool, lane, 10000)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -76,7 +75,7 @@ func (e *env) pendingRow(lane string, msg int64) drainer.Row {
 		}
 	}
 	e.t.Fatalf("message %d has no pending row in lane %s", msg, lane)
-	return drainer.Row{}
+	return pipeline.Row{}
 }
 
 // route runs the ingress hand-off of a message: one route "r" to handler "h".
@@ -84,7 +83,7 @@ func (e *env) route(channel string, msg int64) {
 	e.t.Helper()
 	row := e.pendingRow(jobs.IngressLane(channel), msg)
 	e.tx(func(tx pgx.Tx) error {
-		return drainer.RouteHandoff(e.ctx, tx, e.q, row, []drainer.RoutedOut{{Route: "r", Handler: "h"}})
+		return pipeline.RouteHandoff(e.ctx, tx, e.q, row, []pipeline.RoutedOut{{Route: "r", Handler: "h"}})
 	})
 }
 
@@ -93,11 +92,11 @@ func (e *env) route(channel string, msg int64) {
 func (e *env) transform(channel string, msg int64, lanes ...string) {
 	e.t.Helper()
 	row := e.pendingRow(jobs.RoutedLane(channel), msg)
-	var outs []drainer.OutboundOut
+	var outs []pipeline.OutboundOut
 	for _, l := range lanes {
-		outs = append(outs, drainer.OutboundOut{Destination: destOf(l), Lane: l, Payload: []byte("MSH|out")})
+		outs = append(outs, pipeline.OutboundOut{Destination: destOf(l), Lane: l, Payload: []byte("MSH|out")})
 	}
-	e.tx(func(tx pgx.Tx) error { return drainer.TransformHandoff(e.ctx, tx, e.q, row, outs) })
+	e.tx(func(tx pgx.Tx) error { return pipeline.TransformHandoff(e.ctx, tx, e.q, row, outs) })
 }
 
 // toOutbound receives a message and hands it on to outbound rows in lanes.
@@ -123,7 +122,7 @@ func (e *env) deliver(lane string, msg int64) {
 	e.t.Helper()
 	row := e.pendingRow(lane, msg)
 	e.tx(func(tx pgx.Tx) error {
-		ok, err := drainer.Delivered(e.ctx, tx, row, drainer.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ack")})
+		ok, err := pipeline.Delivered(e.ctx, tx, row, pipeline.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ack")})
 		if err == nil && !ok {
 			err = fmt.Errorf("row %d was not pending", row.ID)
 		}
@@ -136,7 +135,7 @@ func (e *env) fail(lane string, msg int64, dead bool, backoff time.Duration) {
 	e.t.Helper()
 	row := e.pendingRow(lane, msg)
 	e.tx(func(tx pgx.Tx) error {
-		return drainer.Failed(e.ctx, tx, row, drainer.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected"}, backoff, dead)
+		return pipeline.Failed(e.ctx, tx, row, pipeline.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected"}, backoff, dead)
 	})
 }
 

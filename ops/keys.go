@@ -11,14 +11,15 @@ import (
 
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/rotation"
 	"github.com/mefor/mefor/migrations"
 )
 
 // KeyStatus is what `mefor keys status` shows: every sealed column's
 // values by key id, and what that means for the keyring.
 type KeyStatus struct {
-	Counts []store.KeyCount `json:"counts"`
+	Counts []rotation.KeyCount `json:"counts"`
 	// ByKey sums the values under each key id over every column ("" is
 	// plaintext).
 	ByKey map[string]int64 `json:"by_key"`
@@ -36,10 +37,10 @@ type KeyStatus struct {
 // KeysStatus counts the sealed values by key id. It reads every content
 // row (a scan of the tables).
 func KeysStatus(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring) (*KeyStatus, error) {
-	var counts []store.KeyCount
+	var counts []rotation.KeyCount
 	err := readTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		counts, err = store.KeyCensus(ctx, tx)
+		counts, err = rotation.KeyCensus(ctx, tx)
 		return err
 	})
 	if err != nil {
@@ -47,7 +48,7 @@ func KeysStatus(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring) (*Ke
 	}
 	st := &KeyStatus{Counts: counts, ByKey: map[string]int64{}, Active: kr.ActiveID()}
 	if st.Counts == nil {
-		st.Counts = []store.KeyCount{}
+		st.Counts = []rotation.KeyCount{}
 	}
 	for _, c := range counts {
 		st.ByKey[c.KeyID] += c.Values
@@ -121,18 +122,18 @@ func RotateKeys(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, opt 
 		batch = DefaultBatchSize
 	}
 	done := 0
-	for _, c := range store.SealedColumns {
+	for _, c := range rotation.SealedColumns {
 		var after []any
 		for {
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
-			var b store.ResealResult
+			var b pipeline.ResealResult
 			target := map[string]any{"column": c.Name, "active_key": kr.ActiveID()}
 			err := withRetry(func() error {
 				return audited(ctx, pool, pgx.TxOptions{}, audit.ActionKeysRotate, target, func(tx pgx.Tx) (string, error) {
 					var err error
-					if b, err = store.ResealBatch(ctx, tx, kr, c, after, batch); err != nil {
+					if b, err = rotation.ResealBatch(ctx, tx, kr, c, after, batch); err != nil {
 						return "", err
 					}
 					if b.Resealed == 0 {
@@ -174,7 +175,7 @@ func RotateKeys(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, opt 
 func withRetry(fn func() error) error {
 	var err error
 	for range 5 {
-		if err = fn(); !store.IsResealConflict(err) {
+		if err = fn(); !rotation.IsResealConflict(err) {
 			return err
 		}
 	}

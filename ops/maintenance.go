@@ -16,18 +16,19 @@ import (
 
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/maintenance"
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/workers"
 )
 
 // MaintenanceRun is one finished run of a maintenance job.
-type MaintenanceRun = store.MaintenanceRun
+type MaintenanceRun = maintenance.MaintenanceRun
 
 // Maintenance run outcomes (MaintenanceRun.Outcome).
 const (
-	RunOK     = store.RunOK
-	RunFailed = store.RunFailed
+	RunOK     = maintenance.RunOK
+	RunFailed = maintenance.RunFailed
 )
 
 // MaintenanceJob is one line of `mefor maintenance list`.
@@ -39,7 +40,7 @@ type MaintenanceJob struct {
 	// NextRun is when the schedule next fires after the last run (or now).
 	NextRun *time.Time `json:"next_run,omitempty"`
 	// LastRun is the latest finished run, nil if none is known.
-	LastRun *store.MaintenanceRun `json:"last_run,omitempty"`
+	LastRun *maintenance.MaintenanceRun `json:"last_run,omitempty"`
 	// Running says a run is in progress now; Queued that one waits for a
 	// worker.
 	Running bool `json:"running"`
@@ -56,7 +57,7 @@ func ListMaintenance(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 			names = append(names, j.Name)
 		}
 	}
-	last, err := store.LastRuns(ctx, pool, names)
+	last, err := maintenance.LastRuns(ctx, pool, names)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +77,7 @@ func ListMaintenance(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 				v.LastRun = &r
 			}
 		} else {
-			r, ok, err := store.LastJobRun(ctx, pool, j.Name, j.Args.Kind(), args)
+			r, ok, err := maintenance.LastJobRun(ctx, pool, j.Name, j.Args.Kind(), args)
 			if err != nil {
 				return nil, err
 			}
@@ -84,7 +85,7 @@ func ListMaintenance(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 				v.LastRun = &r
 			}
 		}
-		id, running, err := store.LiveJob(ctx, pool, j.Args.Kind(), args)
+		id, running, err := jobs.LiveJob(ctx, pool, j.Args.Kind(), args)
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +102,7 @@ func ListMaintenance(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 // nextRun estimates when the schedule next fires. A cron schedule fires at
 // fixed times; an interval counts from when River's leader started it, which
 // the last run's start approximates.
-func nextRun(s config.Schedule, last *store.MaintenanceRun, now time.Time) time.Time {
+func nextRun(s config.Schedule, last *maintenance.MaintenanceRun, now time.Time) time.Time {
 	if _, ok := s.Interval(); ok && last != nil {
 		if next := s.Next(last.StartedAt); next.After(now) {
 			return next
@@ -127,7 +128,7 @@ type MaintenanceRunResult struct {
 	// State is the River job's state when RunMaintenance returned.
 	State string `json:"state"`
 	// Run is the audit of the run, when waited for and the job is audited.
-	Run *store.MaintenanceRun `json:"run,omitempty"`
+	Run *maintenance.MaintenanceRun `json:"run,omitempty"`
 }
 
 // ErrUnknownJob is returned for a name that is not one of the config's
@@ -155,7 +156,7 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 	before := int64(0)
 	if job.Audited {
 		var err error
-		if before, err = store.LastRunID(ctx, pool, name); err != nil {
+		if before, err = maintenance.LastRunID(ctx, pool, name); err != nil {
 			return res, err
 		}
 	}
@@ -212,7 +213,7 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 		}
 	}
 	if job.Audited {
-		runs, err := store.RunsAfter(context.WithoutCancel(ctx), pool, name, before)
+		runs, err := maintenance.RunsAfter(context.WithoutCancel(ctx), pool, name, before)
 		if err != nil {
 			return res, err
 		}
@@ -220,7 +221,7 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 			// The joined run may have written its audit before `before`
 			// was read (River marks the job completed a moment after).
 			// Its run is then the last one, if it started with that job.
-			if runs, err = store.RunsAfter(context.WithoutCancel(ctx), pool, name, before-1); err != nil {
+			if runs, err = maintenance.RunsAfter(context.WithoutCancel(ctx), pool, name, before-1); err != nil {
 				return res, err
 			}
 			if len(runs) > 0 && runs[len(runs)-1].StartedAt.Before(attemptedAt.Add(-time.Second)) {

@@ -1,7 +1,8 @@
 // Package ops holds the operator operations shared by the CLI and the admin
 // HTTP endpoints: message listing and detail, dead letters, replay, bulk
-// dead-letter replay, cancel and status. The SQL lives in internal/store; this
-// package decides transactions, batching and lane wake-ups.
+// dead-letter replay, cancel and status. The SQL lives in internal/pipeline
+// and internal/search; this package decides transactions, batching and lane
+// wake-ups.
 //
 // The CLI reaches the database only through this package, and the API and
 // console are to do the same. So that they need not import the packages
@@ -26,7 +27,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -65,7 +65,7 @@ func readTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) erro
 // waiting and snoozes again. The job rows are locked (ScheduledDrainers), so
 // none of them can be running or finished when it is made available.
 func wake(ctx context.Context, tx pgx.Tx, q Queue, lanes []string) error {
-	ids, err := store.ScheduledDrainers(ctx, tx, lanes)
+	ids, err := jobs.ScheduledDrainers(ctx, tx, lanes)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/drainer"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -25,7 +24,7 @@ func TestReplayDeadDeliveryGoesToBackOfLane(t *testing.T) {
 	b := e.toOutbound("adt", lab)
 	c := e.toOutbound("adt", lab)
 	e.fail(lab, a, true, 0)
-	if got := e.status(a); got != store.StatusError {
+	if got := e.status(a); got != pipeline.StatusError {
 		t.Fatalf("dead message status = %s, want error", got)
 	}
 
@@ -33,11 +32,11 @@ func TestReplayDeadDeliveryGoesToBackOfLane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Rows != 1 || res.Mode != store.ReplayRecover || res.Status != store.StatusRouted {
+	if res.Rows != 1 || res.Mode != pipeline.ReplayRecover || res.Status != pipeline.StatusRouted {
 		t.Fatalf("replay = %+v, want 1 row recovered, status routed", res)
 	}
 	ra, rb, rc := e.row(a, "outbound"), e.row(b, "outbound"), e.row(c, "outbound")
-	if ra.status != store.WorkPending || ra.attempts != 0 || ra.lastError != nil || !ra.due {
+	if ra.status != pipeline.WorkPending || ra.attempts != 0 || ra.lastError != nil || !ra.due {
 		t.Fatalf("replayed row = %+v, want pending, 0 attempts, no error, due", ra)
 	}
 	if ra.seq <= rb.seq || ra.seq <= rc.seq {
@@ -49,7 +48,7 @@ func TestReplayDeadDeliveryGoesToBackOfLane(t *testing.T) {
 	if got := e.queryStr("SELECT coalesce(error, '') FROM mefor_message WHERE id = $1", a); got != "" {
 		t.Fatalf("message error = %q, want cleared", got)
 	}
-	if n := e.events(a, store.EventReplayed); n != 1 {
+	if n := e.events(a, pipeline.EventReplayed); n != 1 {
 		t.Fatalf("%d replayed events, want 1", n)
 	}
 }
@@ -81,10 +80,10 @@ func TestReplayProcessedMessageResendsOnlyDeliveries(t *testing.T) {
 	m := e.toOutbound("adt", lab, "outbound:archive")
 	other := e.toOutbound("adt", lab) // queued behind m in lab
 	e.deliver(lab, m)
-	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "archive"}, ops.BulkOptions{}); err != nil {
+	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "archive"}, ops.BulkOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.status(m); got != store.StatusProcessed {
+	if got := e.status(m); got != pipeline.StatusProcessed {
 		t.Fatalf("status before replay = %s, want processed", got)
 	}
 	e.finishDrainer(lab)
@@ -93,7 +92,7 @@ func TestReplayProcessedMessageResendsOnlyDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Rows != 1 || res.Mode != store.ReplayResend || res.Status != store.StatusRouted {
+	if res.Rows != 1 || res.Mode != pipeline.ReplayResend || res.Status != pipeline.StatusRouted {
 		t.Fatalf("replay = %+v, want 1 row re-sent, status routed", res)
 	}
 	for _, w := range e.rows(m) {
@@ -135,7 +134,7 @@ func TestReplayPendingHeadKeepsPlaceAndWakesLane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Rows != 1 || res.Mode != store.ReplayRecover {
+	if res.Rows != 1 || res.Mode != pipeline.ReplayRecover {
 		t.Fatalf("replay = %+v, want 1 row recovered", res)
 	}
 	after := e.row(a, "outbound")
@@ -161,33 +160,33 @@ func TestReplayNothingUnknownAndPurged(t *testing.T) {
 	e := newEnv(t)
 	m := e.receive("adt")
 	row := e.pendingRow("ingress:adt", m)
-	e.tx(func(tx pgx.Tx) error { return drainer.RouteHandoff(e.ctx, tx, e.q, row, nil) }) // unrouted
+	e.tx(func(tx pgx.Tx) error { return pipeline.RouteHandoff(e.ctx, tx, e.q, row, nil) }) // unrouted
 
 	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Rows != 0 || res.Mode != "" || res.Status != store.StatusUnrouted {
+	if res.Rows != 0 || res.Mode != "" || res.Status != pipeline.StatusUnrouted {
 		t.Fatalf("replay = %+v, want nothing done, status unrouted", res)
 	}
-	if n := e.events(m, store.EventReplayed); n != 0 {
+	if n := e.events(m, pipeline.EventReplayed); n != 0 {
 		t.Fatalf("%d replayed events for a no-op replay", n)
 	}
-	if got := e.row(m, "ingress").status; got != store.WorkDone {
+	if got := e.row(m, "ingress").status; got != pipeline.WorkDone {
 		t.Fatalf("consumed ingress row is %s after replay, want done", got)
 	}
 
-	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, 999999); !errors.Is(err, store.ErrNotFound) {
+	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, 999999); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("replay of unknown id: %v, want ErrNotFound", err)
 	}
 
 	p := e.toOutbound("adt", lab)
 	e.fail(lab, p, true, 0)
 	e.exec("UPDATE mefor_message SET raw = NULL, body_purged_at = now() WHERE id = $1", p)
-	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, p); !errors.Is(err, store.ErrBodyPurged) {
+	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, p); !errors.Is(err, pipeline.ErrBodyPurged) {
 		t.Fatalf("replay of purged message: %v, want ErrBodyPurged", err)
 	}
-	if got := e.row(p, "outbound").status; got != store.WorkDead {
+	if got := e.row(p, "outbound").status; got != pipeline.WorkDead {
 		t.Fatalf("purged message row is %s, want still dead", got)
 	}
 }
@@ -199,15 +198,15 @@ func TestReplayDeadIngressRowBackToReceived(t *testing.T) {
 	e := newEnv(t)
 	m := e.receive("adt")
 	row := e.pendingRow("ingress:adt", m)
-	e.tx(func(tx pgx.Tx) error { return drainer.DeadLetter(e.ctx, tx, drainer.NoFence, row, "channel gone") })
-	if got := e.status(m); got != store.StatusError {
+	e.tx(func(tx pgx.Tx) error { return pipeline.DeadLetter(e.ctx, tx, pipeline.NoFence, row, "channel gone") })
+	if got := e.status(m); got != pipeline.StatusError {
 		t.Fatalf("status = %s, want error", got)
 	}
 	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Rows != 1 || res.Status != store.StatusReceived {
+	if res.Rows != 1 || res.Status != pipeline.StatusReceived {
 		t.Fatalf("replay = %+v, want 1 row, status received", res)
 	}
 }
@@ -224,7 +223,7 @@ func TestCancelFinalizesMessages(t *testing.T) {
 	e.deliver("outbound:archive", m1)
 	keep := e.toOutbound("adt", "outbound:archive")
 
-	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 2})
+	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,17 +231,17 @@ func TestCancelFinalizesMessages(t *testing.T) {
 		t.Fatalf("cancel = %+v, want 3 matched and cancelled", res)
 	}
 	for _, m := range []int64{m1, m2, m3} {
-		if got := e.status(m); got != store.StatusProcessed {
+		if got := e.status(m); got != pipeline.StatusProcessed {
 			t.Fatalf("message %d is %s after cancel, want processed", m, got)
 		}
-		if n := e.events(m, store.EventCancelled); n != 1 {
+		if n := e.events(m, pipeline.EventCancelled); n != 1 {
 			t.Fatalf("message %d has %d cancelled events, want 1", m, n)
 		}
 	}
-	if got := e.row(keep, "outbound").status; got != store.WorkPending {
+	if got := e.row(keep, "outbound").status; got != pipeline.WorkPending {
 		t.Fatalf("archive delivery is %s, want pending", got)
 	}
-	if got := e.status(keep); got != store.StatusRouted {
+	if got := e.status(keep); got != pipeline.StatusRouted {
 		t.Fatalf("untouched message is %s, want routed", got)
 	}
 }
@@ -253,11 +252,11 @@ func TestCancelByChannel(t *testing.T) {
 	e := newEnv(t)
 	a := e.toOutbound("adt", lab)
 	o := e.toOutbound("orm", lab)
-	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "lab", Channel: "orm"}, ops.BulkOptions{})
+	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab", Channel: "orm"}, ops.BulkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Rows != 1 || e.row(o, "outbound").status != store.WorkCancelled || e.row(a, "outbound").status != store.WorkPending {
+	if res.Rows != 1 || e.row(o, "outbound").status != pipeline.WorkCancelled || e.row(a, "outbound").status != pipeline.WorkPending {
 		t.Fatalf("cancel --channel orm = %+v; adt row %s, orm row %s", res,
 			e.row(a, "outbound").status, e.row(o, "outbound").status)
 	}
@@ -276,21 +275,21 @@ func TestCancelTopOnlyFailingHeads(t *testing.T) {
 	e.fail(l0, stuck, false, time.Hour)
 	job := e.snoozeDrainer(l0, time.Hour)
 
-	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{})
+	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Matched != 1 || res.Rows != 1 {
 		t.Fatalf("cancel --top = %+v, want the one failing head", res)
 	}
-	if got := e.row(stuck, "outbound").status; got != store.WorkCancelled {
+	if got := e.row(stuck, "outbound").status; got != pipeline.WorkCancelled {
 		t.Fatalf("failing head is %s, want cancelled", got)
 	}
-	if got := e.status(stuck); got != store.StatusProcessed {
+	if got := e.status(stuck); got != pipeline.StatusProcessed {
 		t.Fatalf("cancelled head's message is %s, want processed", got)
 	}
 	for _, m := range []int64{behind, healthy} {
-		if got := e.row(m, "outbound").status; got != store.WorkPending {
+		if got := e.row(m, "outbound").status; got != pipeline.WorkPending {
 			t.Fatalf("message %d row is %s, want pending", m, got)
 		}
 	}
@@ -299,7 +298,7 @@ func TestCancelTopOnlyFailingHeads(t *testing.T) {
 	}
 
 	// No lane blocked now: --top cancels nothing.
-	res, err = ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{})
+	res, err = ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{})
 	if err != nil || res.Rows != 0 {
 		t.Fatalf("second cancel --top = %+v, %v; want nothing cancelled", res, err)
 	}
@@ -328,7 +327,7 @@ func TestReplayDeadInBatches(t *testing.T) {
 		archDead = append(archDead, m)
 	}
 
-	declined, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, store.DeadFilter{Destination: "lab"}, ops.BulkOptions{
+	declined, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{
 		Confirm: func(n int) (bool, error) {
 			if n != 5 {
 				t.Errorf("confirm asked for %d rows, want 5", n)
@@ -344,7 +343,7 @@ func TestReplayDeadInBatches(t *testing.T) {
 	}
 
 	var progress [][2]int
-	res, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, store.DeadFilter{Destination: "lab"}, ops.BulkOptions{
+	res, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{
 		BatchSize: 2,
 		Progress:  func(done, total int) { progress = append(progress, [2]int{done, total}) },
 	})
@@ -361,28 +360,28 @@ func TestReplayDeadInBatches(t *testing.T) {
 	var prev int64
 	for _, m := range labDead {
 		w := e.row(m, "outbound")
-		if w.status != store.WorkPending || w.attempts != 0 || w.seq <= q.seq {
+		if w.status != pipeline.WorkPending || w.attempts != 0 || w.seq <= q.seq {
 			t.Fatalf("message %d row = %+v, want pending, reset, behind seq %d", m, w, q.seq)
 		}
 		if w.seq <= prev {
 			t.Fatalf("replayed rows lost their relative order: seq %d after %d", w.seq, prev)
 		}
 		prev = w.seq
-		if got := e.status(m); got != store.StatusRouted {
+		if got := e.status(m); got != pipeline.StatusRouted {
 			t.Fatalf("message %d is %s, want routed", m, got)
 		}
-		if n := e.events(m, store.EventReplayed); n != 1 {
+		if n := e.events(m, pipeline.EventReplayed); n != 1 {
 			t.Fatalf("message %d has %d replayed events", m, n)
 		}
 	}
 	for _, m := range archDead {
-		if got := e.row(m, "outbound").status; got != store.WorkDead {
+		if got := e.row(m, "outbound").status; got != pipeline.WorkDead {
 			t.Fatalf("archive row of %d is %s, want still dead", m, got)
 		}
 	}
 
 	// Channel filter.
-	res, err = ops.ReplayDead(e.ctx, e.db.Pool, e.q, store.DeadFilter{Channel: "orm"}, ops.BulkOptions{})
+	res, err = ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Channel: "orm"}, ops.BulkOptions{})
 	if err != nil || res.Matched != 0 {
 		t.Fatalf("replay-dead --channel orm = %+v, %v; want nothing left", res, err)
 	}
@@ -400,7 +399,7 @@ func TestStatusCounts(t *testing.T) {
 	canc := e.toOutbound("orm", "outbound:x#1") // cancelled
 	e.deliver(lab, done)
 	e.fail(lab, dead, true, 0)
-	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, store.CancelFilter{Destination: "x"}, ops.BulkOptions{}); err != nil {
+	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "x"}, ops.BulkOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.runDrainer(lab)
@@ -468,7 +467,7 @@ func TestShowMessage(t *testing.T) {
 	if v.Message.Raw != nil || len(v.Replies) != 1 || v.Replies[0].Body != nil {
 		t.Fatalf("show without body returned a body (message %d bytes, reply %d bytes)", len(v.Message.Raw), len(v.Replies[0].Body))
 	}
-	if v.Message.Status != store.StatusProcessed || v.Message.ControlID == "" || v.Message.Type() != "ADT^A01" {
+	if v.Message.Status != pipeline.StatusProcessed || v.Message.ControlID == "" || v.Message.Type() != "ADT^A01" {
 		t.Fatalf("header = %+v", v.Message)
 	}
 	var stages []string
@@ -496,7 +495,7 @@ func TestShowMessage(t *testing.T) {
 	if len(v.Message.Raw) == 0 || string(v.Replies[0].Body) != "MSH|ack" {
 		t.Fatalf("show --body: message %d bytes, reply %q", len(v.Message.Raw), v.Replies[0].Body)
 	}
-	if _, err := ops.ShowMessage(e.ctx, e.db.Pool, nil, 424242, false); !errors.Is(err, store.ErrNotFound) {
+	if _, err := ops.ShowMessage(e.ctx, e.db.Pool, nil, 424242, false); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("show unknown: %v, want ErrNotFound", err)
 	}
 }

@@ -9,76 +9,80 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/nodeinfo"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/retention"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/leader"
 )
 
 // Message and status types, as ops returns them.
 type (
 	// MessageFilter narrows ListMessages.
-	MessageFilter = store.MessageFilter
+	MessageFilter = search.MessageFilter
 	// MessageSummary is one message of a listing (metadata only).
-	MessageSummary = store.MessageSummary
+	MessageSummary = search.MessageSummary
 	// WorkInfo is one stage or delivery row of a message.
-	WorkInfo = store.WorkInfo
+	WorkInfo = search.WorkInfo
 	// Reply is a partner's answer to one delivery.
-	Reply = store.Reply
+	Reply = search.Reply
 	// Event is one entry of a message's timeline.
-	Event = store.Event
+	Event = search.Event
 	// Outbound is one delivery's payload as sent.
-	Outbound = store.Outbound
+	Outbound = search.Outbound
 	// Origin is where a message came from and the replies routed back in.
-	Origin = store.Origin
+	Origin = search.Origin
 	// LinkedMessage is a message linked to another (a reply routed in).
-	LinkedMessage = store.LinkedMessage
+	LinkedMessage = search.LinkedMessage
 	// DeadFilter narrows ListDead and ReplayDead.
-	DeadFilter = store.DeadFilter
+	DeadFilter = pipeline.DeadFilter
 	// DeadRow is one dead-lettered delivery.
-	DeadRow = store.DeadRow
+	DeadRow = search.DeadRow
 	// Alert is one alert rule's state.
-	Alert = store.Alert
+	Alert = alert.Alert
 	// StatusReport is what Status returns: counts per channel and
 	// destination, each node's config, retention, transport and
 	// encryption.
-	StatusReport = store.Status
+	StatusReport = search.Status
 	// TransportStatus is the certificates and listeners the live nodes use.
-	TransportStatus = store.TransportStatus
+	TransportStatus = nodeinfo.TransportStatus
 	// NodeCertificate is one certificate a node loaded.
-	NodeCertificate = store.NodeCertificate
+	NodeCertificate = nodeinfo.NodeCertificate
 	// EncryptionStatus is how many bodies each key encrypts.
-	EncryptionStatus = store.EncryptionStatus
+	EncryptionStatus = nodeinfo.EncryptionStatus
 )
 
 // Message statuses (a message's status field).
 const (
-	StatusReceived  = store.StatusReceived
-	StatusRouted    = store.StatusRouted
-	StatusUnrouted  = store.StatusUnrouted
-	StatusFiltered  = store.StatusFiltered
-	StatusProcessed = store.StatusProcessed
-	StatusError     = store.StatusError
+	StatusReceived  = pipeline.StatusReceived
+	StatusRouted    = pipeline.StatusRouted
+	StatusUnrouted  = pipeline.StatusUnrouted
+	StatusFiltered  = pipeline.StatusFiltered
+	StatusProcessed = pipeline.StatusProcessed
+	StatusError     = pipeline.StatusError
 )
 
 // ErrNotFound is returned for a message id that does not exist.
-var ErrNotFound = store.ErrNotFound
+var ErrNotFound = pipeline.ErrNotFound
 
 // ListMessages returns messages newest first (metadata only). A search of
 // the bodies (f.Text) reads content, so it is audited like a body view: the
 // search and its audit row share one transaction. The row records that a
 // search ran and what it found, never the text searched for, which may be
 // a patient's name.
-func ListMessages(ctx context.Context, pool *pgxpool.Pool, f store.MessageFilter) ([]store.MessageSummary, error) {
+func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilter) ([]search.MessageSummary, error) {
 	if f.Text == "" {
-		return store.ListMessages(ctx, pool, f)
+		return search.ListMessages(ctx, pool, f)
 	}
-	var out []store.MessageSummary
+	var out []search.MessageSummary
 	target := map[string]any{"channel": f.Channel, "destination": f.Destination, "text_bytes": len(f.Text)}
 	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionSearchBodies, target,
 		func(tx pgx.Tx) (string, error) {
 			var err error
-			if out, err = store.ListMessages(ctx, tx, f); err != nil {
+			if out, err = search.ListMessages(ctx, tx, f); err != nil {
 				return "", err
 			}
 			ids := make([]int64, len(out))
@@ -93,22 +97,22 @@ func ListMessages(ctx context.Context, pool *pgxpool.Pool, f store.MessageFilter
 
 // MessageView is everything `messages show` presents about one message.
 type MessageView struct {
-	Message store.MessageDetail `json:"message"`
-	Work    []store.WorkInfo    `json:"work"`
-	Replies []store.Reply       `json:"replies"`
-	Events  []store.Event       `json:"events"`
+	Message search.MessageDetail `json:"message"`
+	Work    []search.WorkInfo    `json:"work"`
+	Replies []search.Reply       `json:"replies"`
+	Events  []search.Event       `json:"events"`
 	// Outbound is each delivery's payload as sent (after transforms),
 	// read only with the bodies.
-	Outbound []store.Outbound `json:"-"`
+	Outbound []search.Outbound `json:"-"`
 	// Origin is the file the message was read from, the message it is the
 	// reply to, and the replies routed back in from its deliveries.
-	Origin store.Origin `json:"origin"`
+	Origin search.Origin `json:"origin"`
 }
 
 // ShowMessage reads one message with its stage rows, partner replies,
 // timeline and origin (file, parent, replies routed in), all from one
 // snapshot. Bodies (the message's and the replies')
-// are read only when withBody is set. An unknown id wraps store.ErrNotFound.
+// are read only when withBody is set. An unknown id wraps pipeline.ErrNotFound.
 //
 // Reading bodies is audited: the reads and the audit row share one
 // transaction, so no body is returned unless its viewing was recorded.
@@ -120,24 +124,24 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 	var v MessageView
 	read := func(tx pgx.Tx) error {
 		var err error
-		if v.Message, err = store.GetMessage(ctx, tx, id, withBody); err != nil {
+		if v.Message, err = search.GetMessage(ctx, tx, id, withBody); err != nil {
 			return err
 		}
-		if v.Work, err = store.MessageWork(ctx, tx, id); err != nil {
+		if v.Work, err = search.MessageWork(ctx, tx, id); err != nil {
 			return err
 		}
-		if v.Replies, err = store.MessageReplies(ctx, tx, id, withBody); err != nil {
+		if v.Replies, err = search.MessageReplies(ctx, tx, id, withBody); err != nil {
 			return err
 		}
-		if v.Events, err = store.MessageEvents(ctx, tx, id); err != nil {
+		if v.Events, err = search.MessageEvents(ctx, tx, id); err != nil {
 			return err
 		}
 		if withBody {
-			if v.Outbound, err = store.MessageOutbound(ctx, tx, id); err != nil {
+			if v.Outbound, err = search.MessageOutbound(ctx, tx, id); err != nil {
 				return err
 			}
 		}
-		v.Origin, err = store.MessageOrigin(ctx, tx, id)
+		v.Origin, err = search.MessageOrigin(ctx, tx, id)
 		return err
 	}
 	var err error
@@ -166,29 +170,29 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 // openView opens the sealed parts of a message view in place.
 func openView(kr *crypt.Keyring, v *MessageView) error {
 	var err error
-	v.Message.Error = store.OpenText(kr, v.Message.Error)
+	v.Message.Error = pipeline.OpenText(kr, v.Message.Error)
 	for i := range v.Work {
-		v.Work[i].LastError = store.OpenText(kr, v.Work[i].LastError)
+		v.Work[i].LastError = pipeline.OpenText(kr, v.Work[i].LastError)
 	}
 	for i := range v.Events {
-		v.Events[i].Detail = store.OpenText(kr, v.Events[i].Detail)
+		v.Events[i].Detail = pipeline.OpenText(kr, v.Events[i].Detail)
 	}
 	if p := v.Origin.Parent; p != nil {
-		p.Error = store.OpenText(kr, p.Error)
+		p.Error = pipeline.OpenText(kr, p.Error)
 	}
 	for i := range v.Origin.Replies {
-		v.Origin.Replies[i].Error = store.OpenText(kr, v.Origin.Replies[i].Error)
+		v.Origin.Replies[i].Error = pipeline.OpenText(kr, v.Origin.Replies[i].Error)
 	}
-	if v.Message.Raw, err = kr.Open(store.ColRaw, v.Message.Raw); err != nil {
+	if v.Message.Raw, err = kr.Open(pipeline.ColRaw, v.Message.Raw); err != nil {
 		return fmt.Errorf("message %d: %w", v.Message.ID, err)
 	}
 	for i := range v.Replies {
-		if v.Replies[i].Body, err = kr.Open(store.ColReply, v.Replies[i].Body); err != nil {
+		if v.Replies[i].Body, err = kr.Open(pipeline.ColReply, v.Replies[i].Body); err != nil {
 			return fmt.Errorf("message %d, reply %d: %w", v.Message.ID, v.Replies[i].ID, err)
 		}
 	}
 	for i := range v.Outbound {
-		if v.Outbound[i].Payload, err = kr.Open(store.ColPayload, v.Outbound[i].Payload); err != nil {
+		if v.Outbound[i].Payload, err = kr.Open(pipeline.ColPayload, v.Outbound[i].Payload); err != nil {
 			return fmt.Errorf("message %d, row %d: %w", v.Message.ID, v.Outbound[i].WorkID, err)
 		}
 	}
@@ -201,14 +205,14 @@ func openView(kr *crypt.Keyring, v *MessageView) error {
 // several messages (or none), the matches, newest first, and id 0. also
 // lists the other messages whose control id is ref when ref named a
 // message by its id.
-func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64, matches, also []store.MessageSummary, err error) {
+func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64, matches, also []search.MessageSummary, err error) {
 	const most = 20
-	byControl, err := store.MessagesByControlID(ctx, pool, ref, most)
+	byControl, err := search.MessagesByControlID(ctx, pool, ref, most)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	if n, perr := strconv.ParseInt(ref, 10, 64); perr == nil && n > 0 {
-		_, gerr := store.GetMessage(ctx, pool, n, false)
+		_, gerr := search.GetMessage(ctx, pool, n, false)
 		switch {
 		case gerr == nil:
 			for _, m := range byControl {
@@ -217,7 +221,7 @@ func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64,
 				}
 			}
 			return n, nil, also, nil
-		case !errors.Is(gerr, store.ErrNotFound):
+		case !errors.Is(gerr, pipeline.ErrNotFound):
 			return 0, nil, nil, gerr
 		}
 	}
@@ -228,28 +232,28 @@ func FindMessage(ctx context.Context, pool *pgxpool.Pool, ref string) (id int64,
 }
 
 // ListAlerts returns the state of every alert rule the cluster evaluated.
-func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]store.Alert, error) {
-	return store.ListAlerts(ctx, pool)
+func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]alert.Alert, error) {
+	return alert.ListAlerts(ctx, pool)
 }
 
 // ListDead returns dead rows of every stage, most recently dead first.
 //
 // Their errors are opened with kr.
-func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f store.DeadFilter) ([]store.DeadRow, error) {
-	rows, err := store.ListDead(ctx, pool, f)
+func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter) ([]search.DeadRow, error) {
+	rows, err := search.ListDead(ctx, pool, f)
 	for i := range rows {
-		rows[i].LastError = store.OpenText(kr, rows[i].LastError)
+		rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
 	}
 	return rows, err
 }
 
 // Status returns the per-channel and per-destination counts from one
 // snapshot.
-func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
-	var st *store.Status
+func Status(ctx context.Context, pool *pgxpool.Pool) (*search.Status, error) {
+	var st *search.Status
 	err := readTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		st, err = store.ReadStatus(ctx, tx)
+		st, err = search.ReadStatus(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -262,15 +266,15 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*store.Status, error) {
 		if err != nil {
 			return err
 		}
-		rs, err := store.ReadRetentionStatus(ctx, tx)
+		rs, err := retention.ReadStatus(ctx, tx)
 		st.Retention = &rs
 		if err != nil {
 			return err
 		}
-		if st.Transport, err = store.ReadTransportStatus(ctx, tx); err != nil {
+		if st.Transport, err = nodeinfo.ReadTransportStatus(ctx, tx); err != nil {
 			return err
 		}
-		st.Encryption, err = store.ReadEncryptionStatus(ctx, tx)
+		st.Encryption, err = nodeinfo.ReadEncryptionStatus(ctx, tx)
 		return err
 	})
 	return st, err

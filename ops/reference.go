@@ -12,13 +12,12 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/reference"
-	"github.com/mefor/mefor/internal/store"
 )
 
 // ReferenceSetView is one reference set of a config with the state of its
 // snapshot in the database.
 type ReferenceSetView struct {
-	store.ReferenceSetInfo
+	reference.ReferenceSetInfo
 	// Refresh is the set's schedule as written in the config.
 	Refresh string `json:"refresh"`
 	// Configured is the source as the config declares it now; Source (from
@@ -37,7 +36,7 @@ func ListReferenceSets(ctx context.Context, pool *pgxpool.Pool, cfg *config.Conf
 	for i, s := range cfg.ReferenceSets {
 		names[i] = s.Name
 	}
-	infos, err := store.ReferenceSets(ctx, pool, names)
+	infos, err := reference.ReferenceSets(ctx, pool, names)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +51,7 @@ func ListReferenceSets(ctx context.Context, pool *pgxpool.Pool, cfg *config.Conf
 // ReferenceSetDetail is a set with rows of its live snapshot.
 type ReferenceSetDetail struct {
 	ReferenceSetView
-	Rows []store.ReferenceRow `json:"rows"`
+	Rows []reference.ReferenceRow `json:"rows"`
 	// More says rows were left out past the limit.
 	More bool `json:"more"`
 }
@@ -63,18 +62,18 @@ func ShowReferenceSet(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring
 	if err := knownSet(cfg, name); err != nil {
 		return nil, err
 	}
-	infos, err := store.ReferenceSets(ctx, pool, []string{name})
+	infos, err := reference.ReferenceSets(ctx, pool, []string{name})
 	if err != nil {
 		return nil, err
 	}
 	set := cfg.ReferenceSet(name)
 	d := &ReferenceSetDetail{ReferenceSetView: ReferenceSetView{
 		ReferenceSetInfo: infos[0], Refresh: set.Refresh.String(), Configured: set.Source.String(),
-	}, Rows: []store.ReferenceRow{}}
+	}, Rows: []reference.ReferenceRow{}}
 	if d.Version == 0 {
 		return d, nil
 	}
-	version, snap, err := store.LoadReferenceSnapshot(ctx, pool, kr, name)
+	version, snap, err := reference.LoadReferenceSnapshot(ctx, pool, kr, name)
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/drainer"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 )
@@ -34,33 +33,33 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		var id int64
 		err := inTx(func(tx pgx.Tx) error {
 			var err error
-			id, err = store.Receive(ctx, tx, e.q, store.Inbound{Channel: "adt", Source: "test", Raw: []byte("MSH|x"), ControlID: fmt.Sprint(i)})
+			id, err = pipeline.Receive(ctx, tx, e.q, pipeline.Inbound{Channel: "adt", Source: "test", Raw: []byte("MSH|x"), ControlID: fmt.Sprint(i)})
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		rows, err := drainer.PendingRows(ctx, pool, jobs.IngressLane("adt"), 1000)
+		rows, err := pipeline.PendingRows(ctx, pool, jobs.IngressLane("adt"), 1000)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
 			if r.MessageID == id {
 				if err := inTx(func(tx pgx.Tx) error {
-					return drainer.RouteHandoff(ctx, tx, e.q, r, []drainer.RoutedOut{{Route: "r", Handler: "h"}})
+					return pipeline.RouteHandoff(ctx, tx, e.q, r, []pipeline.RoutedOut{{Route: "r", Handler: "h"}})
 				}); err != nil {
 					return err
 				}
 			}
 		}
-		rows, err = drainer.PendingRows(ctx, pool, jobs.RoutedLane("adt"), 1000)
+		rows, err = pipeline.PendingRows(ctx, pool, jobs.RoutedLane("adt"), 1000)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
 			if r.MessageID == id {
 				return inTx(func(tx pgx.Tx) error {
-					return drainer.TransformHandoff(ctx, tx, e.q, r, []drainer.OutboundOut{
+					return pipeline.TransformHandoff(ctx, tx, e.q, r, []pipeline.OutboundOut{
 						{Destination: "lab", Lane: lanes[i%2]}, {Destination: "lab", Lane: lanes[(i+1)%2]}})
 				})
 			}
@@ -68,20 +67,20 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		return nil
 	}
 	deliver := func(rng *rand.Rand) error {
-		rows, err := drainer.PendingRows(ctx, pool, lanes[rng.IntN(2)], 1)
+		rows, err := pipeline.PendingRows(ctx, pool, lanes[rng.IntN(2)], 1)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
-		a := drainer.Attempt{Outcome: "AR", AckCode: "AR", Error: "rejected"}
+		a := pipeline.Attempt{Outcome: "AR", AckCode: "AR", Error: "rejected"}
 		return inTx(func(tx pgx.Tx) error {
 			switch rng.IntN(3) {
 			case 0:
-				_, err := drainer.Delivered(ctx, tx, rows[0], drainer.Attempt{Outcome: "delivered", AckCode: "AA"})
+				_, err := pipeline.Delivered(ctx, tx, rows[0], pipeline.Attempt{Outcome: "delivered", AckCode: "AA"})
 				return err
 			case 1:
-				return drainer.Failed(ctx, tx, rows[0], a, 0, false)
+				return pipeline.Failed(ctx, tx, rows[0], a, 0, false)
 			default:
-				return drainer.Failed(ctx, tx, rows[0], a, 0, true)
+				return pipeline.Failed(ctx, tx, rows[0], a, 0, true)
 			}
 		})
 	}
@@ -107,7 +106,7 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		loop("deliver", func(rng *rand.Rand, _ int) error { return deliver(rng) })
 	}
 	loop("replay-dead", func(_ *rand.Rand, _ int) error {
-		_, err := ops.ReplayDead(ctx, pool, e.q, store.DeadFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 3})
+		_, err := ops.ReplayDead(ctx, pool, e.q, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 3})
 		return err
 	})
 	loop("replay", func(rng *rand.Rand, _ int) error {
@@ -120,12 +119,12 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 	})
 	loop("cancel", func(rng *rand.Rand, _ int) error {
 		time.Sleep(20 * time.Millisecond)
-		_, err := ops.Cancel(ctx, pool, e.q, store.CancelFilter{Destination: "lab", Top: rng.IntN(4) != 0}, ops.BulkOptions{BatchSize: 2})
+		_, err := ops.Cancel(ctx, pool, e.q, pipeline.CancelFilter{Destination: "lab", Top: rng.IntN(4) != 0}, ops.BulkOptions{BatchSize: 2})
 		return err
 	})
 	loop("fold counts", func(_ *rand.Rand, _ int) error {
 		time.Sleep(10 * time.Millisecond)
-		_, err := store.FoldCounts(ctx, pool)
+		_, err := pipeline.FoldCounts(ctx, pool)
 		return err
 	})
 	wg.Wait()
@@ -170,7 +169,7 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		t.Fatalf("only %d messages went through; the race did not run", n)
 	}
 	// The summary counts kept up with every racing writer and fold.
-	if err := store.VerifyCounts(e.ctx, pool); err != nil {
+	if err := pipeline.VerifyCounts(e.ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d messages", n)

@@ -10,26 +10,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/audit"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // Replay and cancel types, as ops returns them.
 type (
 	// ReplayResult says what Replay re-queued.
-	ReplayResult = store.ReplayResult
+	ReplayResult = pipeline.ReplayResult
 	// CancelFilter narrows Cancel.
-	CancelFilter = store.CancelFilter
+	CancelFilter = pipeline.CancelFilter
 )
 
 // Replay modes (ReplayResult.Mode).
 const (
-	ReplayRecover = store.ReplayRecover
-	ReplayResend  = store.ReplayResend
+	ReplayRecover = pipeline.ReplayRecover
+	ReplayResend  = pipeline.ReplayResend
 )
 
 // ErrBodyPurged is returned when a message's body was purged by retention,
 // so it cannot be replayed.
-var ErrBodyPurged = store.ErrBodyPurged
+var ErrBodyPurged = pipeline.ErrBodyPurged
 
 // DefaultBatchSize is how many rows a bulk operation changes per
 // transaction: small enough to keep locks short and within PostgreSQL's
@@ -37,17 +37,17 @@ var ErrBodyPurged = store.ErrBodyPurged
 // move tens of thousands of rows a minute.
 const DefaultBatchSize = 500
 
-// Replay re-queues one message (see store.ReplayMessage for the rules): its
+// Replay re-queues one message (see pipeline.ReplayMessage for the rules): its
 // dead and pending rows if it has any, else its delivered outbound rows.
 // Rows == 0 in the result means there was nothing to replay, which is not an
 // error. A pending row that was waiting out a backoff is due at once, and its
 // lane's snoozed drainer is woken in the same transaction.
-func Replay(ctx context.Context, pool *pgxpool.Pool, q Queue, messageID int64) (store.ReplayResult, error) {
-	var res store.ReplayResult
+func Replay(ctx context.Context, pool *pgxpool.Pool, q Queue, messageID int64) (pipeline.ReplayResult, error) {
+	var res pipeline.ReplayResult
 	target := map[string]any{"message_id": messageID}
 	err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionReplay, target, func(tx pgx.Tx) (string, error) {
 		var err error
-		if res, err = store.ReplayMessage(ctx, tx, q, messageID); err != nil {
+		if res, err = pipeline.ReplayMessage(ctx, tx, q, messageID); err != nil {
 			return "", err
 		}
 		target["mode"], target["rows"], target["status"] = res.Mode, res.Rows, res.Status
@@ -117,22 +117,22 @@ var ErrNoDestination = errors.New("cancel needs a destination")
 // each message goes from error back to routed with a replayed event per row.
 // Rows dead-lettered while it runs are not chased. An error stops it: the
 // batches committed before stay committed and the result counts them.
-func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.DeadFilter, opt BulkOptions) (BulkResult, error) {
+func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.DeadFilter, opt BulkOptions) (BulkResult, error) {
 	var res BulkResult
-	upTo, err := store.MaxWorkID(ctx, pool)
+	upTo, err := pipeline.MaxWorkID(ctx, pool)
 	if err != nil {
 		return res, err
 	}
-	if res.Matched, err = store.CountDeadOutbound(ctx, pool, f, upTo); err != nil {
+	if res.Matched, err = pipeline.CountDeadOutbound(ctx, pool, f, upTo); err != nil {
 		return res, err
 	}
-	return runBulk(ctx, &res, opt, func(after int64) (store.BatchResult, error) {
-		var b store.BatchResult
+	return runBulk(ctx, &res, opt, func(after int64) (pipeline.BatchResult, error) {
+		var b pipeline.BatchResult
 		target := map[string]any{"channel": f.Channel, "destination": f.Destination, "after_work_id": after,
 			"up_to_work_id": upTo, "matched": res.Matched}
 		err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionReplayDead, target, func(tx pgx.Tx) (string, error) {
 			var err error
-			if b, err = store.ReplayDeadBatch(ctx, tx, q, f, after, upTo, opt.batch()); err != nil {
+			if b, err = pipeline.ReplayDeadBatch(ctx, tx, q, f, after, upTo, opt.batch()); err != nil {
 				return "", err
 			}
 			return addBatch(target, b), nil
@@ -144,7 +144,7 @@ func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.DeadFi
 // Cancel cancels pending outbound rows of a destination (all its lanes) that
 // exist when it starts, in batches, with a cancelled event each, and
 // finalizes their messages. With f.Top it cancels only the failing head of
-// each lane (see store.CancelFilter). Lanes whose rows were cancelled have
+// each lane (see pipeline.CancelFilter). Lanes whose rows were cancelled have
 // their snoozed drainers woken, so a lane unblocked by the cancel moves now.
 //
 // A row in a lane whose drainer is running is never cancelled under the
@@ -153,12 +153,12 @@ func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.DeadFi
 // partner answered. Cancel waits up to opt.Wait for those rows and reports
 // how each ended; a lane whose drainer stops running meanwhile has its
 // marked rows cancelled here.
-func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilter, opt BulkOptions) (BulkResult, error) {
+func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.CancelFilter, opt BulkOptions) (BulkResult, error) {
 	var res BulkResult
 	if f.Destination == "" {
 		return res, ErrNoDestination
 	}
-	upTo, err := store.MaxWorkID(ctx, pool)
+	upTo, err := pipeline.MaxWorkID(ctx, pool)
 	if err != nil {
 		return res, err
 	}
@@ -168,13 +168,13 @@ func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilt
 		// handful of lanes), and no second pass may pick the new heads.
 		limit = 1 << 20
 	}
-	if res.Matched, err = store.CountCancel(ctx, pool, f, upTo); err != nil {
+	if res.Matched, err = pipeline.CountCancel(ctx, pool, f, upTo); err != nil {
 		return res, err
 	}
 	batches := 0
 	var marked []int64
-	res, err = runBulk(ctx, &res, opt, func(after int64) (store.BatchResult, error) {
-		var b store.BatchResult
+	res, err = runBulk(ctx, &res, opt, func(after int64) (pipeline.BatchResult, error) {
+		var b pipeline.BatchResult
 		if f.Top && batches > 0 {
 			return b, nil
 		}
@@ -183,7 +183,7 @@ func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f store.CancelFilt
 			"after_work_id": after, "up_to_work_id": upTo, "matched": res.Matched}
 		err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionCancel, target, func(tx pgx.Tx) (string, error) {
 			var err error
-			if b, err = store.CancelBatch(ctx, tx, f, after, upTo, limit); err != nil {
+			if b, err = pipeline.CancelBatch(ctx, tx, f, after, upTo, limit); err != nil {
 				return "", err
 			}
 			target["marked"] = len(b.Marked)
@@ -206,16 +206,16 @@ const markPoll = 100 * time.Millisecond
 func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int64, wait time.Duration, res *BulkResult) error {
 	deadline := time.Now().Add(wait)
 	for {
-		lanes, err := store.MarkedLanes(ctx, pool, marked)
+		lanes, err := pipeline.MarkedLanes(ctx, pool, marked)
 		if err != nil {
 			return err
 		}
 		if len(lanes) > 0 {
-			var b store.BatchResult
+			var b pipeline.BatchResult
 			target := map[string]any{"lanes": lanes, "marked_rows": "idle"}
 			err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionCancel, target, func(tx pgx.Tx) (string, error) {
 				var err error
-				if b, err = store.CancelMarkedIdle(ctx, tx, lanes); err != nil {
+				if b, err = pipeline.CancelMarkedIdle(ctx, tx, lanes); err != nil {
 					return "", err
 				}
 				if b.Rows == 0 {
@@ -227,7 +227,7 @@ func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int6
 				return err
 			}
 			if b.Rows > 0 {
-				lanes, err = store.MarkedLanes(ctx, pool, marked)
+				lanes, err = pipeline.MarkedLanes(ctx, pool, marked)
 				if err != nil {
 					return err
 				}
@@ -242,21 +242,21 @@ func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int6
 		case <-time.After(markPoll):
 		}
 	}
-	ended, err := store.MarkedStatus(ctx, pool, marked)
+	ended, err := pipeline.MarkedStatus(ctx, pool, marked)
 	if err != nil {
 		return err
 	}
-	res.Rows += len(ended[store.WorkCancelled])
-	res.Messages += countDistinct(ended[store.WorkCancelled])
-	res.DeliveredMessages, res.Delivered = ended[store.WorkDone], len(ended[store.WorkDone])
-	res.DeadMessages, res.Dead = ended[store.WorkDead], len(ended[store.WorkDead])
-	res.InFlightMessages, res.InFlight = ended[store.WorkPending], len(ended[store.WorkPending])
+	res.Rows += len(ended[pipeline.WorkCancelled])
+	res.Messages += countDistinct(ended[pipeline.WorkCancelled])
+	res.DeliveredMessages, res.Delivered = ended[pipeline.WorkDone], len(ended[pipeline.WorkDone])
+	res.DeadMessages, res.Dead = ended[pipeline.WorkDead], len(ended[pipeline.WorkDead])
+	res.InFlightMessages, res.InFlight = ended[pipeline.WorkPending], len(ended[pipeline.WorkPending])
 	return nil
 }
 
 // addBatch adds what a bulk batch changed to its audit target, and returns
 // the outcome to record: noAudit for the empty batch that ends a run.
-func addBatch(target map[string]any, b store.BatchResult) string {
+func addBatch(target map[string]any, b pipeline.BatchResult) string {
 	if b.Seen == 0 {
 		return noAudit
 	}
@@ -275,7 +275,7 @@ func countDistinct(ids []int64) int {
 }
 
 // runBulk asks for confirmation, then runs batches until one sees no rows.
-func runBulk(ctx context.Context, res *BulkResult, opt BulkOptions, batch func(after int64) (store.BatchResult, error)) (BulkResult, error) {
+func runBulk(ctx context.Context, res *BulkResult, opt BulkOptions, batch func(after int64) (pipeline.BatchResult, error)) (BulkResult, error) {
 	if res.Matched == 0 {
 		return *res, nil
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -76,7 +76,7 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 	sink := w.Config().Alerts.Sink(a.Sink)
 	if sink == nil {
 		w.Logger.WarnContext(ctx, "alert notification dropped: its sink is no longer in the config", "rule", a.Rule, "sink", a.Sink, "state", a.State)
-		return store.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "sink no longer in the config; not sent")
+		return alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "sink no longer in the config; not sent")
 	}
 	switch {
 	case sink.Log != nil:
@@ -89,7 +89,7 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 			if !final {
 				note += " (will retry)"
 			}
-			if rerr := store.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, note); rerr != nil {
+			if rerr := alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, note); rerr != nil {
 				w.Logger.WarnContext(ctx, "could not record a failed alert notification", "rule", a.Rule, "error", rerr)
 			}
 			w.Logger.WarnContext(ctx, "alert notification failed", "rule", a.Rule, "sink", a.Sink, "state", a.State,
@@ -97,20 +97,14 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 			return err
 		}
 	}
-	return store.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "")
+	return alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "")
 }
 
 // earlierPending reports whether a notification of the same rule to the
 // same sink from an earlier change is still live: this one waits for it,
 // so a receiver sees the changes in order.
 func (w *AlertNotifyWorker) earlierPending(ctx context.Context, job *river.Job[jobs.AlertNotifyArgs]) (bool, error) {
-	var earlier bool
-	err := w.Pool.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM river_job
-			WHERE kind = $1 AND id <> $2 AND finalized_at IS NULL
-			  AND args->>'rule' = $3 AND args->>'sink' = $4 AND (args->>'seq')::bigint < $5)`,
-		job.Kind, job.ID, job.Args.Rule, job.Args.Sink, job.Args.Seq).Scan(&earlier)
+	earlier, err := jobs.EarlierNotificationPending(ctx, w.Pool, job.Kind, job.ID, job.Args.Rule, job.Args.Sink, job.Args.Seq)
 	if err != nil {
 		return false, fmt.Errorf("look for earlier notifications of alert %s: %w", job.Args.Rule, err)
 	}

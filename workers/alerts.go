@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -98,11 +99,11 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 	var changes []Notification
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		changes = nil
-		states, err := store.LockAlerts(ctx, tx, names)
+		states, err := alert.LockAlerts(ctx, tx, names)
 		if err != nil || len(rules) == 0 {
 			return err
 		}
-		backlog, err := store.ReadBacklog(ctx, tx)
+		backlog, err := search.ReadBacklog(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -122,8 +123,8 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 			state, shown := st.State, Reading{}
 			switch {
 			case len(breached) > 0:
-				state, shown = store.AlertFiring, breached[0]
-				if st.State == store.AlertFiring {
+				state, shown = alert.AlertFiring, breached[0]
+				if st.State == alert.AlertFiring {
 					// Keep reporting the condition that fired while it
 					// still breaches.
 					for _, b := range breached {
@@ -133,7 +134,7 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 					}
 				}
 			default:
-				state, shown = store.AlertOK, readings[0]
+				state, shown = alert.AlertOK, readings[0]
 				for _, rd := range readings {
 					if rd.Condition == st.Condition {
 						shown = rd
@@ -141,7 +142,7 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 				}
 			}
 			changed := state != st.State
-			row, err := store.UpdateAlert(ctx, tx, r.Name, state, changed, shown.Condition, &shown.Value, &shown.Threshold)
+			row, err := alert.UpdateAlert(ctx, tx, r.Name, state, changed, shown.Condition, &shown.Value, &shown.Threshold)
 			if err != nil {
 				return err
 			}
@@ -153,8 +154,8 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 				Condition: shown.Condition, Value: round(shown.Value), Threshold: shown.Threshold, Unit: unitOf(shown.Condition),
 				Breaches: []Reading{}, Since: row.Since, At: row.Since,
 			}
-			if state == store.AlertOK {
-				n.State = store.AlertResolved
+			if state == alert.AlertOK {
+				n.State = alert.AlertResolved
 			}
 			for _, b := range breached {
 				b.Value = round(b.Value)
@@ -186,7 +187,7 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 }
 
 // measure reads each condition rule r has, in a fixed order.
-func measure(ctx context.Context, tx pgx.Tx, r config.AlertRule, b *store.Backlog, st store.Alert) ([]Reading, error) {
+func measure(ctx context.Context, tx pgx.Tx, r config.AlertRule, b *search.Backlog, st alert.Alert) ([]Reading, error) {
 	var depth int64
 	var oldest float64
 	for _, g := range b.Groups {
@@ -209,14 +210,14 @@ func measure(ctx context.Context, tx pgx.Tx, r config.AlertRule, b *store.Backlo
 		out = append(out, Reading{config.ConditionQueueDepth, float64(depth), float64(r.QueueDepth)})
 	}
 	if r.DeadLetters > 0 {
-		n, err := store.CountDead(ctx, tx, r.Destination, r.Channel)
+		n, err := alert.CountDead(ctx, tx, r.Destination, r.Channel)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, Reading{config.ConditionDeadLetters, float64(n), float64(r.DeadLetters)})
 	}
 	if r.NoTraffic > 0 {
-		secs, ok, err := store.SecondsSinceTraffic(ctx, tx, r.Destination, r.Channel)
+		secs, ok, err := alert.SecondsSinceTraffic(ctx, tx, r.Destination, r.Channel)
 		if err != nil {
 			return nil, err
 		}

@@ -20,9 +20,9 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/metrics"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/state"
 )
 
@@ -31,13 +31,13 @@ import (
 type Graph interface {
 	// Route picks the routes of a channel that match msg. ok is false when
 	// the channel is no longer configured.
-	Route(channel string, msg *hl7.Message) (outs []drainer.RoutedOut, ok bool)
+	Route(channel string, msg *hl7.Message) (outs []pipeline.RoutedOut, ok bool)
 	// Transform runs a route's handler and returns the deliveries it
 	// produced (none: filtered). An error dead-letters the row; its text
 	// must not contain message content. It wraps ErrNotInConfig when what
 	// the row needs is not in the config. st is the row's view of transform
 	// state, for handlers that keep some.
-	Transform(ctx context.Context, row drainer.Row, msg *hl7.Message, st *state.Row) ([]drainer.OutboundOut, error)
+	Transform(ctx context.Context, row pipeline.Row, msg *hl7.Message, st *state.Row) ([]pipeline.OutboundOut, error)
 	// Destination returns a destination's config, nil when it left the config.
 	Destination(name string) *config.Destination
 }

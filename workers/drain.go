@@ -11,8 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/mefor/mefor/internal/drainer"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -29,7 +28,7 @@ type stepResult struct {
 
 // run is one execution of a drainer, as its steps see it.
 type run struct {
-	ex   drainer.Execution
+	ex   pipeline.Execution
 	ins  jobs.Inserter
 	lane string
 	// rescue is set while this execution follows one that died and has
@@ -40,7 +39,7 @@ type run struct {
 }
 
 // stepFunc serves rows of a lane, head first.
-type stepFunc func(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error)
+type stepFunc func(ctx context.Context, r *run, rows []pipeline.Row) (stepResult, error)
 
 // drain is the loop every stage drainer runs.
 func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lane string, step stepFunc) error {
@@ -48,7 +47,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		return fmt.Errorf("drainer of lane %s: job %d has no attempted_at", lane, job.ID)
 	}
 	r := &run{
-		ex:   drainer.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt, Keys: d.Keys},
+		ex:   pipeline.Execution{JobID: job.ID, AttemptedAt: *job.AttemptedAt, Keys: d.Keys},
 		ins:  river.ClientFromContext[pgx.Tx](ctx),
 		lane: lane,
 	}
@@ -81,7 +80,7 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			return err
 		}
 		rate.read(time.Now(), len(rows))
-		if err := drainer.OpenBodies(d.Keys, rows); err != nil {
+		if err := pipeline.OpenBodies(d.Keys, rows); err != nil {
 			// Nothing is handed on or sent from a value that did not open:
 			// the lane waits, looking again every few seconds, until the
 			// node has the key (or the value is dealt with).
@@ -96,10 +95,10 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		}
 		res, err := step(ctx, r, rows)
 		served += res.served
-		if errors.Is(err, drainer.ErrSuperseded) {
+		if errors.Is(err, pipeline.ErrSuperseded) {
 			return d.fenced(ctx, lane, ex)
 		}
-		if errors.Is(err, drainer.ErrNodeNotAlive) {
+		if errors.Is(err, pipeline.ErrNodeNotAlive) {
 			// Ended as a superseded execution is, for the same reasons:
 			// this node may already have been replaced.
 			d.Logger.WarnContext(ctx, "drainer stops: this node's heartbeat is too old to know it still holds the lane",
@@ -174,10 +173,7 @@ func (d *Deps) extend(ctx context.Context, sl *laneHold, queue string) {
 	if sl.deadline.Sub(sl.began)+lim.Slice*5/4 > lim.Hold {
 		return
 	}
-	var waiting bool
-	err := d.Pool.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM river_job WHERE state = 'available' AND queue = $1 AND scheduled_at <= now())`,
-		queue).Scan(&waiting)
+	waiting, err := jobs.DrainersWaiting(ctx, d.Pool, queue)
 	if err != nil {
 		d.Logger.DebugContext(ctx, "could not look for drainers waiting for a slot; the slice ends", "queue", queue, "error", err)
 		return
@@ -194,7 +190,7 @@ func (d *Deps) extend(ctx context.Context, sl *laneHold, queue string) {
 // rows does not complete: it returns, and the drain loop yields. It reports
 // whether the execution is over (completed, or superseded), with what drain
 // returns; otherwise the drainer reads again (or yields).
-func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string,
+func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex pipeline.Execution, job *river.Job[T], lane string,
 	sl *laneHold, woken <-chan struct{}, rate *arrivals, served int) (bool, error) {
 	switch d.linger(ctx, lane, sl, job.Queue, woken, rate) {
 	case lingerWork:
@@ -214,7 +210,7 @@ func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Executi
 		}
 	}
 	done, err := completeIfEmpty(ctx, d, ex, job, lane)
-	if errors.Is(err, drainer.ErrSuperseded) {
+	if errors.Is(err, pipeline.ErrSuperseded) {
 		return true, d.fenced(ctx, lane, ex)
 	}
 	if err != nil {
@@ -241,7 +237,7 @@ func (r *run) snooze(ctx context.Context, d time.Duration) error {
 // this one (the completer does not compare attempts), and a snooze here
 // would ping-pong between the two. If the job is left completed, the lane is
 // re-activated by the next producer or by reclaim.
-func (d *Deps) fenced(ctx context.Context, lane string, ex drainer.Execution) error {
+func (d *Deps) fenced(ctx context.Context, lane string, ex pipeline.Execution) error {
 	d.Logger.WarnContext(ctx, "drainer superseded, stopping without further writes",
 		"lane", lane, "job_id", ex.JobID, "attempted_at", ex.AttemptedAt)
 	return nil
@@ -302,7 +298,7 @@ func (d *Deps) linger(ctx context.Context, lane string, sl *laneHold, queue stri
 			return lingerWork
 		case <-polls:
 		}
-		pending, err := drainer.HasPending(ctx, d.Pool, lane)
+		pending, err := pipeline.HasPending(ctx, d.Pool, lane)
 		if err != nil {
 			return lingerIdle
 		}
@@ -406,13 +402,13 @@ func (d *Deps) wakeC(lane string) <-chan struct{} {
 
 // completeIfEmpty completes the drainer's job in the same transaction that
 // saw the lane empty under the lane lock.
-func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Execution, job *river.Job[T], lane string) (bool, error) {
+func completeIfEmpty[T river.JobArgs](ctx context.Context, d *Deps, ex pipeline.Execution, job *river.Job[T], lane string) (bool, error) {
 	done := false
-	err := pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
-		if err := drainer.Fence(ctx, tx, ex); err != nil {
+	err := pgx.BeginTxFunc(ctx, d.Pool, pipeline.PipelineTx, func(tx pgx.Tx) error {
+		if err := pipeline.Fence(ctx, tx, ex); err != nil {
 			return err
 		}
-		empty, err := drainer.CompleteIfEmpty(ctx, tx, lane)
+		empty, err := pipeline.CompleteIfEmpty(ctx, tx, lane)
 		if err != nil || !empty {
 			return err
 		}

@@ -7,9 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/groupcommit"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -19,7 +18,7 @@ import (
 // hand-offs arriving while one is in flight queue, and the oldest of them
 // then commits all that queued, of any lanes and all stages, in one
 // transaction whose every statement carries all of their rows
-// (drainer.RunHandoffs). Many light lanes, each handing off one row at a
+// (pipeline.RunHandoffs). Many light lanes, each handing off one row at a
 // time, then cost the database one transaction and one set of statements
 // per commit instead of one per lane.
 //
@@ -76,7 +75,7 @@ const maxSharedHandoffs = 16
 const handoffLockWait = 100 * time.Millisecond
 
 // groupTx begins the transactions of the group's turns.
-var groupTx = store.PipelineTxLockTimeout(handoffLockWait)
+var groupTx = pipeline.PipelineTxLockTimeout(handoffLockWait)
 
 // DefaultHandoffPatience is how long a hand-off waits for the one in
 // flight before it commits alone. With no lock wait longer than
@@ -105,7 +104,7 @@ func (h *Handoffs) SetHook(f func(handoffs int)) { h.hook.set(f) }
 
 // handoffReq is one drainer's hand-off waiting for a transaction.
 type handoffReq struct {
-	h     *drainer.Handoff
+	h     *pipeline.Handoff
 	ins   jobs.Inserter
 	stage string
 	// committed is set once a transaction of the group's turns carried it.
@@ -114,10 +113,10 @@ type handoffReq struct {
 
 // handOff commits h, sharing a transaction with other drainers' hand-offs
 // when d.Handoffs is set and h allows it.
-func (d *Deps) handOff(ctx context.Context, r *run, h *drainer.Handoff) error {
+func (d *Deps) handOff(ctx context.Context, r *run, h *pipeline.Handoff) error {
 	alone := func(ctx context.Context) error {
-		return pgx.BeginTxFunc(ctx, d.Pool, store.PipelineTx, func(tx pgx.Tx) error {
-			return drainer.RunHandoffs(ctx, tx, r.ins, h)
+		return pgx.BeginTxFunc(ctx, d.Pool, pipeline.PipelineTx, func(tx pgx.Tx) error {
+			return pipeline.RunHandoffs(ctx, tx, r.ins, h)
 		})
 	}
 	if d.Handoffs == nil || !h.Shareable() {
@@ -142,14 +141,14 @@ func (d *Deps) commitTurn(ctx context.Context, batch []*handoffReq) {
 	d.Handoffs.hook.call(len(batch))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
-	hs := make([]*drainer.Handoff, len(batch))
+	hs := make([]*pipeline.Handoff, len(batch))
 	rows := 0
 	for i, q := range batch {
 		hs[i] = q.h
 		rows += q.h.Rows()
 	}
 	err := pgx.BeginTxFunc(ctx, d.Pool, groupTx, func(tx pgx.Tx) error {
-		return drainer.RunHandoffs(ctx, tx, batch[0].ins, hs...)
+		return pipeline.RunHandoffs(ctx, tx, batch[0].ins, hs...)
 	})
 	if err != nil {
 		d.Metrics.HandoffTurnFailed()

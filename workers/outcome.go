@@ -6,8 +6,8 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -47,11 +47,11 @@ func judge(dest *config.Destination, res connector.Result, attempts int) verdict
 
 // replyRoute says where a delivered attempt's reply goes: nil when the
 // destination has no reply_to or the partner said nothing.
-func replyRoute(dest *config.Destination, res connector.Result, ins jobs.Inserter) *drainer.ReplyRoute {
+func replyRoute(dest *config.Destination, res connector.Result, ins jobs.Inserter) *pipeline.ReplyRoute {
 	if dest.ReplyTo == "" || !res.OK || len(res.Reply) == 0 {
 		return nil
 	}
-	rt := &drainer.ReplyRoute{Channel: dest.ReplyTo, MaxDepth: dest.ReplyDepthLimit, Ins: ins}
+	rt := &pipeline.ReplyRoute{Channel: dest.ReplyTo, MaxDepth: dest.ReplyDepthLimit, Ins: ins}
 	msg, err := hl7.Parse(res.Reply)
 	if err != nil {
 		rt.NotHL7 = "not an HL7 v2 message: " + err.Error()

@@ -3,8 +3,8 @@ package workers
 import (
 	"context"
 
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/groupcommit"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -12,7 +12,7 @@ import (
 // drainer whose read finds no other in flight reads at once, alone, with
 // its lane's own statement; reads arriving while one is in flight queue,
 // and the oldest of them then reads every lane that queued, of all stages,
-// in one round trip (drainer.PendingRowsOfLanes). Many light lanes, each
+// in one round trip (pipeline.PendingRowsOfLanes). Many light lanes, each
 // woken for one row, then cost the database one statement per kind of lane
 // instead of one per lane: at 50 interfaces, a message was three one-row
 // reads, the statement the database ran most.
@@ -49,24 +49,24 @@ func (r *Reads) SetHook(f func(reads int)) { r.hook.set(f) }
 
 // readReq is one drainer's read waiting for a turn.
 type readReq struct {
-	read drainer.LaneRead
-	rows []drainer.Row
+	read pipeline.LaneRead
+	rows []pipeline.Row
 	err  error
 	done bool // a turn answered it
 }
 
 // readLane reads up to limit pending rows of lane after seq after, sharing
 // the round trip with other drainers' reads when d.Reads is set.
-func (d *Deps) readLane(ctx context.Context, lane string, after int64, limit int) ([]drainer.Row, error) {
+func (d *Deps) readLane(ctx context.Context, lane string, after int64, limit int) ([]pipeline.Row, error) {
 	if d.Reads == nil {
-		return drainer.PendingRowsAfter(ctx, d.Pool, lane, after, limit)
+		return pipeline.PendingRowsAfter(ctx, d.Pool, lane, after, limit)
 	}
-	req := &readReq{read: drainer.LaneRead{Lane: lane, After: after, Limit: limit}}
+	req := &readReq{read: pipeline.LaneRead{Lane: lane, After: after, Limit: limit}}
 	d.Reads.g.Do(ctx, req, d.readTurn)
 	if req.done {
 		return req.rows, req.err
 	}
-	return drainer.PendingRowsAfter(ctx, d.Pool, lane, after, limit)
+	return pipeline.PendingRowsAfter(ctx, d.Pool, lane, after, limit)
 }
 
 // readTurn answers batch's reads in one round trip. A lone read is its
@@ -77,17 +77,17 @@ func (d *Deps) readTurn(ctx context.Context, batch []*readReq) {
 	d.Reads.hook.call(len(batch))
 	if len(batch) == 1 {
 		q := batch[0]
-		q.rows, q.err = drainer.PendingRowsAfter(ctx, d.Pool, q.read.Lane, q.read.After, q.read.Limit)
+		q.rows, q.err = pipeline.PendingRowsAfter(ctx, d.Pool, q.read.Lane, q.read.After, q.read.Limit)
 		q.done = true
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
-	reads := make([]drainer.LaneRead, len(batch))
+	reads := make([]pipeline.LaneRead, len(batch))
 	for i, q := range batch {
 		reads[i] = q.read
 	}
-	out, err := drainer.PendingRowsOfLanes(ctx, d.Pool, reads)
+	out, err := pipeline.PendingRowsOfLanes(ctx, d.Pool, reads)
 	if err != nil {
 		d.Logger.DebugContext(ctx, "shared lane read failed; each of its lanes is read again alone",
 			"lanes", len(batch), "error", err)

@@ -2,13 +2,13 @@ package workers
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/maintenance"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -39,7 +39,7 @@ func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]
 	// Reclaim runs every few seconds on one node at a time: often enough
 	// to keep the summary counts about one row per key, which is what
 	// `mefor status` and the gauges read.
-	if _, err := store.FoldCounts(ctx, w.Deps.Pool); err != nil {
+	if _, err := pipeline.FoldCounts(ctx, w.Deps.Pool); err != nil {
 		return err
 	}
 	return nil
@@ -48,24 +48,16 @@ func (w *ReclaimWorker) Work(ctx context.Context, _ *river.Job[jobs.ReclaimArgs]
 // runOutcome is a maintenance run's outcome label.
 func runOutcome(err error) string {
 	if err != nil {
-		return store.RunFailed
+		return maintenance.RunFailed
 	}
-	return store.RunOK
+	return maintenance.RunOK
 }
 
 // Reclaim activates every stranded lane and returns how many it activated.
 func Reclaim(ctx context.Context, d *Deps, ins jobs.Inserter) (int, error) {
-	rows, err := d.Pool.Query(ctx, `
-		SELECT l.name
-		FROM mefor_lane l LEFT JOIN river_job j ON j.id = l.job_id
-		WHERE (j.id IS NULL OR NOT (j.state::text = ANY($1::text[])))
-		  AND EXISTS (SELECT 1 FROM mefor_work w WHERE w.lane = l.name AND w.status = 'pending')`, jobs.LiveStateNames())
+	lanes, err := jobs.StrandedLanes(ctx, d.Pool)
 	if err != nil {
-		return 0, fmt.Errorf("find stranded lanes: %w", err)
-	}
-	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, fmt.Errorf("find stranded lanes: %w", err)
+		return 0, err
 	}
 	for _, lane := range lanes {
 		err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
@@ -95,34 +87,14 @@ func RescueDeadNodes(ctx context.Context, d *Deps) (int, error) {
 	// Recorded the way River's own rescuer records a rescue (an error
 	// entry at the rescue time, river:rescue_count), so the next execution
 	// can tell it follows one that died (rescue.go).
-	rows, err := d.Pool.Query(ctx, `
-		UPDATE river_job j SET state = 'available', scheduled_at = clock_timestamp(),
-			errors = array_append(j.errors, jsonb_build_object(
-				'at', clock_timestamp(), 'attempt', j.attempt, 'trace', '',
-				'error', format('rescued by mefor reclaim: node %s is dead', j.attempted_by[array_length(j.attempted_by, 1)]))),
-			metadata = j.metadata || jsonb_build_object('river:rescue_count',
-				coalesce(CASE WHEN jsonb_typeof(j.metadata -> 'river:rescue_count') = 'number'
-					THEN (j.metadata ->> 'river:rescue_count')::int END, 0) + 1)
-		WHERE j.state = 'running'
-		  AND j.kind = ANY($2::text[])
-		  AND j.attempted_by[array_length(j.attempted_by, 1)] = ANY($1::text[])
-		RETURNING j.id, j.args->>'lane', j.attempted_by[array_length(j.attempted_by, 1)], j.queue`, dead, jobs.DrainerKinds())
-	if err != nil {
-		return 0, fmt.Errorf("rescue drainers of dead nodes: %w", err)
-	}
-	count := 0
+	rescued, err := jobs.RescueDeadNodeDrainers(ctx, d.Pool, dead)
+	count := len(rescued)
 	var queues []string
-	for rows.Next() {
-		var id int64
-		var lane, node, queue string
-		if err := rows.Scan(&id, &lane, &node, &queue); err != nil {
-			return count, fmt.Errorf("rescue drainers of dead nodes: %w", err)
-		}
-		count++
-		queues = append(queues, queue)
-		d.Logger.WarnContext(ctx, "rescued drainer of a dead node", "lane", lane, "job_id", id, "dead_node", node)
+	for _, r := range rescued {
+		queues = append(queues, r.Queue)
+		d.Logger.WarnContext(ctx, "rescued drainer of a dead node", "lane", r.Lane, "job_id", r.ID, "dead_node", r.Node)
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return count, err
 	}
 	// Made available by hand, they are announced by nobody else: the
@@ -143,16 +115,5 @@ func HasDeadNodeDrainers(ctx context.Context, db leader.DB) (bool, error) {
 	if err != nil || len(dead) == 0 {
 		return false, err
 	}
-	var found bool
-	err = db.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM river_job j
-			WHERE j.state = 'running'
-			  AND j.kind = ANY($2::text[])
-			  AND j.attempted_by[array_length(j.attempted_by, 1)] = ANY($1::text[]))`,
-		dead, jobs.DrainerKinds()).Scan(&found)
-	if err != nil {
-		return false, fmt.Errorf("look for drainers of dead nodes: %w", err)
-	}
-	return found, nil
+	return jobs.HasDrainersOf(ctx, db, dead)
 }

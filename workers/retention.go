@@ -8,7 +8,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/maintenance"
+	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -36,9 +37,9 @@ func (w *RetentionWorker) Timeout(*river.Job[jobs.RetentionArgs]) time.Duration 
 
 func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionArgs]) error {
 	log := w.Deps.Logger.With("job", MaintenanceRetention, "job_id", job.ID)
-	run := store.MaintenanceRun{Job: MaintenanceRetention, NodeID: w.NodeID, StartedAt: time.Now()}
+	run := maintenance.MaintenanceRun{Job: MaintenanceRetention, NodeID: w.NodeID, StartedAt: time.Now()}
 	p := w.Policy()
-	var counts store.RetentionCounts
+	var counts retention.Counts
 	var err error
 	if p == nil {
 		run.Detail = map[string]any{"note": "retention is not configured; nothing purged"}
@@ -47,7 +48,7 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 			"keep_bodies": p.KeepBodies.String(), "keep_dead": p.KeepDead.String(),
 			"delete_after": p.DeleteAfter.String(), "batch_size": p.BatchSize,
 		}
-		counts, err = store.RunRetention(ctx, w.Deps.Pool, store.RetentionPolicy{
+		counts, err = retention.Run(ctx, w.Deps.Pool, retention.Policy{
 			KeepBodies: p.KeepBodies, KeepDead: p.KeepDead, DeleteAfter: p.DeleteAfter, Batch: p.BatchSize,
 		}, nil)
 		run.Detail["bodies_nulled"] = counts.BodiesNulled
@@ -62,14 +63,14 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 		}
 	}
 	run.FinishedAt = time.Now()
-	run.Outcome = store.RunOK
+	run.Outcome = maintenance.RunOK
 	if err != nil {
-		run.Outcome, run.Error = store.RunFailed, err.Error()
+		run.Outcome, run.Error = maintenance.RunFailed, err.Error()
 	}
 	w.Deps.Metrics.MaintenanceRun(MaintenanceRetention, run.Outcome)
 	// Audit even when the run was cancelled or timed out: the batches it
 	// committed are real and the operator must see why it stopped.
-	if rerr := store.RecordRun(context.WithoutCancel(ctx), w.Deps.Pool, run); rerr != nil {
+	if rerr := maintenance.RecordRun(context.WithoutCancel(ctx), w.Deps.Pool, run); rerr != nil {
 		log.ErrorContext(ctx, "could not audit retention run", "err", rerr)
 	}
 	attrs := []any{"bodies_nulled", counts.BodiesNulled, "dead_payloads_nulled", counts.DeadPayloadsNulled,

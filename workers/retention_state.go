@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // purgeState deletes transform state untouched for keep_state, a batch per
@@ -14,7 +14,7 @@ import (
 func purgeState(ctx context.Context, d *Deps, p *config.Retention) (int, error) {
 	total := 0
 	for {
-		n, err := store.PurgeState(ctx, d.Pool, p.KeepState, p.BatchSize)
+		n, err := pipeline.PurgeState(ctx, d.Pool, p.KeepState, p.BatchSize)
 		total += n
 		if err != nil || n < p.BatchSize {
 			return total, err

@@ -17,7 +17,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/maintenance"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/workers"
@@ -93,10 +93,10 @@ func retentionNode(t testing.TB, pool *pgxpool.Pool, policy *config.Retention) *
 
 // runRetention inserts a retention job and returns its audit row once the
 // job finished.
-func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], timeout time.Duration) store.MaintenanceRun {
+func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], timeout time.Duration) maintenance.MaintenanceRun {
 	t.Helper()
 	ctx := context.Background()
-	before, err := store.LastRunID(ctx, pool, workers.MaintenanceRetention)
+	before, err := maintenance.LastRunID(ctx, pool, workers.MaintenanceRetention)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], tim
 	}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		runs, err := store.RunsAfter(ctx, pool, workers.MaintenanceRetention, before)
+		runs, err := maintenance.RunsAfter(ctx, pool, workers.MaintenanceRetention, before)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], tim
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("retention run not audited within %s", timeout)
-	return store.MaintenanceRun{}
+	return maintenance.MaintenanceRun{}
 }
 
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int64 {
@@ -172,7 +172,7 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	if run.Outcome != store.RunOK {
+	if run.Outcome != maintenance.RunOK {
 		t.Fatalf("retention run %s: %s", run.Outcome, run.Error)
 	}
 	if n := failures.Load(); n > 0 {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -34,9 +34,9 @@ func (w *IngressWorker) Work(ctx context.Context, job *river.Job[jobs.IngressArg
 // routeStep parses and routes a batch, handing all of it off in one
 // transaction: routing has no side effects outside the database, so a batch
 // is as safe as one row and much cheaper.
-func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
+func (d *Deps) routeStep(ctx context.Context, r *run, rows []pipeline.Row) (stepResult, error) {
 	g := d.Graph()
-	decisions := make([]drainer.RouteDecision, len(rows))
+	decisions := make([]pipeline.RouteDecision, len(rows))
 	var wait time.Duration
 	unknown := d.unknownPolicy()
 	for i, row := range rows {
@@ -61,7 +61,7 @@ func (d *Deps) routeStep(ctx context.Context, r *run, rows []drainer.Row) (stepR
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	if err := d.handOff(ctx, r, drainer.PrepareRoute(r.ex, rows, decisions)); err != nil {
+	if err := d.handOff(ctx, r, pipeline.PrepareRoute(r.ex, rows, decisions)); err != nil {
 		return stepResult{}, err
 	}
 	d.Wake.Notify(jobs.RoutedLane(rows[0].Channel))
@@ -86,12 +86,12 @@ func (w *RoutedWorker) Work(ctx context.Context, job *river.Job[jobs.RoutedArgs]
 // transaction, with the transform state the batch read and wrote
 // (transform_state.go): a conflict refreshes the state cache and serves the
 // rows again.
-func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
+func (d *Deps) transformStep(ctx context.Context, r *run, rows []pipeline.Row) (stepResult, error) {
 	if rows[0].DueIn > 0 {
 		return stepResult{snooze: rows[0].DueIn}, nil // a held head, not due yet
 	}
 	g := d.Graph()
-	decisions := make([]drainer.TransformDecision, len(rows))
+	decisions := make([]pipeline.TransformDecision, len(rows))
 	batch := d.stateBatch()
 	started := time.Now()
 	var wait time.Duration
@@ -143,7 +143,7 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []drainer.Row) (s
 	if len(rows) == 0 {
 		return stepResult{snooze: wait}, nil
 	}
-	err := d.handOff(ctx, r, drainer.PrepareTransform(r.ex, rows, decisions))
+	err := d.handOff(ctx, r, pipeline.PrepareTransform(r.ex, rows, decisions))
 	if d.stateConflict(ctx, rows[0].Lane, err) {
 		return stepResult{}, nil // the drainer reads the lane and runs it again
 	}
@@ -180,14 +180,14 @@ func (w *OutboundWorker) Work(ctx context.Context, job *river.Job[jobs.OutboundA
 // recorded in windows (window.go): a crash repeats at most the sends of the
 // open window, the destination's record_batch rows. A failed head that may
 // be retried ends the window and the step, so the lane waits behind it.
-func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (stepResult, error) {
+func (d *Deps) deliverStep(ctx context.Context, r *run, rows []pipeline.Row) (stepResult, error) {
 	w := &recordWindow{d: d, r: r, woken: d.wakeC(r.lane)}
 	res, err := d.deliverRows(ctx, r, w, rows)
 	if err != nil && !w.empty() {
 		// The error stops the lane (superseded, node not alive, a
 		// database failure); what was sent before it is still worth
 		// recording, and the fence refuses it if the lane moved.
-		if _, ferr := w.flush(ctx); ferr != nil && !errors.Is(ferr, drainer.ErrSuperseded) {
+		if _, ferr := w.flush(ctx); ferr != nil && !errors.Is(ferr, pipeline.ErrSuperseded) {
 			d.Logger.WarnContext(ctx, "could not record a window of sends; they will be sent again",
 				"lane", r.lane, "error", ferr)
 		}
@@ -197,7 +197,7 @@ func (d *Deps) deliverStep(ctx context.Context, r *run, rows []drainer.Row) (ste
 
 // deliverRows serves rows, and the rows after them while a record window is
 // open, leaving w empty whenever it returns without an error.
-func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []drainer.Row) (stepResult, error) {
+func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []pipeline.Row) (stepResult, error) {
 	ex := r.ex
 	served := 0
 	// flush records the open window; cancels reports rows marked for
@@ -267,7 +267,7 @@ func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []
 				return stepResult{served: served}, err
 			}
 			reason := fmt.Sprintf("destination %q is not in the config", row.Destination)
-			if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return drainer.DeadLetter(ctx, tx, ex, row, reason) }); err != nil {
+			if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return pipeline.DeadLetter(ctx, tx, ex, row, reason) }); err != nil {
 				return stepResult{served: served}, err
 			}
 			d.Metrics.DeadLettered(row.Destination)
@@ -290,7 +290,7 @@ func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []
 			// Not a proof that another node took the lane, but this node
 			// can no longer know it did not; the fence would refuse the
 			// record anyway, and the send is what must not happen.
-			return stepResult{served: served}, drainer.ErrNodeNotAlive
+			return stepResult{served: served}, pipeline.ErrNodeNotAlive
 		}
 		if r.rescue != nil {
 			// This execution follows one that died, maybe sending this
@@ -316,8 +316,8 @@ func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []
 		attempts := row.Attempts + 1
 		v := judge(dest, res, attempts)
 		dead, backoff := v.dead, v.backoff
-		w.add(dest.RecordBatch, drainer.Outcome{Row: row, Delivered: res.OK, Backoff: backoff, Dead: dead,
-			Attempt: drainer.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error,
+		w.add(dest.RecordBatch, pipeline.Outcome{Row: row, Delivered: res.OK, Backoff: backoff, Dead: dead,
+			Attempt: pipeline.Attempt{Outcome: res.Outcome, AckCode: res.AckCode, Reply: res.Reply, Error: res.Error,
 				DeadReason: v.reason, ReplyTo: replyRoute(dest, res, r.ins)}}, sent, took)
 		if res.OK {
 			served++
@@ -355,11 +355,11 @@ func (d *Deps) deliverRows(ctx context.Context, r *run, w *recordWindow, rows []
 
 // cancelMarked cancels the lane's rows an operator marked for cancelling,
 // in a fenced transaction.
-func (d *Deps) cancelMarked(ctx context.Context, ex drainer.Execution, lane string) (int, error) {
+func (d *Deps) cancelMarked(ctx context.Context, ex pipeline.Execution, lane string) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = drainer.CancelMarked(ctx, tx, ex, lane)
+		n, err = pipeline.CancelMarked(ctx, tx, ex, lane)
 		return err
 	})
 	if err == nil && n > 0 {
@@ -371,15 +371,15 @@ func (d *Deps) cancelMarked(ctx context.Context, ex drainer.Execution, lane stri
 // recordCrash settles the crash r follows: it records the attempt the dead
 // execution may have been making on row, the lane's head, and reports
 // whether that ended the row. row's attempt count is updated to match.
-func (d *Deps) recordCrash(ctx context.Context, r *run, row *drainer.Row, dest *config.Destination) (bool, error) {
+func (d *Deps) recordCrash(ctx context.Context, r *run, row *pipeline.Row, dest *config.Destination) (bool, error) {
 	attempts := row.Attempts + 1
 	dead := dest.Retry.Exhausted(attempts)
-	a := drainer.Attempt{Outcome: connector.OutcomeCrashed,
+	a := pipeline.Attempt{Outcome: connector.OutcomeCrashed,
 		Error: connector.OutcomeCrashed + ": the drainer serving this lane stopped (its node died or froze) while this message may have been in flight"}
-	var rec drainer.Recorded
+	var rec pipeline.Recorded
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		var err error
-		rec, err = drainer.RecordCrash(ctx, tx, r.ex, *row, a, r.rescue.diedAt, dead)
+		rec, err = pipeline.RecordCrash(ctx, tx, r.ex, *row, a, r.rescue.diedAt, dead)
 		return err
 	})
 	if err != nil {

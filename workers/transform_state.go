@@ -7,10 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/drainer"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/script"
 	"github.com/mefor/mefor/internal/state"
-	"github.com/mefor/mefor/internal/store"
 )
 
 // The transform step's side of transform state and of held messages.
@@ -29,7 +28,7 @@ func (d *Deps) stateBatch() *state.Batch {
 // under the batch; it refreshes the cache with the committed values, so
 // the batch's next run reads them.
 func (d *Deps) stateConflict(ctx context.Context, lane string, err error) bool {
-	var c *drainer.StateConflict
+	var c *pipeline.StateConflict
 	if !errors.As(err, &c) {
 		return false
 	}
@@ -42,7 +41,7 @@ func (d *Deps) stateConflict(ctx context.Context, lane string, err error) bool {
 }
 
 // publishState records a committed hand-off's writes in the cache.
-func (d *Deps) publishState(decisions []drainer.TransformDecision) {
+func (d *Deps) publishState(decisions []pipeline.TransformDecision) {
 	if d.State == nil {
 		return
 	}
@@ -85,10 +84,10 @@ func holdBackoff(attempts int) time.Duration {
 // never reaches the hand-off that would check what it read, and what it
 // waits for may well be a state value another lane or node is writing: so
 // the values it read are refreshed from the database for its next try.
-func (d *Deps) holdHead(ctx context.Context, ex drainer.Execution, row drainer.Row, why error, read *state.Change) (time.Duration, error) {
+func (d *Deps) holdHead(ctx context.Context, ex pipeline.Execution, row pipeline.Row, why error, read *state.Change) (time.Duration, error) {
 	wait := holdBackoff(row.Attempts + 1)
 	err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
-		return drainer.RecordHold(ctx, tx, ex, row, why.Error(), wait)
+		return pipeline.RecordHold(ctx, tx, ex, row, why.Error(), wait)
 	})
 	if err != nil {
 		return 0, err
@@ -98,7 +97,7 @@ func (d *Deps) holdHead(ctx context.Context, ex drainer.Execution, row drainer.R
 		for i, r := range read.Reads {
 			keys[i] = r.Key
 		}
-		current, err := store.LoadState(ctx, d.Pool, d.Keys, keys)
+		current, err := pipeline.LoadState(ctx, d.Pool, d.Keys, keys)
 		if err != nil {
 			return 0, err
 		}

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/metrics"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // A record window gathers a lane's sends whose outcomes are not recorded
@@ -24,7 +24,7 @@ type recordWindow struct {
 	d      *Deps
 	r      *run
 	limit  config.RecordBatch
-	outs   []drainer.Outcome
+	outs   []pipeline.Outcome
 	took   []time.Duration
 	opened time.Time
 	// woken is closed when this node's producers commit to the lane (see
@@ -33,7 +33,7 @@ type recordWindow struct {
 }
 
 // add puts a send's outcome in the window; sent is when the send began.
-func (w *recordWindow) add(limit config.RecordBatch, o drainer.Outcome, sent time.Time, took time.Duration) {
+func (w *recordWindow) add(limit config.RecordBatch, o pipeline.Outcome, sent time.Time, took time.Duration) {
 	if len(w.outs) == 0 {
 		w.opened = sent
 	}
@@ -61,18 +61,18 @@ const flushTimeout = 10 * time.Second
 // flush records the window's sends in one fenced transaction (nothing when
 // the execution was superseded), shared with other drainers' hand-offs and
 // records when it may be (handOff), and empties it.
-func (w *recordWindow) flush(ctx context.Context) (drainer.Recorded, error) {
+func (w *recordWindow) flush(ctx context.Context) (pipeline.Recorded, error) {
 	if w.empty() {
-		return drainer.Recorded{Recorded: true}, nil
+		return pipeline.Recorded{Recorded: true}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
-	h := drainer.PrepareRecord(w.r.ex, w.outs)
+	h := pipeline.PrepareRecord(w.r.ex, w.outs)
 	err := w.d.handOff(ctx, w.r, h)
 	outs, took := w.outs, w.took
 	w.outs, w.took = w.outs[:0], w.took[:0]
 	if err != nil {
-		return drainer.Recorded{}, err
+		return pipeline.Recorded{}, err
 	}
 	rec := h.Recorded()
 	// Counted once recorded: sends whose record was refused (fenced) are
@@ -95,7 +95,7 @@ func (w *recordWindow) flush(ctx context.Context) (drainer.Recorded, error) {
 // the step) is found by the drain loop's next read, at most a window
 // later. It returns nothing when the window's time is up or the node is
 // stopping.
-func (d *Deps) moreRows(ctx context.Context, lane string, after int64, w *recordWindow) ([]drainer.Row, error) {
+func (d *Deps) moreRows(ctx context.Context, lane string, after int64, w *recordWindow) ([]pipeline.Row, error) {
 	for {
 		wait := time.Until(w.deadline())
 		if wait <= 0 {
@@ -120,7 +120,7 @@ func (d *Deps) moreRows(ctx context.Context, lane string, after int64, w *record
 			return nil, err
 		}
 		if len(rows) > 0 {
-			if err := drainer.OpenBodies(d.Keys, rows); err != nil {
+			if err := pipeline.OpenBodies(d.Keys, rows); err != nil {
 				// Left to the drain loop, which holds the lane on it.
 				return nil, nil
 			}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/workers"
 )
@@ -31,7 +31,7 @@ func TestAlertsListCLI(t *testing.T) {
 	if err != nil || len(changes) != 1 || changes[0].Rule != "lab-dead" {
 		t.Fatalf("evaluation: %+v, %v; want lab-dead firing", changes, err)
 	}
-	if err := store.RecordNotification(ctx, f.db.Pool, "lab-dead", "ops", "firing",
+	if err := alert.RecordNotification(ctx, f.db.Pool, "lab-dead", "ops", "firing",
 		"alert lab-dead firing to sink ops, attempt 1 of 25: POST to hooks.example.org: answered 500 Internal Server Error (will retry)"); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestAlertsListCLI(t *testing.T) {
 			t.Errorf("lab-dead line lacks %q: %s", want, lines[2])
 		}
 	}
-	list := decode[[]store.Alert](t, f.ok(t, "alerts", "list", "--json"))
+	list := decode[[]alert.Alert](t, f.ok(t, "alerts", "list", "--json"))
 	if len(list) != 2 || list[1].Rule != "lab-dead" || list[1].State != "firing" || list[1].Value == nil || *list[1].Value != 1 ||
 		list[1].LastSink != "ops" || list[1].LastNotifyError == "" {
 		t.Fatalf("alerts list --json = %+v", list)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/drainer"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -45,9 +45,9 @@ func newOpsFixture(t *testing.T) *opsFixture {
 			t.Fatal(err)
 		}
 	}
-	head := func(lane string, msg int64) drainer.Row {
+	head := func(lane string, msg int64) pipeline.Row {
 		t.Helper()
-		rows, err := drainer.PendingRows(ctx, db.Pool, lane, 100)
+		rows, err := pipeline.PendingRows(ctx, db.Pool, lane, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,14 +57,14 @@ func newOpsFixture(t *testing.T) *opsFixture {
 			}
 		}
 		t.Fatalf("message %d not pending in %s", msg, lane)
-		return drainer.Row{}
+		return pipeline.Row{}
 	}
 	n := 0
 	receive := func() int64 {
 		n++
 		var id int64
 		inTx(func(tx pgx.Tx) error {
-			id, err = store.Receive(ctx, tx, q, store.Inbound{
+			id, err = pipeline.Receive(ctx, tx, q, pipeline.Inbound{
 				Channel: "adt", Source: "test",
 				Raw:       []byte(strings.Replace(fixtureBody, "%d", strconv.Itoa(n), 1)),
 				ControlID: "CTRL" + strconv.Itoa(n), MessageType: "ADT", TriggerEvent: "A01",
@@ -78,11 +78,11 @@ func newOpsFixture(t *testing.T) *opsFixture {
 		id := receive()
 		row := head(jobs.IngressLane("adt"), id)
 		inTx(func(tx pgx.Tx) error {
-			return drainer.RouteHandoff(ctx, tx, q, row, []drainer.RoutedOut{{Route: "all", Handler: "pass"}})
+			return pipeline.RouteHandoff(ctx, tx, q, row, []pipeline.RoutedOut{{Route: "all", Handler: "pass"}})
 		})
 		row = head(jobs.RoutedLane("adt"), id)
 		inTx(func(tx pgx.Tx) error {
-			return drainer.TransformHandoff(ctx, tx, q, row, []drainer.OutboundOut{{Destination: "lab", Lane: lab}})
+			return pipeline.TransformHandoff(ctx, tx, q, row, []pipeline.OutboundOut{{Destination: "lab", Lane: lab}})
 		})
 		return id
 	}
@@ -92,11 +92,11 @@ func newOpsFixture(t *testing.T) *opsFixture {
 	f.queued = toLab()
 	f.fresh = receive()
 	inTx(func(tx pgx.Tx) error {
-		_, err := drainer.Delivered(ctx, tx, head(lab, f.done), drainer.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK\rMSA|AA\r")})
+		_, err := pipeline.Delivered(ctx, tx, head(lab, f.done), pipeline.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK\rMSA|AA\r")})
 		return err
 	})
 	inTx(func(tx pgx.Tx) error {
-		return drainer.Failed(ctx, tx, head(lab, f.dead), drainer.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected: AR"}, 0, true)
+		return pipeline.Failed(ctx, tx, head(lab, f.dead), pipeline.Attempt{Outcome: "AR", AckCode: "AR", Error: "partner rejected: AR"}, 0, true)
 	})
 	return f
 }
@@ -131,7 +131,7 @@ func TestMessagesListCLI(t *testing.T) {
 	t.Parallel()
 	f := newOpsFixture(t)
 
-	list := decode[[]store.MessageSummary](t, f.ok(t, "messages", "list", "--json"))
+	list := decode[[]search.MessageSummary](t, f.ok(t, "messages", "list", "--json"))
 	var ids []int64
 	for _, m := range list {
 		ids = append(ids, m.ID)
@@ -143,11 +143,11 @@ func TestMessagesListCLI(t *testing.T) {
 		t.Fatalf("oldest message = %+v", m)
 	}
 
-	errs := decode[[]store.MessageSummary](t, f.ok(t, "messages", "list", "--status", "error", "--json"))
+	errs := decode[[]search.MessageSummary](t, f.ok(t, "messages", "list", "--status", "error", "--json"))
 	if len(errs) != 1 || errs[0].ID != f.dead {
 		t.Fatalf("--status error = %+v, want message %d only", errs, f.dead)
 	}
-	if got := decode[[]store.MessageSummary](t, f.ok(t, "messages", "list", "--limit", "2", "--json")); len(got) != 2 {
+	if got := decode[[]search.MessageSummary](t, f.ok(t, "messages", "list", "--limit", "2", "--json")); len(got) != 2 {
 		t.Fatalf("--limit 2 gave %d messages", len(got))
 	}
 	if got := f.ok(t, "messages", "list", "--channel", "nope", "--json"); strings.TrimSpace(got) != "[]" {
@@ -190,14 +190,14 @@ func TestMessagesShowCLI(t *testing.T) {
 	}
 
 	type shown struct {
-		Message store.MessageDetail `json:"message"`
-		Work    []store.WorkInfo    `json:"work"`
+		Message search.MessageDetail `json:"message"`
+		Work    []search.WorkInfo    `json:"work"`
 		Replies []struct {
 			AckCode string  `json:"ack_code"`
 			Body    *string `json:"body"`
 		} `json:"replies"`
-		Events []store.Event `json:"events"`
-		Body   *string       `json:"body"`
+		Events []search.Event `json:"events"`
+		Body   *string        `json:"body"`
 	}
 	v := decode[shown](t, f.ok(t, "messages", "show", id, "--json"))
 	if v.Body != nil || v.Message.ID != f.done || len(v.Work) != 3 || len(v.Replies) != 1 || v.Replies[0].Body != nil || len(v.Events) != 4 {
@@ -221,7 +221,7 @@ func TestStatusCLI(t *testing.T) {
 	t.Parallel()
 	f := newOpsFixture(t)
 
-	st := decode[store.Status](t, f.ok(t, "status", "--json"))
+	st := decode[search.Status](t, f.ok(t, "status", "--json"))
 	if len(st.Channels) != 1 || len(st.Destinations) != 1 {
 		t.Fatalf("status = %+v", st)
 	}
@@ -246,7 +246,7 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	t.Parallel()
 	f := newOpsFixture(t)
 
-	dead := decode[[]store.DeadRow](t, f.ok(t, "dead", "list", "--json"))
+	dead := decode[[]search.DeadRow](t, f.ok(t, "dead", "list", "--json"))
 	if len(dead) != 1 || dead[0].MessageID != f.dead || dead[0].Destination != "lab" || dead[0].Attempts != 1 || dead[0].LastError != "partner rejected: AR" {
 		t.Fatalf("dead list = %+v", dead)
 	}
@@ -262,7 +262,7 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "--yes") {
 		t.Fatalf("replay-dead without --yes: exit %d, stderr %q", code, stderr)
 	}
-	if got := decode[[]store.DeadRow](t, f.ok(t, "dead", "list", "--json")); len(got) != 1 {
+	if got := decode[[]search.DeadRow](t, f.ok(t, "dead", "list", "--json")); len(got) != 1 {
 		t.Fatalf("replay-dead without --yes changed the dead letters: %+v", got)
 	}
 	res := decode[ops.BulkResult](t, f.ok(t, "replay-dead", "--destination", "lab", "--yes", "--json"))
@@ -274,8 +274,8 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	}
 
 	// Replay a delivered message: re-sent.
-	r := decode[store.ReplayResult](t, f.ok(t, "replay", strconv.FormatInt(f.done, 10), "--json"))
-	if r.Rows != 1 || r.Mode != store.ReplayResend || r.Status != store.StatusRouted {
+	r := decode[pipeline.ReplayResult](t, f.ok(t, "replay", strconv.FormatInt(f.done, 10), "--json"))
+	if r.Rows != 1 || r.Mode != pipeline.ReplayResend || r.Status != pipeline.StatusRouted {
 		t.Fatalf("replay delivered = %+v", r)
 	}
 	// A just-received message: its pending ingress row is re-queued in place.
@@ -292,7 +292,7 @@ func TestDeadReplayCancelCLI(t *testing.T) {
 	if c.Rows != 3 || c.Messages != 3 {
 		t.Fatalf("cancel = %+v, want 3 rows of 3 messages", c)
 	}
-	st := decode[store.Status](t, f.ok(t, "status", "--json"))
+	st := decode[search.Status](t, f.ok(t, "status", "--json"))
 	if d := st.Destinations[0]; d.Queued != 0 || d.Cancelled != 3 {
 		t.Fatalf("after cancel lab = %+v", d)
 	}

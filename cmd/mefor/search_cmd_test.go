@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/drainer"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -38,7 +38,7 @@ func newSearchFixture(t *testing.T) *searchFixture {
 		body := fmt.Sprintf("MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||%s^%s|%s|P|2.5\rPID|1||%s^^^HOSP^MR||NAME-OF-%s\r",
 			typ, trigger, control, patient, control)
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			id, err := store.Receive(ctx, tx, q, store.Inbound{
+			id, err := pipeline.Receive(ctx, tx, q, pipeline.Inbound{
 				Channel: "adt", Source: "test", Raw: []byte(body),
 				ControlID: control, MessageType: typ, TriggerEvent: trigger, PatientID: patient,
 			})
@@ -56,28 +56,28 @@ func newSearchFixture(t *testing.T) *searchFixture {
 		if len(dests) == 0 {
 			return
 		}
-		rows, err := drainer.PendingRows(ctx, db.Pool, jobs.IngressLane("adt"), 100)
+		rows, err := pipeline.PendingRows(ctx, db.Pool, jobs.IngressLane("adt"), 100)
 		if err != nil {
 			t.Fatal(err)
 		}
 		row := rows[len(rows)-1]
 		err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			return drainer.RouteHandoff(ctx, tx, q, row, []drainer.RoutedOut{{Route: "all", Handler: "pass"}})
+			return pipeline.RouteHandoff(ctx, tx, q, row, []pipeline.RoutedOut{{Route: "all", Handler: "pass"}})
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err = drainer.PendingRows(ctx, db.Pool, jobs.RoutedLane("adt"), 100)
+		rows, err = pipeline.PendingRows(ctx, db.Pool, jobs.RoutedLane("adt"), 100)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var outs []drainer.OutboundOut
+		var outs []pipeline.OutboundOut
 		for _, d := range dests {
-			outs = append(outs, drainer.OutboundOut{Destination: d, Lane: jobs.OutboundLane(d, 0, 1, 0),
+			outs = append(outs, pipeline.OutboundOut{Destination: d, Lane: jobs.OutboundLane(d, 0, 1, 0),
 				Payload: []byte(strings.Replace(body, "NAME-OF-", "SENT-TO-"+d+"-", 1))})
 		}
 		err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			return drainer.TransformHandoff(ctx, tx, q, rows[len(rows)-1], outs)
+			return pipeline.TransformHandoff(ctx, tx, q, rows[len(rows)-1], outs)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func newSearchFixture(t *testing.T) *searchFixture {
 
 func (f *searchFixture) list(t *testing.T, args ...string) []string {
 	t.Helper()
-	got := decode[[]store.MessageSummary](t, f.ok(t, append([]string{"messages", "list", "--json"}, args...)...))
+	got := decode[[]search.MessageSummary](t, f.ok(t, append([]string{"messages", "list", "--json"}, args...)...))
 	var controls []string
 	for _, m := range got {
 		controls = append(controls, m.ControlID)
@@ -197,25 +197,25 @@ func TestMessagesShowBodyStory(t *testing.T) {
 	f := newSearchFixture(t)
 	ctx := context.Background()
 	id := f.ids["A08X"]
-	rows, err := drainer.PendingRows(ctx, f.db.Pool, "outbound:lab", 10)
+	rows, err := pipeline.PendingRows(ctx, f.db.Pool, "outbound:lab", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lab drainer.Row
+	var lab pipeline.Row
 	for _, r := range rows {
 		if r.MessageID == id {
 			lab = r
 		}
 	}
 	err = pgx.BeginFunc(ctx, f.db.Pool, func(tx pgx.Tx) error {
-		return drainer.Failed(ctx, tx, lab, drainer.Attempt{Outcome: "AE", AckCode: "AE", Reply: []byte("MSH|ACK1\rMSA|AE|A08X|busy\r"), Error: "AE: busy"}, 0, false)
+		return pipeline.Failed(ctx, tx, lab, pipeline.Attempt{Outcome: "AE", AckCode: "AE", Reply: []byte("MSH|ACK1\rMSA|AE|A08X|busy\r"), Error: "AE: busy"}, 0, false)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lab.Attempts = 1
 	err = pgx.BeginFunc(ctx, f.db.Pool, func(tx pgx.Tx) error {
-		_, err := drainer.Delivered(ctx, tx, lab, drainer.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK2\rMSA|AA|A08X\r")})
+		_, err := pipeline.Delivered(ctx, tx, lab, pipeline.Attempt{Outcome: "delivered", AckCode: "AA", Reply: []byte("MSH|ACK2\rMSA|AA|A08X\r")})
 		return err
 	})
 	if err != nil {

@@ -6,28 +6,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/nodeinfo"
 )
 
 func TestPrintTransport(t *testing.T) {
 	now := time.Date(2030, 6, 1, 0, 0, 0, 0, time.UTC)
-	cert := func(file string, left, window time.Duration) store.CertificateInUse {
-		return store.CertificateInUse{
-			NodeCertificate: store.NodeCertificate{File: file, Subject: "CN=" + file, NotAfter: now.Add(left),
+	cert := func(file string, left, window time.Duration) nodeinfo.CertificateInUse {
+		return nodeinfo.CertificateInUse{
+			NodeCertificate: nodeinfo.NodeCertificate{File: file, Subject: "CN=" + file, NotAfter: now.Add(left),
 				WarnFrom: now.Add(left - window), Uses: []string{`channel "adt" server certificate`}},
 			Nodes: []string{"a", "b"},
 		}
 	}
-	ts := &store.TransportStatus{
-		Certificates: []store.CertificateInUse{
+	ts := &nodeinfo.TransportStatus{
+		Certificates: []nodeinfo.CertificateInUse{
 			cert("gone.crt", -time.Hour, 30*24*time.Hour),
 			cert("soon.crt", 10*24*time.Hour, 30*24*time.Hour),
 			cert("fine.crt", 90*24*time.Hour, 30*24*time.Hour),
 		},
-		Listeners: []store.ListenerInUse{
-			{NodeListener: store.NodeListener{Channel: "legacy", Listen: "0.0.0.0:2579", Exposed: true}, Flagged: true, Nodes: []string{"a"}},
-			{NodeListener: store.NodeListener{Channel: "trusted", Listen: "10.0.0.1:2580", Exposed: true, Acknowledged: true}, Nodes: []string{"a"}},
-			{NodeListener: store.NodeListener{Channel: "adt", Listen: "0.0.0.0:2575", TLS: true, Exposed: true}, Nodes: []string{"a"}},
+		Listeners: []nodeinfo.ListenerInUse{
+			{NodeListener: nodeinfo.NodeListener{Channel: "legacy", Listen: "0.0.0.0:2579", Exposed: true}, Flagged: true, Nodes: []string{"a"}},
+			{NodeListener: nodeinfo.NodeListener{Channel: "trusted", Listen: "10.0.0.1:2580", Exposed: true, Acknowledged: true}, Nodes: []string{"a"}},
+			{NodeListener: nodeinfo.NodeListener{Channel: "adt", Listen: "0.0.0.0:2575", TLS: true, Exposed: true}, Nodes: []string{"a"}},
 		},
 	}
 	var b bytes.Buffer
@@ -60,7 +60,7 @@ func TestPrintTransport(t *testing.T) {
 	}
 
 	b.Reset()
-	if err := printTransport(&b, &store.TransportStatus{}, now); err != nil || b.Len() != 0 {
+	if err := printTransport(&b, &nodeinfo.TransportStatus{}, now); err != nil || b.Len() != 0 {
 		t.Errorf("a cluster without TLS or exposed listeners printed %q", b.String())
 	}
 }

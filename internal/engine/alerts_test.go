@@ -17,10 +17,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/workers"
 )
@@ -195,7 +195,7 @@ alerts:
 		t.Fatalf("webhook Authorization = %q, want the configured header", posts[1].auth)
 	}
 	a := alertRow(t, db, "lab-backlog")
-	if a.State != store.AlertFiring || a.Transitions != 1 || a.LastNotifyError != "" || a.LastNotifiedAt == nil {
+	if a.State != alert.AlertFiring || a.Transitions != 1 || a.LastNotifyError != "" || a.LastNotifiedAt == nil {
 		t.Fatalf("alert row while firing = %+v", a)
 	}
 
@@ -212,7 +212,7 @@ alerts:
 		t.Fatalf("resolved notification = %+v", n)
 	}
 	a = alertRow(t, db, "lab-backlog")
-	if a.State != store.AlertOK || a.Transitions != 2 || a.LastNotification == "" {
+	if a.State != alert.AlertOK || a.Transitions != 2 || a.LastNotification == "" {
 		t.Fatalf("alert row after drain = %+v", a)
 	}
 
@@ -233,9 +233,9 @@ alerts:
 	}
 }
 
-func alertRow(t *testing.T, db *testcontainers.DB, rule string) store.Alert {
+func alertRow(t *testing.T, db *testcontainers.DB, rule string) alert.Alert {
 	t.Helper()
-	list, err := store.ListAlerts(context.Background(), db.Pool)
+	list, err := alert.ListAlerts(context.Background(), db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func alertRow(t *testing.T, db *testcontainers.DB, rule string) store.Alert {
 		}
 	}
 	t.Fatalf("no alert row for %s in %+v", rule, list)
-	return store.Alert{}
+	return alert.Alert{}
 }
 
 // A rule that resolves while its firing notification is still being

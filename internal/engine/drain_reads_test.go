@@ -14,7 +14,7 @@ import (
 	"github.com/mefor/mefor/testcontainers"
 )
 
-// laneReads counts the drainers' reads of their lanes (drainer.PendingRows).
+// laneReads counts the drainers' reads of their lanes (pipeline.PendingRows).
 type laneReads struct {
 	tripCounter
 	n atomic.Int64

@@ -6,9 +6,9 @@ import (
 	"hash/fnv"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/script"
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/jobs"
@@ -23,7 +23,7 @@ type Graph struct {
 	handlers map[string]handler.Handler
 	scripts  map[string]*script.Program // javascript handlers
 	keys     map[string]hl7.Path        // partitioned destination → key path
-	// gens is each destination's layout generation (store.ResolveLayouts);
+	// gens is each destination's layout generation (pipeline.ResolveLayouts);
 	// a destination missing from it uses generation 0.
 	gens map[string]int
 }
@@ -72,16 +72,16 @@ func NewGraphWith(cfg *config.Config, gens map[string]int, opts ...handler.MapOp
 func (g *Graph) Config() *config.Config { return g.cfg }
 
 // Route implements workers.Graph.
-func (g *Graph) Route(channel string, msg *hl7.Message) ([]drainer.RoutedOut, bool) {
+func (g *Graph) Route(channel string, msg *hl7.Message) ([]pipeline.RoutedOut, bool) {
 	ch := g.cfg.Channel(channel)
 	if ch == nil {
 		return nil, false
 	}
 	h := headerOf(msg)
-	var outs []drainer.RoutedOut
+	var outs []pipeline.RoutedOut
 	for _, r := range ch.Routes {
 		if r.Match.Matches(h) {
-			outs = append(outs, drainer.RoutedOut{Route: r.Name, Handler: r.Handler})
+			outs = append(outs, pipeline.RoutedOut{Route: r.Name, Handler: r.Handler})
 		}
 	}
 	return outs, true
@@ -89,7 +89,7 @@ func (g *Graph) Route(channel string, msg *hl7.Message) ([]drainer.RoutedOut, bo
 
 // Transform implements workers.Graph: run the route's handler and lay out
 // one delivery per destination of the route.
-func (g *Graph) Transform(ctx context.Context, row drainer.Row, msg *hl7.Message, st *state.Row) ([]drainer.OutboundOut, error) {
+func (g *Graph) Transform(ctx context.Context, row pipeline.Row, msg *hl7.Message, st *state.Row) ([]pipeline.OutboundOut, error) {
 	ch := g.cfg.Channel(row.Channel)
 	if ch == nil {
 		return nil, fmt.Errorf("channel %q is %w", row.Channel, workers.ErrNotInConfig)
@@ -113,13 +113,13 @@ func (g *Graph) Transform(ctx context.Context, row drainer.Row, msg *hl7.Message
 		return nil, nil // filtered
 	}
 	payload := out.Encode()
-	outs := make([]drainer.OutboundOut, 0, len(route.Destinations))
+	outs := make([]pipeline.OutboundOut, 0, len(route.Destinations))
 	for _, name := range route.Destinations {
 		dest := g.cfg.Destination(name)
 		if dest == nil {
 			return nil, fmt.Errorf("destination %q is %w", name, workers.ErrNotInConfig)
 		}
-		outs = append(outs, drainer.OutboundOut{
+		outs = append(outs, pipeline.OutboundOut{
 			Destination: name,
 			Lane:        g.laneFor(dest, out, row.MessageID),
 			Payload:     payload,

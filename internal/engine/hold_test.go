@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -42,7 +42,7 @@ func TestDrainerKeepsItsLaneWhileNobodyWaits(t *testing.T) {
 	cfg, listens := channelsToPartners(t, []string{newPartner(t, "").addr})
 	startNode(t, db, cfg, func(o *engine.Options) { holdLimits(o, time.Minute) })
 	send(t, listens[0], adt("W0", "P1"))
-	eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 1 })
+	eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
 	first := ingressExecution(t, db, "c0")
 	if first == "" {
 		t.Fatal("no drainer runs on c0's ingress lane after W0")
@@ -66,11 +66,11 @@ func TestDrainerGivesItsSlotToOneWaiting(t *testing.T) {
 		o.IngressWorkers = 1
 	})
 	send(t, listens[0], adt("W0", "P1"))
-	eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 1 })
+	eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
 	sent := time.Now()
 	send(t, listens[1], adt("W1", "P1"))
 	eventually(t, 10*time.Second, "W1 processed while c0's drainer holds the only ingress slot", func() bool {
-		return countStatus(t, db, store.StatusProcessed) == 2
+		return countStatus(t, db, pipeline.StatusProcessed) == 2
 	})
 	t.Logf("W1 processed %v after it was sent", time.Since(sent).Round(time.Millisecond))
 	for i := range 2 {

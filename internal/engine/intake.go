@@ -14,7 +14,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
@@ -87,7 +87,7 @@ func (in *Intake) Receive(ctx context.Context, channel, source, remote string, r
 // verified client certificate, if any.
 func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner, identity string) (Received, error) {
 	msg, perr := hl7.Parse(raw)
-	inbound := store.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner,
+	inbound := pipeline.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner,
 		SourceIdentity: identity, Keys: in.Keys}
 	if perr != nil {
 		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mefor/mefor/internal/groupcommit"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -28,7 +28,7 @@ type groupCommit struct {
 
 // commitReq is one message waiting to be stored.
 type commitReq struct {
-	msg    store.Inbound
+	msg    pipeline.Inbound
 	queued time.Time // when it was handed to the group
 	id     int64
 	err    error
@@ -104,7 +104,7 @@ func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
 		in.onCommit(len(batch))
 	}
 	start := time.Now()
-	ms := make([]store.Inbound, len(batch))
+	ms := make([]pipeline.Inbound, len(batch))
 	var lanes []string
 	for i, r := range batch {
 		in.Metrics.IntakeWaited(start.Sub(r.queued))
@@ -113,9 +113,9 @@ func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
 			lanes = append(lanes, jobs.IngressLane(r.msg.Channel))
 		}
 	}
-	receive := store.ReceiveBatch
+	receive := pipeline.ReceiveBatch
 	if in.Linger > 0 && !in.lanes.allSince(lanes, in.now().Add(-in.Linger)) {
-		receive = store.ReceiveBatchActivating
+		receive = pipeline.ReceiveBatchActivating
 	}
 	ids, err := receive(ctx, in.Pool, in.Inserter, ms)
 	in.Metrics.IntakeCommitted(len(batch), time.Since(start))
@@ -145,7 +145,7 @@ func (in *Intake) commitBatch(ctx context.Context, batch []*commitReq) {
 			in.onCommit(1)
 		}
 		t0 := time.Now()
-		ids, err := store.ReceiveBatch(ctx, in.Pool, in.Inserter, []store.Inbound{r.msg})
+		ids, err := pipeline.ReceiveBatch(ctx, in.Pool, in.Inserter, []pipeline.Inbound{r.msg})
 		in.Metrics.IntakeCommitted(1, time.Since(t0))
 		if err != nil {
 			r.err = err

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/filesource"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -19,7 +19,7 @@ var errNotServing = errors.New("not the listener lease holder")
 // with the listener lease checked in it as for MLLP intake: a node that
 // lost the lease stores nothing.
 func (in *Intake) StoreFile(ctx context.Context, f *filesource.File) (filesource.Stored, error) {
-	file := store.IntakeFile{Channel: f.Channel, Name: f.Name, Size: f.Size, SHA256: f.SHA256, Keys: in.Keys}
+	file := pipeline.IntakeFile{Channel: f.Channel, Name: f.Name, Size: f.Size, SHA256: f.SHA256, Keys: in.Keys}
 	if in.Gate != nil {
 		if !in.Gate.Serving() {
 			return filesource.Stored{}, errNotServing
@@ -28,14 +28,14 @@ func (in *Intake) StoreFile(ctx context.Context, f *filesource.File) (filesource
 	}
 	for _, m := range f.Messages {
 		h := m.Msg.Header()
-		file.Messages = append(file.Messages, store.Inbound{Channel: f.Channel, Source: store.SourceFile, Raw: m.Raw,
+		file.Messages = append(file.Messages, pipeline.Inbound{Channel: f.Channel, Source: pipeline.SourceFile, Raw: m.Raw,
 			ControlID: h.ControlID, MessageType: h.MessageType, TriggerEvent: h.TriggerEvent,
 			SendingApp: h.SendingApplication, SendingFacility: h.SendingFacility, PatientID: m.Msg.Get("PID-3.1")})
 	}
-	var r store.FileReceipt
+	var r pipeline.FileReceipt
 	err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
 		var err error
-		r, err = store.ReceiveFile(ctx, tx, in.Inserter, file)
+		r, err = pipeline.ReceiveFile(ctx, tx, in.Inserter, file)
 		return err
 	})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -121,7 +121,7 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 			// Events are inserted by the hand-off that records them and
 			// never updated, so their xmin is that hand-off's transaction.
 			n := queryInt(t, db, `SELECT count(DISTINCT e.xmin::text)::int FROM mefor_event e
-				JOIN mefor_message m ON m.id = e.message_id WHERE e.event = $1 AND m.control_id IN ('G3', 'G4')`, store.EventRouted)
+				JOIN mefor_message m ON m.id = e.message_id WHERE e.event = $1 AND m.control_id IN ('G3', 'G4')`, pipeline.EventRouted)
 			if n != want {
 				t.Errorf("G3 and G4 were routed in %d transactions, want %d", n, want)
 			}

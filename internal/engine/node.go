@@ -23,8 +23,8 @@ import (
 	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/state"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
@@ -59,7 +59,7 @@ type Options struct {
 	// meanwhile. After the start, sessions that closed are reopened on demand,
 	// not all at once (as after a partition). `mefor run` sets it unless the
 	// database URL sets pool_min_conns. Every new session of the node's pool
-	// is readied (store.WarmSession) either way.
+	// is readied (pipeline.WarmSession) either way.
 	OpenConnsAtStart bool
 	// MaxWorkers per stage queue. Default to 50 for ingress and routed, and
 	// 500 for outbound.
@@ -185,7 +185,7 @@ func New(opts Options) (*Node, error) {
 	callerAfterConnect := opts.Pool.Config().AfterConnect
 	pool, err := pgxpool.NewWithConfig(context.Background(), dbpool.NodeConfig(opts.Pool.Config(), dbpool.NodeOptions{
 		ApplicationName: leader.ApplicationName(opts.NodeID), LeaseTTL: opts.Config.Cluster.LeaseTTL,
-		Warm: store.WarmSession, Logger: opts.Logger,
+		Warm: pipeline.WarmSession, Logger: opts.Logger,
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("create connection pool: %w", err)
@@ -246,7 +246,7 @@ func New(opts Options) (*Node, error) {
 	// connection would fence a healthy holder and fail the listeners over.
 	ccfg := opts.Pool.Config().Copy()
 	ccfg.MaxConns, ccfg.MinConns = 2, 0
-	// Nor are these sessions readied (store.WarmSession): they run a few
+	// Nor are these sessions readied (pipeline.WarmSession): they run a few
 	// small statements, and once a partition heals, a renewal that must
 	// open a session within a heartbeat would miss its deadline while
 	// the warm-up ran, again at every heartbeat, on a host short of CPU.

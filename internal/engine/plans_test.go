@@ -15,7 +15,7 @@ import (
 )
 
 // pipelineTxTracer follows each connection's transaction: whether it began
-// with the pipeline's plan settings (store.PipelineTx), which set
+// with the pipeline's plan settings (pipeline.PipelineTx), which set
 // plan_cache_mode in the BEGIN's own round trip. For the workers'
 // statements named in marks it counts where they ran: in such a
 // transaction, or in any other.

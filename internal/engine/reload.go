@@ -15,7 +15,7 @@ import (
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
 )
@@ -364,14 +364,14 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 
 // buildGraph compiles cfg with its destinations' layout generations,
 // numbering the layouts the cluster has not delivered under before
-// (store.ResolveLayouts): an ordering change gets lanes of its own, which
+// (pipeline.ResolveLayouts): an ordering change gets lanes of its own, which
 // deliver only once the lanes of the previous ordering have drained.
 func (n *Node) buildGraph(ctx context.Context, cfg *config.Config) (*Graph, error) {
 	layouts := make(map[string]string, len(cfg.Destinations))
 	for _, d := range cfg.Destinations {
 		layouts[d.Name] = d.Ordering.Layout()
 	}
-	gens, err := store.ResolveLayouts(ctx, n.opts.Pool, layouts)
+	gens, err := pipeline.ResolveLayouts(ctx, n.opts.Pool, layouts)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +387,7 @@ func (n *Node) deadLetterOrphans(ctx context.Context) int {
 	if !n.configAgreed(ctx) {
 		return 0
 	}
-	dead, err := store.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(n.Config()))
+	dead, err := pipeline.DeadLetterOrphans(ctx, n.opts.Pool, knownOf(n.Config()))
 	if err != nil {
 		// The drainers dead-letter such rows as they reach them anyway.
 		n.logger.WarnContext(ctx, "could not dead-letter rows the config no longer serves", "error", err)
@@ -456,8 +456,8 @@ func schedules(cfg *config.Config) string {
 }
 
 // knownOf lists what cfg can serve, for DeadLetterOrphans.
-func knownOf(cfg *config.Config) store.Known {
-	known := store.Known{Handlers: []string{"passthrough"}}
+func knownOf(cfg *config.Config) pipeline.Known {
+	known := pipeline.Known{Handlers: []string{"passthrough"}}
 	for _, ch := range cfg.Channels {
 		known.Channels = append(known.Channels, ch.Name)
 		for _, r := range ch.Routes {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -178,7 +178,7 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(v.Events, func(e store.Event) bool {
+	if !slices.ContainsFunc(v.Events, func(e search.Event) bool {
 		return e.Event == "replied" && strings.Contains(e.Detail, "not routed: past reply_depth_limit 8")
 	}) {
 		t.Fatalf("depth-8 message's events %+v lack the not-routed reply", v.Events)

@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/drainer"
 	"github.com/mefor/mefor/internal/handler"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/script"
 	"github.com/mefor/mefor/internal/state"
 )
@@ -26,8 +26,8 @@ func buildScript(cfg *config.Config, h config.Handler, opts []handler.MapOption)
 // transformScript runs a javascript handler and lays out its deliveries:
 // each output message, in order, to the destinations it names or else to
 // every destination of the route.
-func (g *Graph) transformScript(ctx context.Context, p *script.Program, row drainer.Row, route *config.Route,
-	msg *hl7.Message, st *state.Row) ([]drainer.OutboundOut, error) {
+func (g *Graph) transformScript(ctx context.Context, p *script.Program, row pipeline.Row, route *config.Route,
+	msg *hl7.Message, st *state.Row) ([]pipeline.OutboundOut, error) {
 	outs, err := p.Run(ctx, script.Input{
 		Message: msg, MessageID: row.MessageID, Channel: row.Channel, Route: row.Route,
 		Destinations: route.Destinations, State: st,
@@ -35,7 +35,7 @@ func (g *Graph) transformScript(ctx context.Context, p *script.Program, row drai
 	if err != nil {
 		return nil, err
 	}
-	var deliveries []drainer.OutboundOut
+	var deliveries []pipeline.OutboundOut
 	for _, o := range outs {
 		names := o.Destinations
 		if names == nil {
@@ -47,7 +47,7 @@ func (g *Graph) transformScript(ctx context.Context, p *script.Program, row drai
 			if dest == nil {
 				return nil, fmt.Errorf("destination %q is not in the config", name)
 			}
-			deliveries = append(deliveries, drainer.OutboundOut{
+			deliveries = append(deliveries, pipeline.OutboundOut{
 				Destination: name,
 				Lane:        g.laneFor(dest, o.Message, row.MessageID),
 				Payload:     payload,

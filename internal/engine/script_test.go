@@ -16,7 +16,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -140,7 +140,7 @@ function transform(msg, ctx) {
 		t.Errorf("lab PID-3.1 %v, want %v", got, want)
 	}
 	eventually(t, 10*time.Second, "dispositions", func() bool {
-		return messageStatus(t, db, "T1") == store.StatusFiltered && countStatus(t, db, store.StatusProcessed) == 4
+		return messageStatus(t, db, "T1") == pipeline.StatusFiltered && countStatus(t, db, pipeline.StatusProcessed) == 4
 	})
 }
 
@@ -174,7 +174,7 @@ function transform(msg, ctx) {
 		"BAD":   `javascript handler js: bad result: transform returned a string`,
 	}
 	for id, w := range want {
-		eventually(t, 10*time.Second, id+" dead-lettered", func() bool { return messageStatus(t, db, id) == store.StatusError })
+		eventually(t, 10*time.Second, id+" dead-lettered", func() bool { return messageStatus(t, db, id) == pipeline.StatusError })
 		reasons := queryStrings(t, db, `
 			SELECT w.last_error FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
 			WHERE m.control_id = $1 AND w.status = 'dead'`, id)
@@ -227,7 +227,7 @@ handlers:`, otherListen), 1)
 	if dead := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); dead != 0 {
 		t.Fatalf("%d rows dead-lettered under on_error: hold", dead)
 	}
-	if st := messageStatus(t, db, "H2"); st != store.StatusRouted {
+	if st := messageStatus(t, db, "H2"); st != pipeline.StatusRouted {
 		t.Fatalf("H2 is %s, want routed, waiting behind H1", st)
 	}
 	// Another channel's lanes are not held.
@@ -311,7 +311,7 @@ destinations:
 		}
 		seen[c] = true
 	}
-	row, ok, err := store.ReadState(context.Background(), db.Pool, nil, "test", "counter")
+	row, ok, err := pipeline.ReadState(context.Background(), db.Pool, nil, "test", "counter")
 	if err != nil || !ok {
 		t.Fatalf("counter: %v, %v", ok, err)
 	}
@@ -399,7 +399,7 @@ function transform(msg, ctx) {
 	eventually(t, 20*time.Second, "K1's transform running", func() bool {
 		err := db.Pool.QueryRow(context.Background(),
 			`SELECT id FROM river_job WHERE kind = 'mefor_routed' AND state = 'running'`).Scan(&jobID)
-		return err == nil && messageStatus(t, db, "K1") == store.StatusRouted
+		return err == nil && messageStatus(t, db, "K1") == pipeline.StatusRouted
 	})
 	time.Sleep(300 * time.Millisecond) // inside the slow run
 	if _, err := db.Pool.Exec(context.Background(),
@@ -407,7 +407,7 @@ function transform(msg, ctx) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // the superseded execution hands off, and is refused
-	if _, ok, err := store.ReadState(context.Background(), db.Pool, nil, "test", "counter"); err != nil || ok {
+	if _, ok, err := pipeline.ReadState(context.Background(), db.Pool, nil, "test", "counter"); err != nil || ok {
 		t.Fatalf("the superseded execution left state behind (present %v, %v)", ok, err)
 	}
 	if got := lab.acceptedIDs(); len(got) != 0 {
@@ -422,7 +422,7 @@ function transform(msg, ctx) {
 	if got := fields(lab.messages(t), "ZVC-1"); !slices.Equal(got, []string{"1", "2"}) {
 		t.Errorf("counts %v, want 1, 2: K1's writes applied once", got)
 	}
-	row, _, err := store.ReadState(context.Background(), db.Pool, nil, "test", "counter")
+	row, _, err := pipeline.ReadState(context.Background(), db.Pool, nil, "test", "counter")
 	if err != nil || string(row.Value) != "2" {
 		t.Errorf("counter %s (%v), want 2", row.Value, err)
 	}

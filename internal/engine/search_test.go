@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -22,7 +23,7 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 `), nil)
 	send(t, listen, adt("S000", "P777"), adt("S001", "P888"), adt("S002", "P777"))
 
-	got, err := store.ListMessages(context.Background(), db.Pool, store.MessageFilter{Patient: "P777"})
+	got, err := search.ListMessages(context.Background(), db.Pool, search.MessageFilter{Patient: "P777"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 		`SELECT patient_key FROM mefor_message WHERE control_id = 'S001'`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
-	if stored != store.PatientKey(nil, "P888") {
-		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, store.PatientKey(nil, "P888"))
+	if stored != pipeline.PatientKey(nil, "P888") {
+		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, pipeline.PatientKey(nil, "P888"))
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 )
@@ -63,7 +63,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
 			}
 			eventually(t, 30*time.Second, "W0 to W3 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
-			eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 4 })
+			eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
 			release := make(chan struct{})
 			var once sync.Once
@@ -112,12 +112,12 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			releaseS0()
 			eventually(t, 30*time.Second, "S0 to S3 delivered", func() bool { return delivered() && slices.Contains(p.acceptedIDs(), "S0") })
 			// The partner has them; their records follow its ACKs.
-			eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 8 })
+			eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 
 			// Events are inserted by the hand-off that records them and
 			// never updated, so their xmin is that hand-off's transaction.
 			xacts := queryInt(t, db, `SELECT count(DISTINCT e.xmin::text)::int FROM mefor_event e
-				JOIN mefor_message m ON m.id = e.message_id WHERE e.event = $1 AND m.control_id IN ('S1', 'S2', 'S3')`, store.EventRouted)
+				JOIN mefor_message m ON m.id = e.message_id WHERE e.event = $1 AND m.control_id IN ('S1', 'S2', 'S3')`, pipeline.EventRouted)
 			if tc.routed > 0 && xacts != tc.routed {
 				t.Errorf("S1 to S3 were routed in %d transactions, want %d", xacts, tc.routed)
 			}
@@ -180,7 +180,7 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	for i, l := range listens {
 		send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
 	}
-	eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 4 })
+	eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
 	for i := 1; i < 4; i++ {
 		send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
@@ -198,7 +198,7 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	openGate()
 	eventually(t, 30*time.Second, "S1 to S3's records waiting for S0's hand-off", func() bool { return engine.WaitingHandoffs(n) == 3 })
 	releaseS0()
-	eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 8 })
+	eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 
 	for i := 1; i < 4; i++ {
 		if got := partners[i].acceptedIDs(); !slices.Equal(got, []string{fmt.Sprintf("W%d", i), fmt.Sprintf("S%d", i)}) {

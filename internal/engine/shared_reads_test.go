@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -39,7 +39,7 @@ func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
 			for i, l := range listens {
 				send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
 			}
-			eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 4 })
+			eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
 			// The next read (c0's ingress drainer, woken by S0) is held.
 			release := make(chan struct{})
@@ -65,16 +65,16 @@ func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
 			}
 			if tc.alone {
 				eventually(t, 30*time.Second, "S0 to S3 processed, nobody waiting", func() bool {
-					return countStatus(t, db, store.StatusProcessed) == 8
+					return countStatus(t, db, pipeline.StatusProcessed) == 8
 				})
 			} else {
 				eventually(t, 30*time.Second, "S1 to S3's reads waiting for S0's", func() bool { return engine.WaitingReads(n) == 3 })
 				time.Sleep(100 * time.Millisecond)
-				if got := countStatus(t, db, store.StatusProcessed); got != 4 {
+				if got := countStatus(t, db, pipeline.StatusProcessed); got != 4 {
 					t.Errorf("%d messages processed while the reads waited, want the 4 of the warm-up", got)
 				}
 				releaseS0()
-				eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, store.StatusProcessed) == 8 })
+				eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 			}
 			for i, p := range partners {
 				if got := p.acceptedIDs(); !slices.Equal(got, []string{fmt.Sprintf("W%d", i), fmt.Sprintf("S%d", i)}) {

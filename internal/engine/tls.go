@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/nodeinfo"
 	"github.com/mefor/mefor/internal/tlsconf"
 )
 
@@ -108,17 +108,17 @@ func (n *Node) checkCertExpiry(ctx context.Context) {
 // start: status is then out of date, nothing else.
 func (n *Node) recordTransport(ctx context.Context) {
 	cfg := n.Config()
-	t := store.Transport{Listeners: listenersOf(cfg)}
+	t := nodeinfo.Transport{Listeners: listenersOf(cfg)}
 	for _, c := range n.tls.set.Certificates() {
-		t.Certificates = append(t.Certificates, store.NodeCertificate{
+		t.Certificates = append(t.Certificates, nodeinfo.NodeCertificate{
 			File: c.File, Subject: c.Subject, Issuer: c.Issuer, Serial: c.Serial, NotAfter: c.NotAfter,
 			WarnFrom: c.NotAfter.Add(-cfg.TLSExpiryWarning), Uses: c.Uses,
 		})
 	}
-	if err := store.RecordTransport(ctx, n.opts.Pool, n.opts.NodeID, t); err != nil {
+	if err := nodeinfo.RecordTransport(ctx, n.opts.Pool, n.opts.NodeID, t); err != nil {
 		n.logger.WarnContext(ctx, "could not record the certificates in use for mefor status", "error", err)
 	}
-	if err := store.RecordEncryption(ctx, n.opts.Pool, n.opts.NodeID, n.opts.Keys); err != nil {
+	if err := nodeinfo.RecordEncryption(ctx, n.opts.Pool, n.opts.NodeID, n.opts.Keys); err != nil {
 		n.logger.WarnContext(ctx, "could not record the encryption keys in use for mefor status", "error", err)
 	}
 }
@@ -134,14 +134,14 @@ func sameListener(a, b *config.MLLPInbound) bool {
 }
 
 // listenersOf says how each channel of cfg listens.
-func listenersOf(cfg *config.Config) []store.NodeListener {
-	var out []store.NodeListener
+func listenersOf(cfg *config.Config) []nodeinfo.NodeListener {
+	var out []nodeinfo.NodeListener
 	for _, ch := range cfg.Channels {
 		in := ch.Inbound.MLLP
 		if in == nil {
 			continue
 		}
-		out = append(out, store.NodeListener{
+		out = append(out, nodeinfo.NodeListener{
 			Channel: ch.Name, Listen: in.Listen, TLS: in.TLS.Enabled, ClientAuth: in.TLS.ClientCAFile != "",
 			Exposed: in.Exposed(), Acknowledged: in.Plaintext,
 		})

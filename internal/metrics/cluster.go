@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -30,7 +30,7 @@ type ClusterCollector struct {
 
 	mu     sync.Mutex
 	at     time.Time
-	cached *store.Backlog
+	cached *search.Backlog
 	failed bool // the last read failed (logged once per failure streak)
 }
 
@@ -106,7 +106,7 @@ func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // read returns the cached backlog, reading it again once CacheTTL passed.
-func (c *ClusterCollector) read() (*store.Backlog, error) {
+func (c *ClusterCollector) read() (*search.Backlog, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ttl := c.CacheTTL
@@ -122,7 +122,7 @@ func (c *ClusterCollector) read() (*store.Backlog, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	b, err := store.ReadBacklog(ctx, c.Pool)
+	b, err := search.ReadBacklog(ctx, c.Pool)
 	if err != nil {
 		c.cached = nil
 		if !c.failed && c.Logger != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/store"
 )
 
 // ErrNoSnapshot is returned by Lookup for a set that has no snapshot in this
@@ -103,7 +102,7 @@ func (c *Cache) Versions() map[string]int64 {
 func (c *Cache) Refresh(ctx context.Context) ([]string, error) {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	live, err := store.ReferenceVersions(ctx, c.pool)
+	live, err := ReferenceVersions(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +114,7 @@ func (c *Cache) Refresh(ctx context.Context) ([]string, error) {
 		if s := cur[name]; s != nil && s.Version == live[name] {
 			continue
 		}
-		version, snap, err := store.LoadReferenceSnapshot(ctx, c.pool, c.keys, name)
+		version, snap, err := LoadReferenceSnapshot(ctx, c.pool, c.keys, name)
 		if err != nil {
 			errs = append(errs, err)
 			continue

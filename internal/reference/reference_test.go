@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/maintenance"
 	"github.com/mefor/mefor/internal/reference"
-	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/testcontainers"
 )
 
@@ -44,9 +44,9 @@ func lookup(t *testing.T, c *reference.Cache, set, key, column string) string {
 	return v
 }
 
-func lastRun(t *testing.T, db *testcontainers.DB, set string) store.MaintenanceRun {
+func lastRun(t *testing.T, db *testcontainers.DB, set string) maintenance.MaintenanceRun {
 	t.Helper()
-	runs, err := store.LastRuns(context.Background(), db.Pool, []string{reference.JobName(set)})
+	runs, err := maintenance.LastRuns(context.Background(), db.Pool, []string{reference.JobName(set)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestSyncCSVAndLookup(t *testing.T) {
 	if _, _, err := c.Lookup("lab-codes", "GLU", "units"); err == nil || !strings.Contains(err.Error(), `no column "units"`) {
 		t.Errorf("unknown column: %v", err)
 	}
-	if r := lastRun(t, db, "lab-codes"); r.Outcome != store.RunOK || r.NodeID != "n1" {
+	if r := lastRun(t, db, "lab-codes"); r.Outcome != maintenance.RunOK || r.NodeID != "n1" {
 		t.Errorf("audited run %+v, want ok by n1", r)
 	}
 
@@ -151,14 +151,14 @@ func TestFailedSyncKeepsLastSnapshot(t *testing.T) {
 		if strings.Contains(err.Error(), "GLU") {
 			t.Errorf("%s: error quotes row contents: %v", b.name, err)
 		}
-		infos, err := store.ReferenceSets(ctx, db.Pool, []string{"lab-codes"})
+		infos, err := reference.ReferenceSets(ctx, db.Pool, []string{"lab-codes"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if infos[0].Version != good.Version || infos[0].Rows != 1 || !strings.Contains(infos[0].LastError, b.want) {
 			t.Errorf("%s: set after failed sync %+v, want version %d kept and the error recorded", b.name, infos[0], good.Version)
 		}
-		if r := lastRun(t, db, "lab-codes"); r.Outcome != store.RunFailed || !strings.Contains(r.Error, b.want) {
+		if r := lastRun(t, db, "lab-codes"); r.Outcome != maintenance.RunFailed || !strings.Contains(r.Error, b.want) {
 			t.Errorf("%s: audited run %+v, want failed with the reason", b.name, r)
 		}
 		if _, err := c.Refresh(ctx); err != nil {
@@ -173,7 +173,7 @@ func TestFailedSyncKeepsLastSnapshot(t *testing.T) {
 	if _, err := syncer.Sync(ctx, set); err != nil {
 		t.Fatal(err)
 	}
-	infos, _ := store.ReferenceSets(ctx, db.Pool, []string{"lab-codes"})
+	infos, _ := reference.ReferenceSets(ctx, db.Pool, []string{"lab-codes"})
 	if infos[0].LastError != "" {
 		t.Errorf("error still recorded after a good sync: %q", infos[0].LastError)
 	}

@@ -1,5 +1,6 @@
 // Package reference serves reference-set lookups from memory on every node
-// and materializes reference sets from their sources.
+// and materializes reference sets from their sources. It owns the stored
+// snapshots (mefor_reference_set, mefor_reference_row).
 //
 // A sync (Sync, run by the reference-sync job on whichever node River hands
 // it to) reads a set's source and writes a new snapshot to the database in
@@ -26,7 +27,6 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/dbtls"
-	"github.com/mefor/mefor/internal/store"
 )
 
 // maxSourceBytes bounds what an HTTP source may return: every node holds
@@ -45,7 +45,7 @@ type table struct {
 
 // Read reads set's source and returns its rows as a snapshot. Errors name
 // the source and the row or column at fault, never a value from the rows.
-func Read(ctx context.Context, set *config.ReferenceSet, client *http.Client) (store.ReferenceSnapshot, error) {
+func Read(ctx context.Context, set *config.ReferenceSet, client *http.Client) (ReferenceSnapshot, error) {
 	var t table
 	var err error
 	src := set.Source
@@ -60,11 +60,11 @@ func Read(ctx context.Context, set *config.ReferenceSet, client *http.Client) (s
 		err = errors.New("the set has no source")
 	}
 	if err != nil {
-		return store.ReferenceSnapshot{}, fmt.Errorf("%s: %w", src, err)
+		return ReferenceSnapshot{}, fmt.Errorf("%s: %w", src, err)
 	}
 	snap, err := pick(set, t)
 	if err != nil {
-		return store.ReferenceSnapshot{}, fmt.Errorf("%s: %w", src, err)
+		return ReferenceSnapshot{}, fmt.Errorf("%s: %w", src, err)
 	}
 	snap.Source = src.String()
 	return snap, nil
@@ -73,15 +73,15 @@ func Read(ctx context.Context, set *config.ReferenceSet, client *http.Client) (s
 // pick builds the snapshot from t: the key column (named, or the first) and
 // the value columns (named, or all others). Empty and repeated keys fail
 // the read: either would make lookups silently depend on row order.
-func pick(set *config.ReferenceSet, t table) (store.ReferenceSnapshot, error) {
+func pick(set *config.ReferenceSet, t table) (ReferenceSnapshot, error) {
 	if len(t.header) == 0 {
-		return store.ReferenceSnapshot{}, errors.New("has no columns")
+		return ReferenceSnapshot{}, errors.New("has no columns")
 	}
 	col := func(name string) int { return slices.Index(t.header, name) }
 	key := 0
 	if set.Key != "" {
 		if key = col(set.Key); key < 0 {
-			return store.ReferenceSnapshot{}, fmt.Errorf("has no key column %q (columns: %s)", set.Key, strings.Join(t.header, ", "))
+			return ReferenceSnapshot{}, fmt.Errorf("has no key column %q (columns: %s)", set.Key, strings.Join(t.header, ", "))
 		}
 	}
 	var idx []int
@@ -90,7 +90,7 @@ func pick(set *config.ReferenceSet, t table) (store.ReferenceSnapshot, error) {
 		for _, v := range set.Values {
 			i := col(v)
 			if i < 0 {
-				return store.ReferenceSnapshot{}, fmt.Errorf("has no value column %q (columns: %s)", v, strings.Join(t.header, ", "))
+				return ReferenceSnapshot{}, fmt.Errorf("has no value column %q (columns: %s)", v, strings.Join(t.header, ", "))
 			}
 			idx, columns = append(idx, i), append(columns, v)
 		}
@@ -102,27 +102,27 @@ func pick(set *config.ReferenceSet, t table) (store.ReferenceSnapshot, error) {
 		}
 	}
 	if len(columns) == 0 {
-		return store.ReferenceSnapshot{}, fmt.Errorf("has only the key column %q; a reference set needs at least one value column", t.header[key])
+		return ReferenceSnapshot{}, fmt.Errorf("has only the key column %q; a reference set needs at least one value column", t.header[key])
 	}
-	snap := store.ReferenceSnapshot{Columns: columns, Rows: make([]store.ReferenceRow, 0, len(t.records))}
+	snap := ReferenceSnapshot{Columns: columns, Rows: make([]ReferenceRow, 0, len(t.records))}
 	seen := make(map[string]int, len(t.records))
 	for r, rec := range t.records {
 		k := rec[key]
 		if k == "" {
-			return store.ReferenceSnapshot{}, fmt.Errorf("%s has an empty key", t.rowName(r))
+			return ReferenceSnapshot{}, fmt.Errorf("%s has an empty key", t.rowName(r))
 		}
 		if first, dup := seen[k]; dup {
-			return store.ReferenceSnapshot{}, fmt.Errorf("%s repeats the key of %s; keys must be unique", t.rowName(r), t.rowName(first))
+			return ReferenceSnapshot{}, fmt.Errorf("%s repeats the key of %s; keys must be unique", t.rowName(r), t.rowName(first))
 		}
 		seen[k] = r
 		values := make([]string, len(idx))
 		for j, i := range idx {
 			values[j] = rec[i]
 		}
-		snap.Rows = append(snap.Rows, store.ReferenceRow{Key: k, Values: values})
+		snap.Rows = append(snap.Rows, ReferenceRow{Key: k, Values: values})
 	}
 	if len(snap.Rows) == 0 && !set.AllowEmpty {
-		return store.ReferenceSnapshot{}, errors.New("has no rows; the last snapshot is kept (set allow_empty: true if the set may really be empty)")
+		return ReferenceSnapshot{}, errors.New("has no rows; the last snapshot is kept (set allow_empty: true if the set may really be empty)")
 	}
 	return snap, nil
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/store"
+	"github.com/mefor/mefor/internal/maintenance"
 )
 
 // JobName is the maintenance job name of set's sync, as audited in
@@ -57,14 +57,14 @@ func (s *Syncer) Sync(ctx context.Context, set *config.ReferenceSet) (SyncResult
 	}
 	var res SyncResult
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		version, err := store.WriteReferenceSnapshot(ctx, tx, s.Keys, set.Name, snap)
+		version, err := WriteReferenceSnapshot(ctx, tx, s.Keys, set.Name, snap)
 		if err != nil {
 			return err
 		}
 		res = SyncResult{Version: version, Rows: len(snap.Rows)}
-		return store.RecordRun(ctx, tx, store.MaintenanceRun{
+		return maintenance.RecordRun(ctx, tx, maintenance.MaintenanceRun{
 			Job: JobName(set.Name), NodeID: s.NodeID, StartedAt: started, FinishedAt: s.now(),
-			Outcome: store.RunOK,
+			Outcome: maintenance.RunOK,
 			Detail:  map[string]any{"version": version, "rows": len(snap.Rows), "columns": snap.Columns, "source": snap.Source},
 		})
 	})
@@ -82,12 +82,12 @@ func (s *Syncer) fail(ctx context.Context, set *config.ReferenceSet, started tim
 	// written so operators see why the snapshot did not move.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if rerr := store.RecordReferenceFailure(rctx, s.Pool, set.Name, cause.Error()); rerr != nil {
+	if rerr := RecordReferenceFailure(rctx, s.Pool, set.Name, cause.Error()); rerr != nil {
 		return fmt.Errorf("%w (and recording the failure failed: %v)", err, rerr)
 	}
-	if rerr := store.RecordRun(rctx, s.Pool, store.MaintenanceRun{
+	if rerr := maintenance.RecordRun(rctx, s.Pool, maintenance.MaintenanceRun{
 		Job: JobName(set.Name), NodeID: s.NodeID, StartedAt: started, FinishedAt: s.now(),
-		Outcome: store.RunFailed, Error: cause.Error(),
+		Outcome: maintenance.RunFailed, Error: cause.Error(),
 		Detail: map[string]any{"source": set.Source.String()},
 	}); rerr != nil {
 		return fmt.Errorf("%w (and auditing the failure failed: %v)", err, rerr)

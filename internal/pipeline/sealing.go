@@ -1,0 +1,54 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/mefor/mefor/internal/crypt"
+)
+
+// The content columns, as sealed values name them in their authenticated
+// data (see package crypt). Everything else mefor stores is metadata and
+// stays clear: ids, channel, type, control id, status, times.
+const (
+	ColRaw       crypt.Column = "mefor_message.raw"
+	ColPayload   crypt.Column = "mefor_work.payload"
+	ColReply     crypt.Column = "mefor_response.body"
+	ColState     crypt.Column = "mefor_state.value"
+	ColReference crypt.Column = "mefor_reference_row.value"
+	// ColError covers every error and event text (mefor_message.error,
+	// mefor_work.last_error, mefor_event.detail) under one name: the
+	// finalizer copies a row's error into its message's, and a failed
+	// event quotes the row's error, in SQL. A script's error can quote the
+	// message it failed on, so they are sealed like content.
+	ColError crypt.Column = "mefor error text"
+)
+
+// patientPurpose keys the blind index of patient ids.
+const patientPurpose = "patient"
+
+// PatientKey is what the store keeps, and searches by, for a patient
+// identifier (PID-3.1): mefor_message.patient_key. With encryption on it
+// is a keyed blind index (an HMAC of the id under the active key), so the
+// clear id is never stored; with it off, the id itself.
+func PatientKey(kr *crypt.Keyring, id string) string { return kr.BlindIndex(patientPurpose, id) }
+
+// PatientKeys is every form id may be stored under: its blind index under
+// each key of the ring (values indexed before a rotation keep the old
+// key's), or the id itself with encryption off.
+func PatientKeys(kr *crypt.Keyring, id string) []string { return kr.BlindIndexes(patientPurpose, id) }
+
+// OpenText opens an error or event text for display. A text that cannot be
+// opened is shown as a note saying why, never as its ciphertext: an
+// operator reading a timeline without the key still sees its shape.
+func OpenText(kr *crypt.Keyring, s string) string {
+	out, err := kr.OpenString(ColError, s)
+	if err == nil {
+		return out
+	}
+	var mk *crypt.MissingKeyError
+	if errors.As(err, &mk) {
+		return fmt.Sprintf("[encrypted under key %s, which %s does not hold here]", mk.KeyID, crypt.EnvKeys)
+	}
+	return "[encrypted text that does not open: altered or moved]"
+}

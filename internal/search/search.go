@@ -1,0 +1,216 @@
+package search
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/pipeline"
+)
+
+// MessageFilter narrows ListMessages. Empty fields do not filter; the
+// filters given all apply. Every filter but Text is answered from an index.
+type MessageFilter struct {
+	Channel string
+	Status  string
+	// ControlID is MSH-10, exactly.
+	ControlID string
+	// Patient is a patient identifier as PID-3.1 holds it, exactly; it is
+	// looked up as pipeline.PatientKeys(Keys, Patient).
+	Patient string
+	// Type is the HL7 type: "ADT" (any trigger) or "ADT^A08"; a third
+	// component (the structure, ADT_A01) is ignored.
+	Type string
+	// Since and Until bound the time of receipt: Since <= received_at <
+	// Until. Zero means unbounded.
+	Since, Until time.Time
+	// Destination keeps messages with a stage row for this destination
+	// (queued, delivered, dead or cancelled).
+	Destination string
+	// Text keeps messages whose stored body contains it, byte for byte
+	// (case-sensitive). It reads the bodies of every message the other
+	// filters leave: slow on a large store, so narrow it with them.
+	Text  string
+	Limit int // Defaults to DefaultListLimit (50) when not positive.
+
+	// Keys blinds Patient and opens the bodies Text reads; nil matches
+	// them in clear (encryption off). A sealed body without its key is an
+	// error, never a silent miss.
+	Keys *crypt.Keyring
+}
+
+// SplitType splits an HL7 type such as "ADT^A08^ADT_A01" into its message
+// type and trigger event.
+func SplitType(t string) (messageType, triggerEvent string) {
+	parts := strings.Split(t, "^")
+	messageType = parts[0]
+	if len(parts) > 1 {
+		triggerEvent = parts[1]
+	}
+	return messageType, triggerEvent
+}
+
+// ListMessages returns the messages matching f, newest first.
+func ListMessages(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]MessageSummary, error) {
+	if f.Text != "" {
+		return searchText(ctx, q, f)
+	}
+	sql, args := listMessagesSQL(f)
+	rows, err := q.Query(ctx, sql, args)
+	if err != nil {
+		return nil, fmt.Errorf("list messages: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageSummary, error) {
+		var m MessageSummary
+		err := r.Scan(&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
+			&m.ControlID, &m.Status, &m.Size)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list messages: %w", err)
+	}
+	return out, nil
+}
+
+// textPage is how many candidate bodies searchText reads per query.
+const textPage = 500
+
+// searchText answers a filter with Text. The database can match only
+// plaintext bodies, so it returns those that match and every sealed body
+// the other filters leave, page by page in the listing's order; sealed
+// ones are opened and matched here.
+func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]MessageSummary, error) {
+	limit := limitOf(f.Limit)
+	var out []MessageSummary
+	var after *MessageSummary
+	for {
+		sql, args := listMessagesSQL(f)
+		args["text"], args["sealed"], args["limit"] = []byte(f.Text), crypt.BinaryPrefix(), textPage
+		if after != nil {
+			args["after_id"], args["after_at"] = after.ID, after.ReceivedAt
+		}
+		rows, err := q.Query(ctx, textPageSQL(sql, f, after != nil), args)
+		if err != nil {
+			return nil, fmt.Errorf("list messages: %w", err)
+		}
+		type cand struct {
+			MessageSummary
+			raw []byte
+		}
+		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
+			var c cand
+			err := r.Scan(&c.ID, &c.ReceivedAt, &c.Channel, &c.MessageType, &c.TriggerEvent,
+				&c.ControlID, &c.Status, &c.Size, &c.raw)
+			return c, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list messages: %w", err)
+		}
+		for _, c := range page {
+			body, err := f.Keys.Open(pipeline.ColRaw, c.raw)
+			if err != nil {
+				return nil, fmt.Errorf("search the body of message %d: %w", c.ID, err)
+			}
+			if bytes.Contains(body, []byte(f.Text)) {
+				out = append(out, c.MessageSummary)
+				if len(out) == limit {
+					return out, nil
+				}
+			}
+		}
+		if len(page) < textPage {
+			return out, nil
+		}
+		after = &page[len(page)-1].MessageSummary
+	}
+}
+
+// textPageSQL turns the listing's statement into one page of searchText:
+// it also reads the body, and continues after the last row of the
+// previous page in the listing's order.
+func textPageSQL(sql string, f MessageFilter, next bool) string {
+	sql = strings.Replace(sql, "m.status, m.size\n", "m.status, m.size, m.raw\n", 1)
+	if next {
+		cond := "m.id < @after_id"
+		if !f.Until.IsZero() {
+			cond = "(m.received_at, m.id) < (@after_at, @after_id)"
+		}
+		if strings.Contains(sql, "\n\t\tWHERE ") {
+			sql = strings.Replace(sql, "\n\t\tWHERE ", "\n\t\tWHERE "+cond+"\n\t\t  AND ", 1)
+		} else {
+			sql = strings.Replace(sql, "\n\t\tORDER BY ", "\n\t\tWHERE "+cond+"\n\t\tORDER BY ", 1)
+		}
+	}
+	return sql
+}
+
+// listMessagesSQL writes the query for f with only the filters it uses, so
+// the planner sees plain equalities and ranges and picks the index for
+// each: one catch-all statement ("$1 is empty or col = $1") would hide
+// them from it.
+func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
+	var where []string
+	args := pgx.NamedArgs{"limit": limitOf(f.Limit)}
+	eq := func(col, name, v string) {
+		if v != "" {
+			where = append(where, fmt.Sprintf("m.%s = @%s", col, name))
+			args[name] = v
+		}
+	}
+	eq("channel", "channel", f.Channel)
+	eq("status", "status", f.Status)
+	eq("control_id", "control_id", f.ControlID)
+	if f.Patient != "" {
+		where = append(where, "m.patient_key = ANY(@patient)")
+		args["patient"] = pipeline.PatientKeys(f.Keys, f.Patient)
+	}
+	if f.Type != "" {
+		typ, trigger := SplitType(f.Type)
+		eq("message_type", "message_type", typ)
+		eq("trigger_event", "trigger_event", trigger)
+	}
+	if !f.Since.IsZero() {
+		where = append(where, "m.received_at >= @since")
+		args["since"] = f.Since
+	}
+	if !f.Until.IsZero() {
+		where = append(where, "m.received_at < @until")
+		args["until"] = f.Until
+	}
+	if f.Destination != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM mefor_work w WHERE w.destination = @destination AND w.message_id = m.id)")
+		args["destination"] = f.Destination
+	}
+	if f.Text != "" {
+		// The plaintext bodies that match, and every sealed one (searchText
+		// opens and matches those).
+		where = append(where, "(position(@text::bytea IN m.raw) > 0 OR substring(m.raw FOR 5) = @sealed)")
+		args["text"], args["sealed"] = []byte(f.Text), crypt.BinaryPrefix()
+	}
+	sql := `
+		SELECT m.id, m.received_at, m.channel, coalesce(m.message_type, ''), coalesce(m.trigger_event, ''),
+			coalesce(m.control_id, ''), m.status, m.size
+		FROM mefor_message m`
+	if len(where) > 0 {
+		sql += "\n\t\tWHERE " + strings.Join(where, "\n\t\t  AND ")
+	}
+	// Newest first is id order, which the primary key gives for free. With
+	// an upper time bound it is receipt order instead (the two agree but
+	// for transactions committed out of order): walking the id index back
+	// from the newest message would pass every message after the bound
+	// before the first match, while the received_at index starts at it.
+	order := "m.id DESC"
+	if !f.Until.IsZero() {
+		order = "m.received_at DESC, m.id DESC"
+	}
+	return sql + "\n\t\tORDER BY " + order + "\n\t\tLIMIT @limit", args
+}
+
+// ListMessagesSQL is the statement ListMessages runs for f, for EXPLAIN in
+// benchmarks.
+func ListMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) { return listMessagesSQL(f) }
