@@ -20,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // quickstartConfig writes the quickstart config with its ports replaced by
@@ -91,7 +92,7 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen, downstream := cluster.FreePort(t), cluster.FreePort(t)
+	listen, downstream := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	cfg := quickstartConfig(t, dir, listen, downstream)
 	msgs, err := filepath.Abs("../../examples/quickstart/adt.hl7")
 	if err != nil {
@@ -99,7 +100,7 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	}
 
 	sink := cluster.StartProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink1", "--quiet")
-	adminAddr := cluster.FreePort(t)
+	adminAddr := fixtures.FreeAddr(t)
 	node := cluster.StartProc(t, dir, env, "run", "--migrate", "--config", cfg, "--node-id", "qs", "--admin-listen", adminAddr)
 	cluster.WaitListening(t, downstream)
 	cluster.WaitListening(t, listen)
@@ -189,7 +190,7 @@ func TestCrashSafetySIGKILL(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen := cluster.FreePort(t)
+	listen := fixtures.FreeAddr(t)
 
 	const recordRows = 8
 	// The partner is in this process, so it sees every delivery, including

@@ -16,6 +16,7 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A message whose send crashes the node (here the partner kills the node
@@ -29,7 +30,7 @@ func TestPoisonMessageCountsItsCrashes(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen := cluster.FreePort(t)
+	listen := fixtures.FreeAddr(t)
 
 	var mu sync.Mutex
 	var received []string

@@ -15,6 +15,7 @@ import (
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func keysStatus(t *testing.T, db *testcontainers.DB, keys string) ops.KeyStatus {
@@ -220,7 +221,7 @@ func TestMissingKeyStopsTheLaneNamingTheKey(t *testing.T) {
 	stop()
 
 	partner := newReplyingPartnerAt(t, partnerAddr)
-	var logs cluster.SyncBuffer
+	var logs fixtures.SyncBuffer
 	stop, err = startPHINode(t, db, phiOpts{keys: k2, listen: listen, partner: partnerAddr, plain: true, log: &logs})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The live run of examples/scripting/README.md: the example's config (its
@@ -22,7 +23,7 @@ func TestScriptingExampleEndToEnd(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen, lab := cluster.FreePort(t), cluster.FreePort(t)
+	listen, lab := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	src, err := os.ReadFile(filepath.Join(root, "examples/scripting/mefor.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // docs/handlers.md promises that a message's state writes commit in the
@@ -39,7 +40,7 @@ func TestScriptStateExactlyOnceSIGKILL(t *testing.T) {
 	logPipelineOnFailure(t, db)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen := cluster.FreePort(t)
+	listen := fixtures.FreeAddr(t)
 
 	type delivery struct {
 		id    string

@@ -16,6 +16,7 @@ import (
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The TLS quickstart: mefor send --tls-* → a node listening with mutual
@@ -35,7 +36,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	senderCrt, senderKey := ca.Issue(t, "registration", certtest.Options{}).WriteFiles(t, dir, "sender")
 	sinkCrt, sinkKey := ca.Issue(t, "lab-system", certtest.Options{}).WriteFiles(t, dir, "sink")
 
-	listen, downstream, adminAddr := cluster.FreePort(t), cluster.FreePort(t), cluster.FreePort(t)
+	listen, downstream, adminAddr := fixtures.FreeAddr(t), fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	cfg := filepath.Join(dir, "mefor.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 channels:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // mefor send talks to mefor sink over real sockets: every message gets AA,
@@ -17,7 +18,7 @@ import (
 func TestSendToSink(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	addr := cluster.FreePort(t)
+	addr := fixtures.FreeAddr(t)
 	sink := cluster.StartProc(t, dir, nil, "sink", "--listen", addr, "--dir", "got")
 	cluster.WaitListening(t, addr)
 
@@ -45,7 +46,7 @@ func TestSendToSink(t *testing.T) {
 func TestSendExitsNonZeroOnNegativeAck(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	addr := cluster.FreePort(t)
+	addr := fixtures.FreeAddr(t)
 	cluster.StartProc(t, dir, nil, "sink", "--listen", addr, "--ack", "AE", "--quiet")
 	cluster.WaitListening(t, addr)
 	msgs, _ := filepath.Abs("../../examples/quickstart/adt.hl7")
@@ -57,7 +58,7 @@ func TestSendExitsNonZeroOnNegativeAck(t *testing.T) {
 		t.Fatalf("send output does not report the AE answers:\n%s", out)
 	}
 	// Nothing listening: each message is reported refused.
-	out, err = cluster.RunMefor(t, dir, nil, "send", "--to", cluster.FreePort(t), msgs)
+	out, err = cluster.RunMefor(t, dir, nil, "send", "--to", fixtures.FreeAddr(t), msgs)
 	if err == nil || !strings.Contains(out, "\trefused") {
 		t.Fatalf("send to a closed port: err %v, output:\n%s", err, out)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The cluster's timings, written into its config. They are fast, so a
@@ -115,12 +116,12 @@ func (c *Cluster) Node(id, dbURL string) *Node {
 }
 
 // uniquePort is a free port no other node of the cluster was given:
-// FreePort closes its probe, so two calls can return the same port, and a
+// fixtures.FreeAddr closes its probe, so two calls can return the same port, and a
 // node then binds the port another node just unbound.
 func (c *Cluster) uniquePort() string {
 	c.t.Helper()
 	for {
-		addr := FreePort(c.t)
+		addr := fixtures.FreeAddr(c.t)
 		used := false
 		for _, n := range c.Nodes {
 			for _, a := range n.Ports {
@@ -162,29 +163,19 @@ func (c *Cluster) WaitJoined(n *Node, timeout time.Duration) {
 	Eventually(c.t, timeout, n.ID+" running", func() bool { return len(n.Logs("node running")) > 0 })
 }
 
-// Poll is the package's Eventually at a slower pace, for conditions that run a CLI
+// Poll is Eventually at a slower pace, for conditions that run a CLI
 // process each time: a process every 50ms would load the machine the nodes
 // under test run on.
-func Poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func Poll(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	fixtures.Poll(t, timeout, 300*time.Millisecond, what, cond)
 }
 
-// Eventually is the package's Eventually that, on timeout, shows the database sessions
-// and the nodes' lease edges.
+// Eventually is the package's Eventually that, on timeout, shows the
+// database sessions and the nodes' lease edges.
 func (c *Cluster) Eventually(timeout time.Duration, what string, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %s waiting for %s\nsessions:\n%s\n%s", timeout, what, c.DBActivity(), c.DumpEdges())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !fixtures.Within(timeout, 50*time.Millisecond, cond) {
+		c.t.Fatalf("timed out after %s waiting for %s\nsessions:\n%s\n%s", timeout, what, c.DBActivity(), c.DumpEdges())
 	}
 }

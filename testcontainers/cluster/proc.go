@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -12,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/freeport"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The binary is built once per test process and shared by every test in it.
@@ -47,27 +46,7 @@ func Binary(t testing.TB) string {
 // Proc is a running mefor process whose output is kept for the test log.
 type Proc struct {
 	Cmd *exec.Cmd
-	Out *SyncBuffer
-}
-
-// SyncBuffer is a bytes.Buffer that a process writes while a test reads it.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String is everything written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	Out *fixtures.SyncBuffer
 }
 
 // StartProc starts `mefor ARGS` in dir with env added to this process's
@@ -78,7 +57,7 @@ func StartProc(t *testing.T, dir string, env []string, args ...string) *Proc {
 	cmd := exec.Command(Binary(t), args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	p := &Proc{Cmd: cmd, Out: &SyncBuffer{}}
+	p := &Proc{Cmd: cmd, Out: &fixtures.SyncBuffer{}}
 	cmd.Stdout, cmd.Stderr = p.Out, p.Out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start mefor %v: %v", args, err)
@@ -119,13 +98,6 @@ func RunMefor(t *testing.T, dir string, env []string, args ...string) (string, e
 	return string(out), err
 }
 
-// FreePort returns a loopback address for a node to listen on, that nothing
-// is bound to and no other test got.
-func FreePort(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t, "127.0.0.1")
-}
-
 // WaitListening fails the test when nothing accepts a connection on addr
 // within 60s.
 func WaitListening(t *testing.T, addr string) {
@@ -139,29 +111,18 @@ func WaitListening(t *testing.T, addr string) {
 // within timeout. It does not touch a testing.T, so a test's sender
 // goroutine can wait with it for a restarted node.
 func AwaitListener(addr string, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
+	return fixtures.Within(timeout, 50*time.Millisecond, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return true
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // Eventually fails the test when cond has not held within timeout,
 // checking it every 50ms.
-func Eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Poll(t, timeout, 50*time.Millisecond, what, cond)
 }
