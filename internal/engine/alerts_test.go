@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,8 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/store"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -78,24 +79,6 @@ func (h *hookReceiver) count(state string, status int) int {
 	return n
 }
 
-// syncBuffer is a log destination shared by nodes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // An alert rule on a stuck destination fires once for the whole cluster
 // (two nodes, extra evaluations by hand), its webhook is retried after the
 // receiver answered 500, the log sink writes it, and it resolves once the
@@ -105,7 +88,7 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 1)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	y := fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
@@ -140,15 +123,15 @@ alerts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs fixtures.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts := func(id string) func(*engine.Options) {
 		return func(o *engine.Options) {
 			o.NodeID, o.Logger, o.AlertRetryBase = id, logger, 100*time.Millisecond
 		}
 	}
-	startNode(t, db, cfg, opts("node-a"))
-	startNode(t, db, cfg, opts("node-b"))
+	cluster.StartNode(t, db, cfg, opts("node-a"))
+	cluster.StartNode(t, db, cfg, opts("node-b"))
 
 	send(t, listen, adt("A000", "P1"), adt("A001", "P2"))
 	// Two queued: below the threshold of three.
@@ -158,7 +141,7 @@ alerts:
 	}
 	send(t, listen, adt("A002", "P3"))
 
-	eventually(t, 30*time.Second, "firing delivered after a 500", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "firing delivered after a 500", func() bool {
 		return hook.count("firing", http.StatusOK) == 1
 	})
 	// Evaluate again and again, as a second leader or an operator would:
@@ -200,7 +183,7 @@ alerts:
 	}
 
 	lab.setAnswer(nil) // the partner recovers
-	eventually(t, 30*time.Second, "resolved delivered", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "resolved delivered", func() bool {
 		return hook.count("resolved", http.StatusOK) == 1
 	})
 	time.Sleep(2500 * time.Millisecond) // more evaluations: nothing more to say
@@ -256,7 +239,7 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 3)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	y := fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
@@ -286,11 +269,11 @@ alerts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	startNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
 	send(t, listen, adt("R000", "P1"))
-	eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })
+	fixtures.Eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })
 	lab.setAnswer(nil) // drains at once: the rule resolves while firing is retried
-	eventually(t, 60*time.Second, "resolved delivered", func() bool { return hook.count("resolved", http.StatusOK) == 1 })
+	fixtures.Eventually(t, 60*time.Second, "resolved delivered", func() bool { return hook.count("resolved", http.StatusOK) == 1 })
 
 	var got []string
 	for _, p := range hook.list() {
