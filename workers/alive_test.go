@@ -47,16 +47,9 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := graph(t, cfg)
 	var alive atomic.Bool
-	deps := &workers.Deps{
-		Pool:    db.Pool,
-		Graph:   func() workers.Graph { return g },
-		Senders: connector.NewPool(),
-		Limits:  workers.DefaultLimits,
-		Logger:  slog.New(slog.DiscardHandler),
-		Alive:   alive.Load,
-	}
+	deps := outboundDeps(t, db, cfg)
+	deps.Alive = alive.Load
 	client := startOutbound(t, db, deps)
 
 	lane := jobs.OutboundLane("d", 0, 1, 0)
@@ -114,16 +107,9 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := graph(t, cfg)
 	var agreed atomic.Bool
-	deps := &workers.Deps{
-		Pool:         db.Pool,
-		Graph:        func() workers.Graph { return g },
-		Senders:      connector.NewPool(),
-		Limits:       workers.DefaultLimits,
-		Logger:       slog.New(slog.DiscardHandler),
-		ConfigAgreed: func(context.Context) bool { return agreed.Load() },
-	}
+	deps := outboundDeps(t, db, cfg)
+	deps.ConfigAgreed = func(context.Context) bool { return agreed.Load() }
 	client := startOutbound(t, db, deps)
 
 	lane := jobs.OutboundLane("d", 0, 1, 0) // queue() writes rows for destination d
@@ -171,6 +157,20 @@ func startOutbound(t *testing.T, db *testcontainers.DB, deps *workers.Deps) *riv
 	}
 	t.Cleanup(func() { _ = client.Stop(context.Background()) })
 	return client
+}
+
+// outboundDeps are the workers' dependencies on db for the graph of cfg,
+// with the default limits and a silent logger.
+func outboundDeps(t *testing.T, db *testcontainers.DB, cfg *config.Config) *workers.Deps {
+	t.Helper()
+	g := graph(t, cfg)
+	return &workers.Deps{
+		Pool:    db.Pool,
+		Graph:   func() workers.Graph { return g },
+		Senders: connector.NewPool(),
+		Limits:  workers.DefaultLimits,
+		Logger:  slog.New(slog.DiscardHandler),
+	}
 }
 
 func graph(t *testing.T, cfg *config.Config) workers.Graph {

@@ -23,6 +23,9 @@ import (
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
+// These tests run the real mefor binary as separate processes, the way an
+// operator does, against a PostgreSQL from the harness.
+
 // quickstartConfig writes the quickstart config with its ports replaced by
 // free ones, so tests can run side by side.
 func quickstartConfig(t *testing.T, dir, listen, downstream string) string {

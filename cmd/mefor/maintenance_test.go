@@ -14,7 +14,6 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
@@ -27,7 +26,7 @@ func TestMaintenanceRunAndList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	listen := freeport.Addr(t, "127.0.0.1")
+	listen := fixtures.FreeAddr(t)
 	file := filepath.Join(t.TempDir(), "mefor.yaml")
 	yaml := fmt.Sprintf(`
 channels:

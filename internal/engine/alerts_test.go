@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
@@ -89,13 +86,7 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
 	hook := newHookReceiver(t, 1)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
 	listen := fixtures.FreeAddr(t)
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - destinations: [lab]
 destinations:
   lab:
@@ -116,7 +107,7 @@ alerts:
       queue_depth: 3
       oldest_queued: 1h
       sinks: [hook, journal]
-`, listen, lab.addr, hook.srv.URL)
+`, lab.addr, hook.srv.URL)
 	cfg, err := config.Parse("alerts.yaml", []byte(y), func(k string) (string, bool) {
 		return "Bearer HEADERSECRET", k == "HOOK_TOKEN"
 	})
@@ -146,10 +137,7 @@ alerts:
 	})
 	// Evaluate again and again, as a second leader or an operator would:
 	// the recorded state keeps them from firing twice.
-	ins, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ins := fixtures.Inserter(t, db)
 	deps := &workers.Deps{Pool: db.Pool, Logger: logger}
 	var wg sync.WaitGroup
 	for range 4 {
@@ -240,13 +228,7 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	hook := newHookReceiver(t, 3)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
 	listen := fixtures.FreeAddr(t)
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - destinations: [lab]
 destinations:
   lab:
@@ -264,7 +246,7 @@ alerts:
       destination: lab
       queue_depth: 1
       sinks: [hook]
-`, listen, lab.addr, hook.srv.URL)
+`, lab.addr, hook.srv.URL)
 	cfg, err := config.Parse("alerts.yaml", []byte(y), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -117,18 +117,12 @@ func adt(controlID, patient string) []byte {
 // destinations YAML.
 func testConfig(t testing.TB, listen, destinations string) *config.Config {
 	t.Helper()
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         match: {message_type: [ADT]}
         destinations: [%s]
 destinations:
-%s`, listen, destNames(destinations), destinations)
+%s`, destNames(destinations), destinations)
 	cfg, err := config.Parse("test.yaml", []byte(y), nil)
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, y)

@@ -23,13 +23,7 @@ import (
 // reference set "sex-codes", read from csvPath, and files the result.
 func refConfig(t *testing.T, listen, csvPath, outDir, onMiss string) *config.Config {
 	t.Helper()
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         handler: translate
         destinations: [archive]
@@ -47,7 +41,7 @@ reference_sets:
     refresh: 1h
     source:
       csv: {path: "%s"}
-`, listen, onMiss, outDir, csvPath)
+`, onMiss, outDir, csvPath)
 	cfg, err := config.Parse("test.yaml", []byte(y), nil)
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, y)

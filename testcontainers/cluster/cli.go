@@ -7,29 +7,19 @@ import (
 	"os/exec"
 	"strings"
 	"time"
-)
 
-// NodeRow is one row of `mefor nodes --json`.
-type NodeRow struct {
-	ID          string    `json:"id"`
-	Host        string    `json:"host"`
-	PID         int       `json:"pid"`
-	StartedAt   time.Time `json:"started_at"`
-	LastSeen    time.Time `json:"last_seen"`
-	Status      string    `json:"status"`
-	HoldsLease  bool      `json:"holds_lease"`
-	RiverLeader bool      `json:"river_leader"`
-}
+	"github.com/mefor/mefor/ops"
+)
 
 // NodesJSON runs `mefor nodes --json` and fails the test when it shows
 // more than one lease holder.
-func (c *Cluster) NodesJSON() []NodeRow {
+func (c *Cluster) NodesJSON() []ops.Node {
 	c.t.Helper()
 	out, err := RunMefor(c.t, c.Dir, c.Env(c.DB.URL), "nodes", "--json")
 	if err != nil {
 		c.t.Fatalf("mefor nodes --json: %v\n%s", err, out)
 	}
-	var rows []NodeRow
+	var rows []ops.Node
 	if err := json.Unmarshal([]byte(JSONPart(out)), &rows); err != nil {
 		c.t.Fatalf("mefor nodes --json: %v\n%s", err, out)
 	}

@@ -13,22 +13,17 @@ import (
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
-// The cluster's timings, written into its config. They are fast, so a
-// failover takes about two seconds; tests compare what they measure with
-// them.
+// The cluster's timings: its config's heartbeat, fence_timeout, lease_ttl
+// and node_timeout, and each node's --reclaim-interval. They are fast, so a
+// failover takes about two seconds. Slack absorbs process scheduling on a
+// busy 2-core machine; tests add it to the bounds they check.
 const (
-	// Heartbeat is the cluster's heartbeat.
-	Heartbeat = 300 * time.Millisecond
-	// FenceTimeout is the cluster's fence_timeout.
+	Heartbeat    = 300 * time.Millisecond
 	FenceTimeout = 1200 * time.Millisecond
-	// LeaseTTL is the listener lease's lease_ttl.
-	LeaseTTL = 2 * time.Second
-	// NodeTimeout is the cluster's node_timeout.
-	NodeTimeout = 4 * time.Second
-	// Reclaim is each node's --reclaim-interval.
-	Reclaim = 500 * time.Millisecond
-	// Slack absorbs process scheduling on a busy 2-core machine.
-	Slack = time.Second
+	LeaseTTL     = 2 * time.Second
+	NodeTimeout  = 4 * time.Second
+	Reclaim      = 500 * time.Millisecond
+	Slack        = time.Second
 )
 
 // Lane is one channel of the cluster's config: its messages' control ids

@@ -14,4 +14,7 @@
 //
 // The timings are fast (Heartbeat, FenceTimeout, LeaseTTL), so a failover
 // takes about two seconds.
+//
+// StartNode runs a node in the test's own process instead, for tests that
+// drive the engine's options directly.
 package cluster

@@ -120,26 +120,20 @@ func (n *Node) FirstAfter(t time.Time, msg, ch string) (time.Time, bool) {
 }
 
 // BoundAllAfter is when n had bound every channel after t (the latest of
-// its "listening" lines for each channel), and whether it had.
-func (n *Node) BoundAllAfter(t time.Time) (time.Time, bool) {
-	var last time.Time
-	for _, l := range Lanes {
-		at, ok := n.FirstAfter(t, "listening", l.Channel)
-		if !ok {
-			return time.Time{}, false
-		}
-		if at.After(last) {
-			last = at
-		}
-	}
-	return last, true
-}
+// its first "listening" lines for each channel), and whether it had.
+func (n *Node) BoundAllAfter(t time.Time) (time.Time, bool) { return n.allAfter(t, "listening") }
 
 // UnboundAllAfter is when n had unbound every channel after t.
 func (n *Node) UnboundAllAfter(t time.Time) (time.Time, bool) {
+	return n.allAfter(t, "stopped listening")
+}
+
+// allAfter is the latest, over the lanes' channels, of n's first log line
+// with msg at or after t, and whether every channel has one.
+func (n *Node) allAfter(t time.Time, msg string) (time.Time, bool) {
 	var last time.Time
 	for _, l := range Lanes {
-		at, ok := n.FirstAfter(t, "stopped listening", l.Channel)
+		at, ok := n.FirstAfter(t, msg, l.Channel)
 		if !ok {
 			return time.Time{}, false
 		}

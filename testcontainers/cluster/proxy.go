@@ -56,13 +56,7 @@ func NewProxy(t *testing.T, target string) *Proxy {
 	go p.accept()
 	t.Cleanup(func() {
 		_ = ln.Close()
-		p.mu.Lock()
-		for pp := range p.pairs {
-			p.closeLocked(pp)
-		}
-		p.cut = false
-		p.cond.Broadcast()
-		p.mu.Unlock()
+		p.Heal()
 	})
 	return p
 }
