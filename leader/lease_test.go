@@ -24,7 +24,7 @@ const (
 
 	// Slower timings, for tests that hold a lease write on the row lock
 	// and must see it blocked (and act) before it gives up after its
-	// fence timeout: 600ms did not always allow that on a loaded machine.
+	// fence timeout: a 600ms fence is too short for that on a loaded machine.
 	slowHeartbeat = 500 * time.Millisecond
 	slowFence     = 4 * time.Second
 	slowTTL       = 8 * time.Second

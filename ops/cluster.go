@@ -52,7 +52,7 @@ type StepdownRequest struct {
 	Timeout time.Duration
 	// WaitForNew waits, after a release, until another node holds the lease.
 	WaitForNew bool
-	// Poll is how often the answer is looked for; zero means 100ms.
+	// Poll is how often the answer is looked for. Defaults to 100ms.
 	Poll time.Duration
 }
 

@@ -72,8 +72,8 @@ func KeysStatus(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring) (*Ke
 
 // RotateOptions tunes RotateKeys.
 type RotateOptions struct {
-	// BatchSize is how many values one transaction re-seals; <= 0 means
-	// DefaultBatchSize.
+	// BatchSize is how many values one transaction re-seals. Defaults to
+	// DefaultBatchSize (500) when not positive.
 	BatchSize int
 	// Progress, when set, is called after each batch with the values
 	// re-sealed so far and how many there were to do at the start.

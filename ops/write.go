@@ -40,8 +40,8 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, q Queue, messageID int64) (
 
 // BulkOptions tunes ReplayDead and Cancel.
 type BulkOptions struct {
-	// BatchSize is how many rows one transaction changes; <= 0 means
-	// DefaultBatchSize.
+	// BatchSize is how many rows one transaction changes. Defaults to
+	// DefaultBatchSize (500) when not positive.
 	BatchSize int
 	// Confirm, when set, is called with the number of matching rows before
 	// anything changes; returning false stops with nothing done.
@@ -51,7 +51,7 @@ type BulkOptions struct {
 	Progress func(done, matched int)
 	// Wait bounds how long Cancel waits for the rows it could not cancel at
 	// once (their lane's drainer was running, so it may have been sending
-	// them) to be resolved by that drainer; zero does not wait.
+	// them) to be resolved by that drainer. Defaults to zero: no wait.
 	Wait time.Duration
 }
 

@@ -303,16 +303,15 @@ func StartServer(ctx context.Context) (*Server, error) {
 		// tables as a test fills them. The durable server (the bench's)
 		// keeps PostgreSQL's minute, as a production server does: a
 		// one-second nap sends a worker to one of the server's databases
-		// several times a second, and in the bench that cost PostgreSQL
-		// 15-20 % more CPU per message, and River's no-op figure as much
-		// (docs/performance.md, "Fourteenth run").
+		// several times a second, which costs CPU per message and lowers
+		// River's no-op figure alike.
 		args = append(args, "-c", "autovacuum_naptime=1")
 	}
 	// Where the engine shares this network namespace, the container uses
 	// the host network and listens on a loopback port of its own: a
 	// published port would route every query through docker-proxy, a
-	// userland copy loop that cost more CPU than PostgreSQL itself in the
-	// benchmark. MEFOR_PG_NETWORK=bridge keeps the published port.
+	// userland copy loop that can cost more CPU than PostgreSQL itself.
+	// MEFOR_PG_NETWORK=bridge keeps the published port.
 	hostNet := os.Getenv("MEFOR_PG_NETWORK") != "bridge" && engineIsLocal()
 	port := "5432"
 	if hostNet {

@@ -47,34 +47,35 @@ type Limits struct {
 	// Slice is how long one execution may keep its lane before it yields
 	// (snoozes for zero) so other lanes get worker slots; each execution
 	// keeps it up to a quarter longer, at random, so that drainers started
-	// together do not keep yielding together.
+	// together do not keep yielding together. Defaults to 5s.
 	Slice time.Duration
-	// MaxRows bounds the rows served in one execution.
+	// MaxRows bounds the rows served in one execution. Defaults to 5000.
 	MaxRows int
 	// Batch is how many rows of a lane are read at once; route and
-	// transform hand a whole batch off in one transaction.
+	// transform hand a whole batch off in one transaction. Defaults to 100.
 	Batch int
 	// Linger is how long a drainer waits on an empty lane for new work
 	// before completing itself; re-activating costs a job insert and fetch.
+	// Defaults to 200ms.
 	Linger time.Duration
 	// Poll is how often a lingering drainer without a Wake looks at its
-	// lane for work; with one it does not poll (see linger).
+	// lane for work; with one it does not poll (see linger). Defaults to
+	// 50ms.
 	Poll time.Duration
 	// Gather is how long a lingering drainer, woken by this node's commit
 	// on a lane that gets a row at least every Gather while the host's CPUs
 	// are contended (Deps.Contended), waits before it reads, so that the
 	// rows committed meanwhile share its read and its hand-off transaction
-	// (see gather). Zero reads at once. The default, 6ms, was 3ms until a
-	// measurement on one connection gave 1.54 transactions per message
-	// instead of 1.84, and a sixth less of the database's CPU, for at most
-	// 6ms of delivery latency per stage (docs/performance.md, "Nineteenth
-	// run").
+	// (see gather). Zero reads at once. Defaults to 6ms: long enough for a
+	// busy lane's next rows to join the read, and at most that much delivery
+	// latency per stage.
 	Gather time.Duration
 	// Hold is how long one execution may keep its lane, slice after slice,
 	// while no drainer of its stage queue is waiting for a worker slot: a
 	// yield then frees a slot nobody wants, and costs River a snooze, a
 	// fetch and the next execution's first read. Zero (or less than
-	// Slice): an execution yields after its slice, as before.
+	// Slice): an execution keeps its lane for one slice only. Defaults to
+	// 20s.
 	Hold time.Duration
 }
 
@@ -85,7 +86,8 @@ func (l Limits) Longest() time.Duration {
 	return max(l.Hold, l.Slice*5/4) + l.Slice
 }
 
-// DefaultLimits suit a 2-core node.
+// DefaultLimits suit a 2-core node; a zero Limits in engine.Options means
+// these.
 var DefaultLimits = Limits{
 	Slice:   5 * time.Second,
 	MaxRows: 5000,

@@ -134,10 +134,9 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 // more often than every slice). Drainers that started together (a node's
 // start, a burst reaching many lanes at once) would otherwise all yield
 // together at every slice, and each yield costs River a snooze, a fetch and
-// the next execution's first read: with 150 drainers that burst stalled
-// intake for up to 170 ms every 5 s (channels-50, ack_p99_ms_by_second in
-// docs/performance.md). Drawn anew for each execution, the yields spread
-// out, and stay spread.
+// the next execution's first read, so a burst of yields stalls intake
+// while River works through it. Drawn anew for each execution, the yields
+// spread out, and stay spread.
 func sliceOf(slice time.Duration) time.Duration {
 	if j := slice / 4; j > 0 {
 		return slice + rand.N(j)
@@ -155,13 +154,14 @@ type laneHold struct {
 // extend gives sl another slice when the one it has ends within a linger
 // or a quarter slice, whichever is shorter (so a drainer lingering on an
 // empty lane, which completes at the end of its slice, is extended too,
-// and a busy one looks near the end of its slice, not at its start), the execution stays within Limits.Hold,
-// and no drainer of queue is waiting for a worker slot (an available job
-// already due): that slot is then wanted by nobody, on this node or
-// another, and a yield, or a completion on a lane that gets its next row
-// a moment later, would only cost River a snooze or an insert, a fetch and
-// the next execution's first read; at 50 channels those were 30 a second,
-// and bursts of them when drainers started together. It looks once per
+// and a busy one looks near the end of its slice, not at its start), the
+// execution stays within Limits.Hold, and no drainer of queue is waiting
+// for a worker slot (an available job already due): that slot is then
+// wanted by nobody, on this node or another, and a yield, or a completion
+// on a lane that gets its next row a moment later, would only cost River a
+// snooze or an insert, a fetch and the next execution's first read, many
+// a second across many lanes, in bursts when drainers started together.
+// It looks once per
 // slice. A drainer that becomes available just after the look waits at
 // most that slice, as it would have without the look; when the look
 // fails, the slice ends as it would have.
@@ -206,8 +206,8 @@ func atLaneEnd[T river.JobArgs](ctx context.Context, d *Deps, ex drainer.Executi
 			// make the producer of that row insert a drainer, announce it
 			// and wait for the announcement's commit, holding up every
 			// message committed with that row; at the end of their holds,
-			// busy lanes' completions were most of channels-50's ACK tail
-			// (docs/performance.md, "Twelfth run"). An execution that
+			// busy lanes' completions would make most of the ACK latency
+			// tail. An execution that
 			// served nothing completes, so a quiet lane still ends its
 			// drainer within a slice or a linger.
 			return false, nil
@@ -333,9 +333,8 @@ const (
 // It does not wait for company it does not expect: on a lane whose rows
 // come further apart than Gather, a wait only delays the row in hand. Nor
 // does it wait with CPU to spare: the pipeline's commits then come sooner
-// and smaller, and measured with paced senders on a host with idle CPU,
-// deferring them made every WAL flush longer and the ACKs that wait for
-// one slower (docs/performance.md, "Sixth run"). A row is delayed by at
+// and smaller, and deferring them would make every WAL flush longer and
+// the ACKs that wait for one slower. A row is delayed by at
 // most Gather at each stage; a drainer that starts on a quiet lane knows
 // no rate yet and reads at once. Stopping ends the wait; the drain loop
 // then yields.

@@ -16,7 +16,8 @@ import (
 type Filter struct {
 	Since  time.Time
 	Action string
-	// Limit is how many rows, newest first; <= 0 means 100.
+	// Limit is how many rows, newest first. Defaults to 100 when not
+	// positive.
 	Limit int
 }
 

@@ -57,7 +57,8 @@ type Header struct {
 
 // LogSink writes each notification as a structured line of the node's log.
 type LogSink struct {
-	// Level is the level of the lines: warn (the default), error or info.
+	// Level is the level of the lines: warn, error or info. Defaults to
+	// warn.
 	Level string
 }
 

@@ -91,13 +91,15 @@ func find[T any](items []T, match func(*T) bool) *T {
 // piece of work. Load guarantees Heartbeat < FenceTimeout < LeaseTTL <
 // NodeTimeout.
 type Cluster struct {
-	// Heartbeat is how often a node renews its leases.
+	// Heartbeat is how often a node renews its leases. Defaults to 1s.
 	Heartbeat time.Duration
 	// FenceTimeout is how long a node keeps working without a successful
 	// renewal before it stops on its own. It is shorter than LeaseTTL so a
 	// node has always stopped before another one may take its lease over.
+	// Defaults to 3s.
 	FenceTimeout time.Duration
 	// LeaseTTL is how long a lease stays valid after its last renewal.
+	// Defaults to 5s.
 	LeaseTTL time.Duration
 	// NodeTimeout is how long a node may stay silent before the cluster
 	// considers it gone. Defaults to 3 × LeaseTTL.
@@ -132,13 +134,13 @@ type MLLPInbound struct {
 	// Listen is the host:port to listen on.
 	Listen string
 	// MaxFrameSize is the largest message accepted, in bytes. Bigger frames
-	// are rejected so one sender can't exhaust memory.
+	// are rejected so one sender can't exhaust memory. Defaults to 1 MiB.
 	MaxFrameSize int64
 	// ReadTimeout bounds how long reading one frame may take once it has
-	// started.
+	// started. Defaults to 30s.
 	ReadTimeout time.Duration
 	// IdleTimeout is how long a connection may stay silent between frames
-	// before it is closed.
+	// before it is closed. Defaults to 5m.
 	IdleTimeout time.Duration
 	// TLS, when enabled, makes the listener speak MLLP over TLS only.
 	TLS ServerTLS
@@ -161,7 +163,7 @@ type Route struct {
 	// "<channel>#<index>", index counting from 0.
 	Name  string
 	Match Match
-	// Handler names the handler applied before delivery. It defaults to the
+	// Handler names the handler applied before delivery. Defaults to the
 	// built-in passthrough.
 	Handler      string
 	Destinations []string
@@ -282,7 +284,7 @@ type Destination struct {
 	// message) does to a delivery. Defaults to RejectDeadLetter.
 	OnReject RejectPolicy
 	// HTTP, OnClientError, ReplyTo and ReplyDepthLimit: see http.go and
-	// reply.go.
+	// reply.go. OnClientError defaults to ClientErrorDeadLetter.
 	HTTP          *HTTPDestination
 	OnClientError ClientErrorPolicy
 	ReplyTo       string
@@ -291,7 +293,8 @@ type Destination struct {
 	// the reason, and not routed. Defaults to 8.
 	ReplyDepthLimit int
 	// RecordBatch bounds how many sends one record transaction covers and
-	// how long a send waits for its record (recordbatch.go).
+	// how long a send waits for its record (recordbatch.go). Defaults to 32
+	// rows and 5ms.
 	RecordBatch RecordBatch
 }
 
@@ -312,9 +315,12 @@ const (
 // MLLPDestination delivers to an MLLP receiver and waits for its ACK.
 type MLLPDestination struct {
 	// Address is the receiver's host:port.
-	Address        string
+	Address string
+	// ConnectTimeout bounds connecting to the receiver. Defaults to 5s.
 	ConnectTimeout time.Duration
-	AckTimeout     time.Duration
+	// AckTimeout bounds sending a message and receiving its ACK. Defaults
+	// to 30s.
+	AckTimeout time.Duration
 	// AEIsFailure makes an AE (application error) ACK count as a failed
 	// delivery to retry. AR is always a failure; the destination's
 	// OnReject decides whether it is retried.
@@ -340,9 +346,10 @@ const (
 
 // Ordering configures a destination's delivery lanes.
 type Ordering struct {
+	// Mode defaults to OrderFIFO.
 	Mode OrderingMode
 	// Lanes is the number of concurrent deliveries: 1 for fifo, 2–256
-	// otherwise.
+	// otherwise. Defaults to 1.
 	Lanes int
 	// Key is the HL7 path whose value picks the lane of a partitioned
 	// destination; empty for other modes.

@@ -20,7 +20,7 @@ type HTTPDestination struct {
 	// user name or password: put credentials in a header, which is never
 	// logged, while a URL is shown in errors (without its query).
 	URL string
-	// Method is POST (the default) or PUT.
+	// Method is POST or PUT. Defaults to POST.
 	Method string
 	// Headers are sent with every request, in file order. Their values
 	// never appear in logs or errors. Content-Type defaults to

@@ -22,6 +22,7 @@ type Maintenance struct {
 
 // ReclaimJob is the reclaim job's settings.
 type ReclaimJob struct {
+	// Schedule defaults to every 5s.
 	Schedule Schedule
 }
 
@@ -30,14 +31,15 @@ type ReclaimJob struct {
 // the message history stays searchable after the content is gone. A message
 // with a row still pending is never touched.
 type Retention struct {
+	// Schedule defaults to every hour.
 	Schedule Schedule
 	// KeepBodies is how long after receipt a message's content is kept:
 	// its raw body, the payloads of its finished stage rows, its event
 	// details and its partners' replies.
 	KeepBodies time.Duration
 	// KeepDead is how long after its last dead letter a message that was
-	// dead-lettered keeps its content, so it can still be replayed. It
-	// defaults to KeepBodies.
+	// dead-lettered keeps its content, so it can still be replayed.
+	// Defaults to KeepBodies.
 	KeepDead time.Duration
 	// DeleteAfter, when not zero, is how long after receipt a message is
 	// deleted outright, metadata and all; never while a dead letter of it
@@ -45,6 +47,7 @@ type Retention struct {
 	DeleteAfter time.Duration
 	// BatchSize is how many messages one purge transaction handles; each
 	// batch is a short transaction, so intake never waits long on one.
+	// Defaults to 5000.
 	BatchSize int
 	// KeepState, when not zero, is how long a transform state value is
 	// kept after it was last written; zero keeps state forever.

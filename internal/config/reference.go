@@ -20,7 +20,8 @@ import (
 // latest snapshot, never from the source.
 type ReferenceSet struct {
 	Name string
-	// Refresh says when the set is synced from its source.
+	// Refresh says when the set is synced from its source. Defaults to
+	// every hour.
 	Refresh Schedule
 	Source  ReferenceSource
 	// Key is the column holding the code looked up. Empty means the first
@@ -96,7 +97,8 @@ type SQLSource struct {
 	// ${VAR} so it stays out of the file.
 	DatabaseURL string
 	// Query returns the key column and the value columns.
-	Query   string
+	Query string
+	// Timeout bounds one sync's read, connecting included. Defaults to 30s.
 	Timeout time.Duration
 	// AllowInsecureDatabase lifts the database TLS rule (package dbtls)
 	// for this source alone: the config is every node's, so the choice is
@@ -108,7 +110,8 @@ type SQLSource struct {
 type HTTPSource struct {
 	URL string
 	// Format is csv or json; empty picks by the response's Content-Type.
-	Format  string
+	Format string
+	// Timeout bounds one sync's request and its answer. Defaults to 30s.
 	Timeout time.Duration
 }
 

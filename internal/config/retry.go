@@ -9,15 +9,15 @@ import (
 type Retry struct {
 	// MaxAttempts is the number of delivery attempts before a message is
 	// given up on; 0 retries forever, which is what a destination that must
-	// not lose messages wants.
+	// not lose messages wants. Defaults to 0.
 	MaxAttempts int
 	// InitialBackoff is the wait after the first failed attempt (the
-	// backoff key in the file).
+	// backoff key in the file). Defaults to 1s.
 	InitialBackoff time.Duration
 	// Multiplier grows the wait after each further failure; 1 keeps it
-	// constant.
+	// constant. Defaults to 2.
 	Multiplier float64
-	// MaxBackoff caps the wait.
+	// MaxBackoff caps the wait. Defaults to 5m.
 	MaxBackoff time.Duration
 }
 

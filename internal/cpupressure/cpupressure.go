@@ -1,6 +1,3 @@
-// Package cpupressure tells whether this host's CPUs are contended, from
-// Linux's pressure stall information: the share of time in which at least
-// one runnable task waited for a CPU (the "some" line of /proc/pressure/cpu).
 package cpupressure
 
 import (
@@ -18,16 +15,9 @@ import (
 // when the kernel has PSI enabled).
 const DefaultPath = "/proc/pressure/cpu"
 
-// The defaults of NewGauge. A window of 100ms follows a change of load
-// within a few wakes of a drainer. The thresholds come from the benchmark
-// on a 2-core host, node and PostgreSQL on it (docs/performance.md,
-// "Seventh run" and "Seventeenth run"). A slow VM put one sender as fast
-// as its ACKs at 67–76% and a paced 200 msg/s at 25–33%; a faster one put
-// that sender at 46–56%, and at 60% its drainers gathered only part of the
-// time, committing 2.0–2.6 transactions per message where gathering gives
-// 1.9. Lanes too light to expect company within a gather (under about 330
-// rows a second) never gather whatever the gauge says, so a low threshold
-// costs a light load nothing.
+// The defaults NewGauge gives a Gauge: Window defaults to DefaultWindow
+// (100ms), On to DefaultOn (0.40) and Off to DefaultOff (0.30). The package
+// doc says why.
 const (
 	DefaultWindow = 100 * time.Millisecond
 	DefaultOn     = 0.40

@@ -57,16 +57,15 @@ func benchDBLine(b *testing.B, db *testcontainers.DB) string {
 // prewarmWAL gives the bench server the WAL files of one that has been
 // running under load. A fresh server has a single WAL segment, so under
 // load it creates each next one: it zero-fills and fsyncs 16 MB while
-// holding the WAL write lock, and every commit waits behind that, 10-90 ms
-// on this machine, every 3.5 s at channels-50's 5 MB/s of WAL. A server
-// that has run for a while never does: each checkpoint renames the
-// segments it no longer needs into future ones (up to about twice the WAL
-// between checkpoints, capped by max_wal_size). 512 MB of WAL records that
-// change no table, then a checkpoint, leave that state; the settings stay
-// PostgreSQL's defaults. MEFOR_BENCH_WAL_PREWARM=0 skips it, to measure a
-// server in its first minutes (docs/performance.md, "Sixteenth run"). A
-// server without fsync (MEFOR_PG_DURABLE=0) is left as it is: creating a
-// file there costs no flush.
+// holding the WAL write lock, and every commit waits behind that, once
+// every 16 MB of WAL. A server that has run for a while never does: each
+// checkpoint renames the segments it no longer needs into future ones (up
+// to about twice the WAL between checkpoints, capped by max_wal_size).
+// 512 MB of WAL records that change no table, then a checkpoint, leave
+// that state; the settings stay PostgreSQL's defaults.
+// MEFOR_BENCH_WAL_PREWARM=0 skips it, to measure a server in its first
+// minutes. A server without fsync (MEFOR_PG_DURABLE=0) is left as it is:
+// creating a file there costs no flush.
 func prewarmWAL(ctx context.Context, b *testing.B, db *testcontainers.DB) {
 	b.Helper()
 	if os.Getenv("MEFOR_BENCH_WAL_PREWARM") == "0" {

@@ -1,6 +1,3 @@
-// Package engine runs a mefor node: it compiles the config into the graph
-// the drainers use, receives messages on the inbound listeners, and owns the
-// River client working the stage queues.
 package engine
 
 import (

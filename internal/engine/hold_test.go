@@ -89,7 +89,7 @@ func TestDrainerGivesItsSlotToOneWaiting(t *testing.T) {
 // every busy lane's drainer, at the end of its hold, hand the next message
 // to an intake that had to insert a new drainer, announce it and wait for
 // the announcement's commit, while every message stored with it waited
-// too (docs/performance.md, "Twelfth run"). A lane that stays quiet still
+// too. A lane that stays quiet still
 // completes its drainer: the next execution served nothing when its slice
 // ends.
 func TestDrainerYieldsALaneInUseAtTheEndOfItsSlice(t *testing.T) {

@@ -40,14 +40,14 @@ type Options struct {
 	Logger *slog.Logger
 	// NodeID names this node in River and in logs.
 	NodeID string
-	// Limits bound each drainer execution; zero means workers.DefaultLimits.
+	// Limits bound each drainer execution. Defaults to workers.DefaultLimits.
 	Limits workers.Limits
 	// ReclaimInterval, when not zero, overrides the config's
 	// maintenance.reclaim.schedule: how often River's leader sweeps for
 	// stranded lanes.
 	ReclaimInterval time.Duration
 	// StopTimeout bounds a graceful stop; past it running drainers are
-	// cancelled. Zero means 30s.
+	// cancelled. Defaults to 30s.
 	StopTimeout time.Duration
 	// OpenConnsAtStart makes Start open the node's pool's connections
 	// (MaxConns of them) once, one at a time, before the drainers start and
@@ -61,16 +61,17 @@ type Options struct {
 	// database URL sets pool_min_conns. Every new session of the node's pool
 	// is readied (store.WarmSession) either way.
 	OpenConnsAtStart bool
-	// MaxWorkers per stage queue; zero means a default.
+	// MaxWorkers per stage queue. Default to 50 for ingress and routed, and
+	// 500 for outbound.
 	IngressWorkers, RoutedWorkers, OutboundWorkers int
 	// MetricsCacheTTL is how long one database read serves the cluster
-	// gauges of /metrics; zero means 5s.
+	// gauges of /metrics. Defaults to 5s.
 	MetricsCacheTTL time.Duration
 	// Keys seals message content at rest and opens it; nil (the default)
 	// stores it in clear.
 	Keys *crypt.Keyring
 	// AlertRetryBase is the wait before an alert notification's first
-	// retry (it doubles each time, up to 5m); zero means 1s.
+	// retry (it doubles each time, up to 5m). Defaults to 1s.
 	AlertRetryBase time.Duration
 	// Contended, when set, replaces the node's reading of the host's CPU
 	// pressure (cpupressure.Gauge): it decides whether woken drainers
@@ -85,11 +86,11 @@ type Options struct {
 	// tests set it to compare.
 	ReadsAlone bool
 	// HandoffPatience is how long a hand-off waits for the one in flight
-	// before it commits alone; zero means workers.DefaultHandoffPatience.
+	// before it commits alone. Defaults to workers.DefaultHandoffPatience.
 	HandoffPatience time.Duration
 	// StageQueuePoll replaces how often River's producers of the stage
-	// queues look for available drainers unannounced (stageQueuePoll);
-	// tests set it long to show that snoozed drainers are announced.
+	// queues look for available drainers unannounced; tests set it long to
+	// show that snoozed drainers are announced. Defaults to stageQueuePoll.
 	StageQueuePoll time.Duration
 	// NoSnoozeWake turns the snooze waker off (snoozewake.go), for tests.
 	NoSnoozeWake bool
@@ -245,7 +246,7 @@ func New(opts Options) (*Node, error) {
 	// Nor are these sessions readied (store.WarmSession): they run a few
 	// small statements, and once a partition heals, a renewal that must
 	// open a session within a heartbeat would miss its deadline while
-	// the warm-up ran, again at every heartbeat (seen on a slow host).
+	// the warm-up ran, again at every heartbeat, on a host short of CPU.
 	ccfg.AfterConnect = callerAfterConnect
 	// A stepdown's audit row and answer are written here.
 	store.DurableCommits(&ccfg.ConnConfig.Config)
@@ -342,22 +343,10 @@ func New(opts Options) (*Node, error) {
 	return n, nil
 }
 
-// How often each River producer looks for available jobs without being
-// notified; each look is a database transaction, so at idle these are most
-// of a node's database load (docs/ARCHITECTURE.md, "Idle cost").
-//
-// River's notifications cover inserts and the jobs its scheduler makes
-// available. A drainer's yield (a snooze of zero) and its short snoozes (a
-// delivery retry, a held row) are announced by the node's snooze waker
-// (snoozewake.go), once River has recorded them, so on the stage queues
-// the poll is only the backstop for a notification lost, and it is River's
-// default. Announced by the poll alone, at 200 ms, the three stage queues'
-// polls were most of an idle node's transactions and of its CPU.
-//
-// The maintenance and alert jobs are inserted by River's periodic enqueuer
-// (which notifies) or retried with River's own backoff, so there the poll
-// only bounds how late a retry shorter than 5s runs, and a slow one costs
-// little.
+// stageQueuePoll and slowQueuePoll are how often River's producers of the
+// stage queues, and of the maintenance and alert queues, look for jobs
+// without being notified: River's default of 1s, a backstop behind the
+// snooze waker, and 5s. The package doc ("Polling") says why.
 const (
 	stageQueuePoll = time.Second
 	slowQueuePoll  = 5 * time.Second
@@ -435,8 +424,7 @@ func (n *Node) Start(ctx context.Context) error {
 		// Before the drainers start and the listeners bind: opened while
 		// traffic arrives, each new session's warm-up competed with the
 		// first messages for the server's cores, and every message whose
-		// statement waited for a new session waited for its warm-up too
-		// (channels-50's first second: ACK p99 140-300 ms).
+		// statement waited for a new session waited for its warm-up too.
 		n.openConns(ctx)
 	}
 	if err := n.client.Start(ctx); err != nil {

@@ -14,9 +14,9 @@ import (
 // A drainer that yields its lane (a snooze of zero, every Limits.Slice or
 // MaxRows) or waits for its head (a delivery retry, a held row: a short
 // snooze) leaves its job available, or available later, and River announces
-// neither: its producers would find the job only at their next poll. So the
-// stage queues once polled every 200 ms, and at idle those polls were most
-// of a node's transactions and of its CPU.
+// neither: its producers would find the job only at their next poll. Served
+// by the poll alone, the stage queues would have to poll often, and at idle
+// those polls would be most of a node's transactions and of its CPU.
 //
 // The snooze waker announces them instead. River reports a snooze to this
 // node's subscription once its completer has written it; the waker then

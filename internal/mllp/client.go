@@ -60,16 +60,17 @@ type Client struct {
 	// Addr is the peer's TCP address, host:port.
 	Addr string
 
-	// DialTimeout bounds connecting. Zero means DefaultDialTimeout; negative
-	// means no limit beyond the context's.
+	// DialTimeout bounds connecting; negative means no limit beyond the
+	// context's. Defaults to DefaultDialTimeout (10s).
 	DialTimeout time.Duration
 
-	// AckTimeout bounds writing a message and receiving its ACK. Zero means
-	// DefaultAckTimeout; negative means no limit beyond the context's.
+	// AckTimeout bounds writing a message and receiving its ACK; negative
+	// means no limit beyond the context's. Defaults to DefaultAckTimeout
+	// (30s).
 	AckTimeout time.Duration
 
-	// MaxFrameSize is the largest ACK accepted, in bytes. Zero means
-	// DefaultMaxFrameSize.
+	// MaxFrameSize is the largest ACK accepted, in bytes. Defaults to
+	// DefaultMaxFrameSize (1 MiB).
 	MaxFrameSize int
 
 	// Dialer, if set, opens connections instead of a net.Dialer; TLSDialer

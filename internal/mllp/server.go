@@ -75,21 +75,22 @@ type Server struct {
 	// Handler processes received messages. It is required.
 	Handler Handler
 
-	// MaxFrameSize is the largest message accepted, in bytes. Zero means
-	// DefaultMaxFrameSize.
+	// MaxFrameSize is the largest message accepted, in bytes. Defaults to
+	// DefaultMaxFrameSize (1 MiB).
 	MaxFrameSize int
 
 	// ReadTimeout bounds the time to receive one frame, counted from its
-	// start block. Zero means DefaultReadTimeout; negative means no limit.
+	// start block; negative means no limit. Defaults to DefaultReadTimeout
+	// (30s).
 	ReadTimeout time.Duration
 
 	// IdleTimeout closes a connection on which no frame has started for this
 	// long, counted from the previous ACK (or from the connection opening).
-	// Zero means DefaultIdleTimeout; negative means no limit.
+	// Negative means no limit. Defaults to DefaultIdleTimeout (10m).
 	IdleTimeout time.Duration
 
-	// WriteTimeout bounds the time to write one ACK. Zero means
-	// DefaultWriteTimeout; negative means no limit.
+	// WriteTimeout bounds the time to write one ACK; negative means no
+	// limit. Defaults to DefaultWriteTimeout (30s).
 	WriteTimeout time.Duration
 
 	// OnOversize builds the negative acknowledgement sent when a frame
@@ -108,8 +109,8 @@ type Server struct {
 	// connections without a restart.
 	TLSConfig *tls.Config
 
-	// HandshakeTimeout bounds a TLS handshake. Zero means
-	// DefaultHandshakeTimeout; negative means no limit.
+	// HandshakeTimeout bounds a TLS handshake; negative means no limit.
+	// Defaults to DefaultHandshakeTimeout (10s).
 	HandshakeTimeout time.Duration
 
 	// AckWritten, when set, is called after each ACK is written with the

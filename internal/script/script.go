@@ -46,7 +46,7 @@ type Options struct {
 	Sets []string
 	// Logger receives ctx.log lines; nil discards them.
 	Logger *slog.Logger
-	// Idle is how many idle runtimes are kept; zero means 8.
+	// Idle is how many idle runtimes are kept. Defaults to 8.
 	Idle int
 }
 

@@ -45,7 +45,7 @@ type ReplayResult struct {
 	Expedited []string `json:"-"`
 }
 
-// ReplayMessage re-queues one message, as the seed's replay does:
+// ReplayMessage re-queues one message:
 //
 //   - if it has dead or pending rows (any stage), those are re-queued with
 //     attempts reset, error cleared and due now. Dead rows go to the back of
@@ -317,9 +317,9 @@ type BatchResult struct {
 }
 
 // ReplayDeadBatch re-queues up to limit dead outbound rows matching f with
-// after < id <= upTo, in id order, at the back of their lanes (the seed's
-// replay_dead: outbound only, the dead-letter view's scope). Each affected
-// message goes from error back to routed and gets a replayed event per row.
+// after < id <= upTo, in id order, at the back of their lanes (outbound
+// only, the dead-letter view's scope). Each affected message goes from
+// error back to routed and gets a replayed event per row.
 // Rows whose message body was purged are skipped: there is nothing to send.
 func ReplayDeadBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f DeadFilter, after, upTo int64, limit int) (BatchResult, error) {
 	var res BatchResult
@@ -447,9 +447,8 @@ func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int
 	} else {
 		// No index has a destination's pending rows in id order: with
 		// current statistics the planner takes the primary key from the
-		// cursor (0.4 ms a batch with 200,000 pending). Statistics that
-		// count no pending rows make it walk every destination's pending
-		// rows at each batch (docs/performance.md); forcing the primary
+		// cursor. Statistics that count no pending rows make it walk every
+		// destination's pending rows at each batch; forcing the primary
 		// key instead would make a first batch read the whole history
 		// before the destination's oldest pending row.
 		rows, err = tx.Query(ctx, `

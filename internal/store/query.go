@@ -207,7 +207,7 @@ func MessageEvents(ctx context.Context, q DBTX, messageID int64) ([]Event, error
 type DeadFilter struct {
 	Channel     string
 	Destination string
-	Limit       int // ListDead only; <= 0: DefaultListLimit
+	Limit       int // ListDead only. Defaults to DefaultListLimit (50) when not positive.
 }
 
 // DeadRow is one dead-lettered stage row.

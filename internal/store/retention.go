@@ -11,8 +11,7 @@ import (
 )
 
 // Retention purges message content past its retention window and keeps the
-// metadata, as the seed's purges do, in short batches so intake never waits
-// long behind it.
+// metadata, in short batches so intake never waits long behind it.
 //
 // Two windows decide when a message's content goes:
 //
@@ -41,7 +40,8 @@ type RetentionPolicy struct {
 	KeepBodies  time.Duration
 	KeepDead    time.Duration
 	DeleteAfter time.Duration
-	// Batch is how many messages one transaction looks at.
+	// Batch is how many messages one transaction looks at. Defaults to
+	// 5000 when not positive.
 	Batch int
 }
 

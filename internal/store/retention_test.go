@@ -323,9 +323,9 @@ func TestRetentionDeleteAfterSparesRecentDeadLetters(t *testing.T) {
 // Retention looks for pending and dead rows of each message it may purge or
 // delete, by message. Statistics taken while nothing was pending or dead
 // made those lookups walk the partial indexes of pending and dead rows
-// instead: a batch of 500 messages compared each with every pending row
-// (900 ms with 20,000 pending, 32 ms by message), so a partner's backlog
-// slowed retention in proportion to it (store.PendingByID, DeadByID).
+// instead: a batch of 500 messages compared each with every pending row,
+// so a partner's backlog slowed retention in proportion to it
+// (store.PendingByID, DeadByID).
 func TestRetentionIgnoresStatisticsOfNoPendingRows(t *testing.T) {
 	f := newFixture(t)
 	f.exec(`ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)

@@ -35,7 +35,7 @@ type MessageFilter struct {
 	// (case-sensitive). It reads the bodies of every message the other
 	// filters leave: slow on a large store, so narrow it with them.
 	Text  string
-	Limit int // <= 0: DefaultListLimit
+	Limit int // Defaults to DefaultListLimit (50) when not positive.
 
 	// Keys blinds Patient and opens the bodies Text reads; nil matches
 	// them in clear (encryption off). A sealed body without its key is an

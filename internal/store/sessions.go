@@ -34,21 +34,18 @@ func DurableCommits(cfg *pgconn.Config) {
 // a plan made for the values at hand is estimated cheaper than one made for
 // any value. For these statements it always is (an unnest of a one-element
 // array against one of ten; a lane known to be short), so every execution
-// was planned, and planning cost the server more than running them: a lane
-// read took 0.4-0.7 ms to plan and 0.06 ms to run, and in the channels-50
-// bench planning was about 40 % of the server's time (docs/performance.md).
-// Their plans need no values: each reaches its rows through the ids or the
-// lane it is given, by an index (TestPipelineStatementsPlanOnce checks that
+// was planned, and planning cost the server several times more than
+// running them. Their plans need no values: each reaches its rows through
+// the ids or the lane it is given, by an index (TestPipelineStatementsPlanOnce checks that
 // none scans mefor_work or mefor_message). Parallel workers are off with
 // them, as a plan for any lane assumes a long one and would start workers
 // for it. So are sequential scans where an index serves: a plan is kept
 // until the next ANALYZE of its tables, and one made while a new install's
-// tables were nearly empty would otherwise scan them as they grow (on a
-// fresh database, ten times the scans of mefor_work and mefor_message in
-// the first minute of traffic). And JIT compilation is off: a scan made that
-// dear pushes a plan's estimate past jit_above_cost, as can the estimate
-// of a generic plan for a long lane, and compiling took 1.5 s of a lane
-// read that runs in well under a millisecond.
+// tables were nearly empty would otherwise scan them as they grow. And JIT
+// compilation is off: a scan made that dear pushes a plan's estimate past
+// jit_above_cost, as can the estimate of a generic plan for a long lane,
+// and compiling costs far more than a lane read that runs in well under a
+// millisecond.
 //
 // The settings last for the transaction only. Maintenance, River's own
 // queries and operators' commands keep PostgreSQL's choice: their plans do

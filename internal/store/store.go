@@ -46,10 +46,10 @@ const (
 // nothing is pending (taken on a quiet night, all work done), as walking
 // an empty index costs nothing. A generic plan keeps that choice until the
 // next ANALYZE, and a custom plan makes it anew. When a partner is then
-// down, every such statement walks its whole backlog: 62 ms for one row
-// with 200,000 pending, against 0.2 ms by the primary key. A subquery's
-// value is only known when the statement runs, so no plan can prove a
-// partial index's predicate from it and the id's index is used. Lane reads
+// down, every such statement walks its whole backlog, where the primary key
+// would reach its rows directly. A subquery's value is only known when the
+// statement runs, so no plan can prove a partial index's predicate from it
+// and the id's index is used. Lane reads
 // keep the literal: the pending index is what serves them.
 const PendingByID = "(SELECT '" + WorkPending + "')"
 
@@ -98,14 +98,13 @@ func AddEvent(ctx context.Context, tx DBTX, messageID int64, event string, workI
 	return nil
 }
 
-// FinalizeMany derives the disposition of messages from all their rows, as
-// the seed does: nothing terminal while any row is pending; any dead row →
-// error; else any outbound row → processed; else a routed message →
-// filtered. It takes the messages' locks first, in id order, so two
-// hand-offs finishing the last rows of one message at once cannot both see
-// the other's row still pending, and two multi-message operations cannot
-// deadlock. The batched hand-offs queue the same two statements
-// (QueueFinalize).
+// FinalizeMany derives the disposition of messages from all their rows:
+// nothing terminal while any row is pending; any dead row → error; else
+// any outbound row → processed; else a routed message → filtered. It
+// takes the messages' locks first, in id order, so two hand-offs finishing
+// the last rows of one message at once cannot both see the other's row
+// still pending, and two multi-message operations cannot deadlock. The
+// batched hand-offs queue the same two statements (QueueFinalize).
 func FinalizeMany(ctx context.Context, tx DBTX, messageIDs []int64) error {
 	ids, keys := finalizeKeys(messageIDs)
 	if _, err := tx.Exec(ctx, finalizeLockSQL, finalizeLockClass, keys); err != nil {
