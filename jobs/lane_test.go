@@ -14,19 +14,10 @@ import (
 
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func TestMain(m *testing.M) { testcontainers.Main(m) }
-
-// inserter is an insert-only River client: no queues, no workers.
-func inserter(t *testing.T, db *testcontainers.DB) *river.Client[pgx.Tx] {
-	t.Helper()
-	c, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // activation is one way producers lock and activate lanes in their
 // transaction: directly (LockLanes + Activate, as reclaim does) or queued on
@@ -119,7 +110,7 @@ func TestActivateKeepsOneDrainerPerLaneWithoutWritingIt(t *testing.T) {
 
 func testActivate(t *testing.T, act activation) {
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	const a, b = "outbound:a", "routed:b"
 
 	act.run(t, db, ins, a)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/ops"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // startNode runs a real node (River workers, drainers) on the env's database
@@ -20,14 +20,8 @@ import (
 // into dir, with the given retry block.
 func (e *env) startNode(dir, retry string) {
 	e.t.Helper()
-	listen := freeport.Addr(e.t, "127.0.0.1")
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	listen := fixtures.FreeAddr(e.t)
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         destinations: [archive]
 destinations:
@@ -35,7 +29,7 @@ destinations:
     type: file
     file: {directory: "%s"}
     retry: %s
-`, listen, dir, retry)
+`, dir, retry)
 	cfg, err := config.Parse("test.yaml", []byte(y), nil)
 	if err != nil {
 		e.t.Fatalf("config: %v\n%s", err, y)
@@ -52,13 +46,7 @@ destinations:
 
 func (e *env) waitFor(what string, timeout time.Duration, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Poll(e.t, timeout, 50*time.Millisecond, what, cond)
 }
 
 func (e *env) workStatus(msg int64, stage string) string {

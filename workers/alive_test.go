@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -46,21 +47,14 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := graph(t, cfg)
 	var alive atomic.Bool
-	deps := &workers.Deps{
-		Pool:    db.Pool,
-		Graph:   func() workers.Graph { return g },
-		Senders: connector.NewPool(),
-		Limits:  workers.DefaultLimits,
-		Logger:  slog.New(slog.DiscardHandler),
-		Alive:   alive.Load,
-	}
+	deps := outboundDeps(t, db, cfg)
+	deps.Alive = alive.Load
 	client := startOutbound(t, db, deps)
 
 	lane := jobs.OutboundLane("d", 0, 1, 0)
-	job := queue(t, db, client, lane)
-	waitFor(t, "the drainer to run and stop", func() bool { return jobState(t, db, job) == "completed" })
+	job := fixtures.Queue(t, db, client, lane)
+	fixtures.Eventually(t, 30*time.Second, "the drainer to run and stop", func() bool { return jobState(t, db, job) == "completed" })
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
 		t.Fatalf("a node not counted as alive delivered %d file(s)", len(files))
 	}
@@ -83,21 +77,10 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the row delivered once the node is alive", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "the row delivered once the node is alive", func() bool {
 		files, _ := os.ReadDir(dir)
 		return len(files) == 1
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // During a reload's convergence a node still on the old config may drain a
@@ -124,23 +107,16 @@ destinations:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := graph(t, cfg)
 	var agreed atomic.Bool
-	deps := &workers.Deps{
-		Pool:         db.Pool,
-		Graph:        func() workers.Graph { return g },
-		Senders:      connector.NewPool(),
-		Limits:       workers.DefaultLimits,
-		Logger:       slog.New(slog.DiscardHandler),
-		ConfigAgreed: func(context.Context) bool { return agreed.Load() },
-	}
+	deps := outboundDeps(t, db, cfg)
+	deps.ConfigAgreed = func(context.Context) bool { return agreed.Load() }
 	client := startOutbound(t, db, deps)
 
 	lane := jobs.OutboundLane("d", 0, 1, 0) // queue() writes rows for destination d
-	job := queue(t, db, client, lane)
+	job := fixtures.Queue(t, db, client, lane)
 	// A short snooze leaves the job "available" with a later scheduled_at,
 	// so watch for the drainer having run instead of for a state.
-	waitFor(t, "the drainer to look at the row", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "the drainer to look at the row", func() bool {
 		var ran bool
 		if err := db.Pool.QueryRow(ctx, `SELECT attempted_at IS NOT NULL FROM river_job WHERE id = $1`, job).Scan(&ran); err != nil {
 			t.Fatal(err)
@@ -159,7 +135,7 @@ destinations:
 		t.Fatalf("row is %s while the cluster does not agree on the node's config, want pending", s)
 	}
 	agreed.Store(true)
-	waitFor(t, "the row dead-lettered once the cluster agrees", func() bool { return status() == "dead" })
+	fixtures.Eventually(t, 30*time.Second, "the row dead-lettered once the cluster agrees", func() bool { return status() == "dead" })
 }
 
 // startOutbound runs a River client with only the outbound drainer, on deps.
@@ -181,6 +157,20 @@ func startOutbound(t *testing.T, db *testcontainers.DB, deps *workers.Deps) *riv
 	}
 	t.Cleanup(func() { _ = client.Stop(context.Background()) })
 	return client
+}
+
+// outboundDeps are the workers' dependencies on db for the graph of cfg,
+// with the default limits and a silent logger.
+func outboundDeps(t *testing.T, db *testcontainers.DB, cfg *config.Config) *workers.Deps {
+	t.Helper()
+	g := graph(t, cfg)
+	return &workers.Deps{
+		Pool:    db.Pool,
+		Graph:   func() workers.Graph { return g },
+		Senders: connector.NewPool(),
+		Limits:  workers.DefaultLimits,
+		Logger:  slog.New(slog.DiscardHandler),
+	}
 }
 
 func graph(t *testing.T, cfg *config.Config) workers.Graph {

@@ -4,19 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // BenchmarkRetention1M measures a retention pass over a million delivered
@@ -26,10 +22,7 @@ import (
 //
 //	go test -run '^$' -bench Retention1M -benchtime 1x -timeout 1h ./workers/
 func BenchmarkRetention1M(b *testing.B) {
-	n := 1_000_000
-	if v, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_MESSAGES")); err == nil && v > 0 {
-		n = v
-	}
+	n := fixtures.BenchMessages(1_000_000)
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()
@@ -40,11 +33,7 @@ func BenchmarkRetention1M(b *testing.B) {
 		}
 		b.Logf("populated %d messages in %s", n, time.Since(start).Round(time.Second))
 		client := retentionNode(b, db.Pool, &config.Retention{KeepBodies: 30 * 24 * time.Hour, KeepDead: 30 * 24 * time.Hour, BatchSize: 5000})
-		ins, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		in := &engine.Intake{Pool: db.Pool, Inserter: ins, Logger: slog.New(slog.DiscardHandler)}
+		in := &engine.Intake{Pool: db.Pool, Inserter: fixtures.Inserter(b, db), Logger: slog.New(slog.DiscardHandler)}
 
 		// intake sends from 4 senders until stop closes and returns the
 		// latencies of storing each message.

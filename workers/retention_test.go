@@ -20,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/maintenance"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -118,15 +119,6 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], tim
 	return maintenance.MaintenanceRun{}
 }
 
-func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int64 {
-	t.Helper()
-	var n int64
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
 // Retention over tens of thousands of old messages runs in short batches
 // while intake keeps storing (and so acknowledging) new messages: every
 // message of the concurrent traffic is stored and keeps its body, the old
@@ -141,7 +133,7 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := retentionNode(t, db.Pool, &config.Retention{KeepBodies: 30 * 24 * time.Hour, KeepDead: 30 * 24 * time.Hour, BatchSize: 1000})
-	in := &engine.Intake{Pool: db.Pool, Inserter: inserter(t, db), Logger: slog.New(slog.DiscardHandler)}
+	in := &engine.Intake{Pool: db.Pool, Inserter: fixtures.Inserter(t, db), Logger: slog.New(slog.DiscardHandler)}
 
 	// Intake traffic for as long as retention runs.
 	stop := make(chan struct{})
@@ -194,7 +186,7 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 	if during == 0 {
 		t.Fatalf("no message was stored while retention ran (%s)", run.FinishedAt.Sub(run.StartedAt))
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM mefor_message WHERE id = ANY($1) AND raw IS NOT NULL AND body_purged_at IS NULL`, ids); n != int64(len(ids)) {
+	if n := fixtures.Count(t, db.Pool, `SELECT count(*) FROM mefor_message WHERE id = ANY($1) AND raw IS NOT NULL AND body_purged_at IS NULL`, ids); n != int64(len(ids)) {
 		t.Fatalf("%d of %d concurrently received messages still have their body", n, len(ids))
 	}
 
@@ -208,10 +200,10 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 	if b, _ := run.Detail["batches"].(float64); b < 10 {
 		t.Errorf("%v batches for %d messages in batches of 1000: the purge is not batched", run.Detail["batches"], old)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM mefor_message WHERE status = 'processed' AND raw IS NULL AND body_purged_at IS NOT NULL`); n != int64(old)-inFlight {
+	if n := fixtures.Count(t, db.Pool, `SELECT count(*) FROM mefor_message WHERE status = 'processed' AND raw IS NULL AND body_purged_at IS NOT NULL`); n != int64(old)-inFlight {
 		t.Errorf("%d old processed messages purged, want %d", n, int64(old)-inFlight)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM mefor_message m WHERE status = 'routed' AND raw IS NOT NULL AND body_purged_at IS NULL
+	if n := fixtures.Count(t, db.Pool, `SELECT count(*) FROM mefor_message m WHERE status = 'routed' AND raw IS NOT NULL AND body_purged_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.payload IS NULL)
 		AND NOT EXISTS (SELECT 1 FROM mefor_response r WHERE r.message_id = m.id AND r.body IS NULL)
 		AND NOT EXISTS (SELECT 1 FROM mefor_event e WHERE e.message_id = m.id AND e.detail IS NULL)`); n != inFlight {

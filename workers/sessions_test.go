@@ -4,11 +4,13 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A node cut off half-way through a pipelined batch leaves a session that
@@ -20,7 +22,7 @@ func TestDeadNodeSessionsEndedAndLocksFreed(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
 	// Each node is judged by the node_timeout it recorded (10s here).
-	exec(t, db, `INSERT INTO mefor_node (id, host, pid, last_seen, node_timeout_ms) VALUES
+	fixtures.Exec(t, db, `INSERT INTO mefor_node (id, host, pid, last_seen, node_timeout_ms) VALUES
 		('dead', 'h', 1, clock_timestamp() - interval '1 minute', 10000), ('live', 'h', 2, clock_timestamp(), 10000)`)
 
 	stuck := func(node string, key int) *pgx.Conn {
@@ -56,11 +58,11 @@ func TestDeadNodeSessionsEndedAndLocksFreed(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got {
-			exec(t, db, `SELECT pg_advisory_unlock($1)`, key)
+			fixtures.Exec(t, db, `SELECT pg_advisory_unlock($1)`, key)
 		}
 		return !got
 	}
-	waitFor(t, "both stuck sessions to hold their locks", func() bool { return locked(41) && locked(42) })
+	fixtures.Eventually(t, 30*time.Second, "both stuck sessions to hold their locks", func() bool { return locked(41) && locked(42) })
 	var state string
 	if err := db.Pool.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE application_name = $1`, leader.ApplicationName("dead")).Scan(&state); err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestDeadNodeSessionsEndedAndLocksFreed(t *testing.T) {
 	if len(ended) != 1 || ended[0] != "dead" {
 		t.Fatalf("ended sessions of %v, want only the dead node's", ended)
 	}
-	waitFor(t, "the dead node's lock to come free", func() bool { return !locked(41) })
+	fixtures.Eventually(t, 30*time.Second, "the dead node's lock to come free", func() bool { return !locked(41) })
 	if !locked(42) {
 		t.Fatal("a live node's session was ended")
 	}

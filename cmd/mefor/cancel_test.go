@@ -15,6 +15,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
 )
 
 // slowPartner is an MLLP receiver that answers AA after delay, and records
@@ -85,7 +86,7 @@ func TestCancelDuringSendKeepsTheDelivery(t *testing.T) {
 	defer c.Close()
 	ids := []string{"CN000", "CN001", "CN002", "CN003", "CN004"}
 	for _, id := range ids {
-		if _, err := c.Send(ctx, clMessage(id)); err != nil {
+		if _, err := c.Send(ctx, cluster.Message(id)); err != nil {
 			t.Fatalf("send %s: %v", id, err)
 		}
 	}
@@ -103,7 +104,7 @@ func TestCancelDuringSendKeepsTheDelivery(t *testing.T) {
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`).Scan(&n)
 		return n
 	}
-	eventuallyT(t, 20*time.Second, "all five queued for delivery", func() bool { return pending() == len(ids) })
+	cluster.Eventually(t, 20*time.Second, "all five queued for delivery", func() bool { return pending() == len(ids) })
 
 	var out, errb bytes.Buffer
 	code := run([]string{"cancel", "--destination", "down", "--database-url", db.URL}, &out, &errb)
@@ -149,7 +150,7 @@ func TestCancelDuringSendKeepsTheDelivery(t *testing.T) {
 	if got := p.receivedIDs(); !slices.Equal(got, []string{"CN000"}) {
 		t.Fatalf("partner received %v, want only the message that was in flight", got)
 	}
-	eventuallyT(t, 10*time.Second, "all five processed", func() bool {
+	cluster.Eventually(t, 10*time.Second, "all five processed", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_message WHERE status = 'processed'`).Scan(&n)
 		return n == len(ids)

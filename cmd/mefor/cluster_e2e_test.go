@@ -13,6 +13,7 @@ import (
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/testcontainers/cluster"
 )
 
 // Failover of the listener lease between `mefor run` processes sharing one
@@ -27,25 +28,25 @@ import (
 // twoNodes starts node-a, waits until it holds the lease and serves, starts
 // traffic, then starts node-b as a standby. Drainers created before node-b
 // ran are node-a's, so a failure of node-a strands lanes.
-func twoNodes(t *testing.T, c *cluster, aURL string) (a, b *clusterNode, tr *traffic) {
+func twoNodes(t *testing.T, c *cluster.Cluster, aURL string) (a, b *cluster.Node, tr *cluster.Traffic) {
 	t.Helper()
-	a, b = c.node("node-a", aURL), c.node("node-b", "")
-	c.run(a)
-	c.waitHolder(a, 60*time.Second)
-	tr = c.startTraffic()
-	c.waitAcked(tr, 20, 30*time.Second)
-	c.run(b)
-	c.waitJoined(b, 60*time.Second)
-	c.waitAcked(tr, 50, 30*time.Second)
-	if edges := a.leaseEdgesAfter(time.Time{}, "listener lease fenced", "listener lease lost"); len(edges) > 0 {
+	a, b = c.Node("node-a", aURL), c.Node("node-b", "")
+	c.Run(a)
+	c.WaitHolder(a, 60*time.Second)
+	tr = c.StartTraffic()
+	c.WaitAcked(tr, 20, 30*time.Second)
+	c.Run(b)
+	c.WaitJoined(b, 60*time.Second)
+	c.WaitAcked(tr, 50, 30*time.Second)
+	if edges := a.LeaseEdgesAfter(time.Time{}, "listener lease fenced", "listener lease lost"); len(edges) > 0 {
 		t.Fatalf("node-a gave the lease up before any fault was injected: %s (a fence here means a renewal took longer than fence_timeout: the machine is overloaded)\n%s",
-			edges[0].Raw, c.dumpEdges())
+			edges[0].Raw, c.DumpEdges())
 	}
-	if got := b.boundChannels(); got != 0 {
-		t.Fatalf("standby node-b listens on %d channels while node-a holds the lease\n%s", got, c.dumpEdges())
+	if got := b.BoundChannels(); got != 0 {
+		t.Fatalf("standby node-b listens on %d channels while node-a holds the lease\n%s", got, c.DumpEdges())
 	}
-	if holder, _ := c.holderPerNodes(); holder != a.id {
-		t.Fatalf("mefor nodes shows %q holding the lease, want %s", holder, a.id)
+	if holder, _ := c.HolderPerNodes(); holder != a.ID {
+		t.Fatalf("mefor nodes shows %q holding the lease, want %s", holder, a.ID)
 	}
 	return a, b, tr
 }
@@ -57,36 +58,36 @@ func twoNodes(t *testing.T, c *cluster, aURL string) (a, b *clusterNode, tr *tra
 // so this kills River's leader too: the rescue must not wait for River to
 // elect another (its leader TTL is about 15s).
 func TestFailoverKillHolder(t *testing.T) {
-	c := newCluster(t)
+	c := cluster.New(t)
 	a, b, tr := twoNodes(t, c, "")
-	holder, riverLeader := c.holderPerNodes()
-	if holder != a.id {
-		t.Fatalf("mefor nodes shows %q holding the lease, want %s", holder, a.id)
+	holder, riverLeader := c.HolderPerNodes()
+	if holder != a.ID {
+		t.Fatalf("mefor nodes shows %q holding the lease, want %s", holder, a.ID)
 	}
-	drainers := c.runningDrainersOf(a.id)
+	drainers := c.RunningDrainersOf(a.ID)
 
-	killAt := a.kill(t)
-	c.eventually(30*time.Second, "every lane acknowledged by node-b after the kill", func() bool {
-		_, ok := tr.firstAckAfter(killAt, a.id)
+	killAt := a.Kill(t)
+	c.Eventually(30*time.Second, "every lane acknowledged by node-b after the kill", func() bool {
+		_, ok := tr.FirstAckAfter(killAt, a.ID)
 		return ok
 	})
-	served, _ := tr.firstAckAfter(killAt, a.id)
-	bound, _ := b.boundAllAfter(killAt)
+	served, _ := tr.FirstAckAfter(killAt, a.ID)
+	bound, _ := b.BoundAllAfter(killAt)
 	failover := served.Sub(killAt)
 	t.Logf("MEASURED kill failover: %v (SIGKILL holder -> the other node's AA on every lane; it listened after %v)",
 		failover.Round(time.Millisecond), bound.Sub(killAt).Round(time.Millisecond))
-	if limit := clLeaseTTL + clHeartbeat + clSlack; failover > limit {
-		t.Errorf("node-b answered AA %v after the kill, want <= lease_ttl + heartbeat + %v slack = %v\n%s", failover, clSlack, limit, c.dumpEdges())
+	if limit := cluster.LeaseTTL + cluster.Heartbeat + cluster.Slack; failover > limit {
+		t.Errorf("node-b answered AA %v after the kill, want <= lease_ttl + heartbeat + %v slack = %v\n%s", failover, cluster.Slack, limit, c.DumpEdges())
 	}
 	checkLanesResume(t, c, tr, killAt, fmt.Sprintf("killed node was holder, River's leader was %s, %d drainers ran on the killed node", riverLeader, drainers))
 
-	c.checkDelivered(tr, 60*time.Second)
-	c.assertNoOverlap()
-	pollT(t, 10*time.Second, "mefor nodes showing node-b as holder and node-a stale", func() bool {
+	c.CheckDelivered(tr, 60*time.Second)
+	c.AssertNoOverlap()
+	cluster.Poll(t, 10*time.Second, "mefor nodes showing node-b as holder and node-a stale", func() bool {
 		var holds, stale bool
-		for _, r := range c.nodesJSON() {
-			holds = holds || (r.ID == b.id && r.HoldsLease)
-			stale = stale || (r.ID == a.id && r.Status == "stale" && !r.HoldsLease)
+		for _, r := range c.NodesJSON() {
+			holds = holds || (r.ID == b.ID && r.HoldsLease)
+			stale = stale || (r.ID == a.ID && r.Status == "stale" && !r.HoldsLease)
 		}
 		return holds && stale
 	})
@@ -96,60 +97,60 @@ func TestFailoverKillHolder(t *testing.T) {
 // is not River's leader is killed; its lanes resume on the other node within
 // node_timeout + the reclaim interval.
 func TestKilledNodeLanesResume(t *testing.T) {
-	c := newCluster(t)
-	a, b := c.node("node-a", ""), c.node("node-b", "")
-	c.run(a)
-	c.waitHolder(a, 60*time.Second)
-	c.run(b)
-	c.waitJoined(b, 60*time.Second)
+	c := cluster.New(t)
+	a, b := c.Node("node-a", ""), c.Node("node-b", "")
+	c.Run(a)
+	c.WaitHolder(a, 60*time.Second)
+	c.Run(b)
+	c.WaitJoined(b, 60*time.Second)
 	// Both nodes fetch work from here on, so lanes start on either.
-	tr := c.startTraffic()
-	c.waitAcked(tr, 100, 30*time.Second)
-	holder, leader := c.holderPerNodes()
+	tr := c.StartTraffic()
+	c.WaitAcked(tr, 100, 30*time.Second)
+	holder, leader := c.HolderPerNodes()
 	victim := b
-	if leader == b.id {
+	if leader == b.ID {
 		victim = a
 	}
-	drainers := c.runningDrainersOf(victim.id)
+	drainers := c.RunningDrainersOf(victim.ID)
 	if drainers == 0 {
-		t.Skipf("no lane's drainer started on %s this time: killing it would rescue nothing", victim.id)
+		t.Skipf("no lane's drainer started on %s this time: killing it would rescue nothing", victim.ID)
 	}
 
-	killAt := victim.kill(t)
+	killAt := victim.Kill(t)
 	checkLanesResume(t, c, tr, killAt, fmt.Sprintf("killed %s had %d of the drainers; River's leader %s survived; lease holder was %s",
-		victim.id, drainers, leader, holder))
-	c.checkDelivered(tr, 60*time.Second)
-	c.assertNoOverlap()
+		victim.ID, drainers, leader, holder))
+	c.CheckDelivered(tr, 60*time.Second)
+	c.AssertNoOverlap()
 }
 
 // checkLanesResume measures, for every lane, the time from the kill to the
 // first delivery of a message acknowledged after it, and checks it against
 // node_timeout + reclaim interval.
-func checkLanesResume(t *testing.T, c *cluster, tr *traffic, killAt time.Time, what string) {
+func checkLanesResume(t *testing.T, c *cluster.Cluster, tr *cluster.Traffic, killAt time.Time, what string) {
 	t.Helper()
 	rescue := measureLanesResume(t, c, tr, killAt, what)
-	if limit := clNodeTimeout + clReclaim + clSlack; rescue > limit {
-		t.Errorf("lanes resumed %v after the kill, want <= node_timeout + reclaim interval + %v slack = %v (%s)", rescue, clSlack, limit, what)
+	if limit := cluster.NodeTimeout + cluster.Reclaim + cluster.Slack; rescue > limit {
+		t.Errorf("lanes resumed %v after the kill, want <= node_timeout + reclaim interval + %v slack = %v (%s)", rescue, cluster.Slack, limit, what)
 	}
 }
 
 // measureLanesResume waits until every lane delivers a message acknowledged
 // after the kill, and returns how long after the kill that was.
-func measureLanesResume(t *testing.T, c *cluster, tr *traffic, killAt time.Time, what string) time.Duration {
+func measureLanesResume(t *testing.T, c *cluster.Cluster, tr *cluster.Traffic, killAt time.Time, what string) time.Duration {
 	t.Helper()
 	var resumed time.Time
-	for _, s := range tr.senders {
+	for _, s := range tr.Senders {
 		var lane time.Time
-		c.eventually(60*time.Second, "lane "+s.channel+" delivering messages acknowledged after the kill", func() bool {
+		c.Eventually(60*time.Second, "lane "+s.Channel+" delivering messages acknowledged after the kill", func() bool {
 			after := map[string]bool{}
-			for _, a := range s.acked() {
-				if a.at.After(killAt) {
-					after[a.id] = true
+			for _, a := range s.Acked() {
+				if a.At.After(killAt) {
+					after[a.ID] = true
 				}
 			}
-			for _, d := range c.partner.deliveries() {
-				if after[d.id] {
-					lane = d.at
+			for _, d := range c.Partner.Deliveries() {
+				if after[d.ID] {
+					lane = d.At
 					return true
 				}
 			}
@@ -168,32 +169,32 @@ func measureLanesResume(t *testing.T, c *cluster, tr *traffic, killAt time.Time,
 // frozen node, once resumed, has demoted itself: it acknowledges nothing and
 // stores nothing while node-b holds the lease.
 func TestFailoverFrozenHolder(t *testing.T) {
-	c := newCluster(t)
+	c := cluster.New(t)
 	a, b, tr := twoNodes(t, c, "")
 
 	stopAt := time.Now()
-	a.signal(t, syscall.SIGSTOP)
-	cont := func() { _ = a.p.cmd.Process.Signal(syscall.SIGCONT) }
+	a.Signal(t, syscall.SIGSTOP)
+	cont := func() { _ = a.Proc.Cmd.Process.Signal(syscall.SIGCONT) }
 	t.Cleanup(cont) // never leave a stopped process behind
 
 	// The kernel still accepts connections for a stopped process: this
 	// message waits in node-a's socket until it resumes.
 	time.Sleep(100 * time.Millisecond)
-	probe1, err := sendRawProbe(a.ports["adt"], "PROBE1")
+	probe1, err := cluster.SendRawProbe(a.Ports["adt"], "PROBE1")
 	if err != nil {
 		t.Fatalf("connect to frozen node-a: %v", err)
 	}
-	c.eventually(30*time.Second, "node-b listening on every channel", func() bool {
-		_, ok := b.boundAllAfter(stopAt)
+	c.Eventually(30*time.Second, "node-b listening on every channel", func() bool {
+		_, ok := b.BoundAllAfter(stopAt)
 		return ok
 	})
-	bound, _ := b.boundAllAfter(stopAt)
+	bound, _ := b.BoundAllAfter(stopAt)
 	flowing := true
 	if cutOffSessionsBlockLanes {
 		// Known gap: a lane node-a froze holding locked accepts nothing
 		// until node-a resumes.
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if _, flowing = tr.firstAckAfter(stopAt, a.id); flowing {
+			if _, flowing = tr.FirstAckAfter(stopAt, a.ID); flowing {
 				break
 			}
 		}
@@ -201,21 +202,21 @@ func TestFailoverFrozenHolder(t *testing.T) {
 			t.Logf("note: some lane got no AA from node-b while node-a was frozen (not asserted: see cutOffSessionsBlockLanes)")
 		}
 	} else {
-		c.eventually(30*time.Second, "every lane acknowledged by node-b", func() bool {
-			_, ok := tr.firstAckAfter(stopAt, a.id)
+		c.Eventually(30*time.Second, "every lane acknowledged by node-b", func() bool {
+			_, ok := tr.FirstAckAfter(stopAt, a.ID)
 			return ok
 		})
 	}
-	served, _ := tr.firstAckAfter(stopAt, a.id)
+	served, _ := tr.FirstAckAfter(stopAt, a.ID)
 	// Stay frozen well past fence_timeout and lease_ttl, with traffic flowing
 	// through node-b meanwhile.
-	if rest := time.Until(stopAt.Add(3 * clFenceTimeout)); rest > 0 {
+	if rest := time.Until(stopAt.Add(3 * cluster.FenceTimeout)); rest > 0 {
 		time.Sleep(rest)
 	}
 	if flowing {
-		c.waitAcked(tr, 20, 30*time.Second)
+		c.WaitAcked(tr, 20, 30*time.Second)
 	}
-	probe2, err := sendRawProbe(a.ports["lab"], "PROBE2")
+	probe2, err := cluster.SendRawProbe(a.Ports["lab"], "PROBE2")
 	if err != nil {
 		t.Fatalf("connect to frozen node-a: %v", err)
 	}
@@ -223,37 +224,37 @@ func TestFailoverFrozenHolder(t *testing.T) {
 	contAt := time.Now()
 	cont()
 	frozen := contAt.Sub(stopAt)
-	for _, p := range []*rawProbe{probe1, probe2} {
-		if code, how := p.answer(3 * time.Second); code == string(hl7.AckAccept) {
-			t.Errorf("resumed node-a acknowledged %s (sent to it while frozen) AA while node-b holds the lease\n%s", p.id, c.dumpEdges())
+	for _, p := range []*cluster.RawProbe{probe1, probe2} {
+		if code, how := p.Answer(3 * time.Second); code == string(hl7.AckAccept) {
+			t.Errorf("resumed node-a acknowledged %s (sent to it while frozen) AA while node-b holds the lease\n%s", p.ID, c.DumpEdges())
 		} else {
-			t.Logf("%s sent to frozen node-a: %s %s", p.id, how, code)
+			t.Logf("%s sent to frozen node-a: %s %s", p.ID, how, code)
 		}
 	}
 	// Right after resuming, node-a's ports accept nothing that gets an AA.
 	for i, deadline := 0, time.Now().Add(2*time.Second); time.Now().Before(deadline); i++ {
-		for _, l := range clLanes {
-			cl := &mllp.Client{Addr: a.ports[l.channel], AckTimeout: 500 * time.Millisecond, DialTimeout: 300 * time.Millisecond}
-			raw, err := cl.Send(context.Background(), clMessage("PROBE3"))
+		for _, l := range cluster.Lanes {
+			cl := &mllp.Client{Addr: a.Ports[l.Channel], AckTimeout: 500 * time.Millisecond, DialTimeout: 300 * time.Millisecond}
+			raw, err := cl.Send(context.Background(), cluster.Message("PROBE3"))
 			cl.Close()
 			if err == nil {
 				if ack, perr := hl7.ParseACK(raw); perr == nil && ack.Code == hl7.AckAccept {
-					t.Fatalf("resumed node-a answered AA on %s %v after SIGCONT while node-b holds the lease\n%s", l.channel, time.Since(contAt), c.dumpEdges())
+					t.Fatalf("resumed node-a answered AA on %s %v after SIGCONT while node-b holds the lease\n%s", l.Channel, time.Since(contAt), c.DumpEdges())
 				}
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	c.eventually(10*time.Second, "node-a logging that it lost or fenced the lease", func() bool {
-		return len(a.leaseEdgesAfter(stopAt, "listener lease fenced", "listener lease lost")) > 0
+	c.Eventually(10*time.Second, "node-a logging that it lost or fenced the lease", func() bool {
+		return len(a.LeaseEdgesAfter(stopAt, "listener lease fenced", "listener lease lost")) > 0
 	})
-	c.eventually(10*time.Second, "node-a unbinding its listeners", func() bool {
-		_, ok := a.unboundAllAfter(stopAt)
+	c.Eventually(10*time.Second, "node-a unbinding its listeners", func() bool {
+		_, ok := a.UnboundAllAfter(stopAt)
 		return ok
 	})
-	demoted := a.leaseEdgesAfter(stopAt, "listener lease fenced", "listener lease lost")[0]
-	unbound, _ := a.unboundAllAfter(stopAt)
+	demoted := a.LeaseEdgesAfter(stopAt, "listener lease fenced", "listener lease lost")[0]
+	unbound, _ := a.UnboundAllAfter(stopAt)
 	firstAA := "not on every lane while frozen"
 	if flowing {
 		firstAA = served.Sub(stopAt).Round(time.Millisecond).String()
@@ -262,28 +263,28 @@ func TestFailoverFrozenHolder(t *testing.T) {
 		bound.Sub(stopAt).Round(time.Millisecond), firstAA, frozen.Round(time.Millisecond))
 	t.Logf("MEASURED freeze resume: node-a logged %q %v and stopped listening %v after SIGCONT",
 		demoted.Msg, demoted.Time.Sub(contAt).Round(time.Millisecond), unbound.Sub(contAt).Round(time.Millisecond))
-	if again := a.leaseEdgesAfter(stopAt, "listener lease acquired", "listener lease renewed after gap"); len(again) > 0 {
-		t.Errorf("node-a took the lease again after its freeze while node-b held it: %s\n%s", again[0].Raw, c.dumpEdges())
+	if again := a.LeaseEdgesAfter(stopAt, "listener lease acquired", "listener lease renewed after gap"); len(again) > 0 {
+		t.Errorf("node-a took the lease again after its freeze while node-b held it: %s\n%s", again[0].Raw, c.DumpEdges())
 	}
 
 	for _, id := range []string{"PROBE1", "PROBE2", "PROBE3"} {
-		if at := c.storedAt(id); len(at) > 0 {
+		if at := c.StoredAt(id); len(at) > 0 {
 			t.Errorf("%s, sent only to node-a, was stored at %v although node-b held the lease", id, at)
 		}
 	}
 	// Nothing node-a received while frozen was stored after it resumed: every
 	// row stored since SIGCONT is one node-b acknowledged after storing it.
-	c.waitAcked(tr, 30, 30*time.Second)
-	tr.stop()
-	acks := map[string][]ack{}
+	c.WaitAcked(tr, 30, 30*time.Second)
+	tr.Stop()
+	acks := map[string][]cluster.Ack{}
 	lastAcked := map[byte]string{} // per lane prefix
-	for _, s := range tr.senders {
-		for _, a := range s.acked() {
-			acks[a.id] = append(acks[a.id], a)
-			lastAcked[a.id[0]] = a.id
+	for _, s := range tr.Senders {
+		for _, a := range s.Acked() {
+			acks[a.ID] = append(acks[a.ID], a)
+			lastAcked[a.ID[0]] = a.ID
 		}
 	}
-	rows, err := c.db.Pool.Query(context.Background(), `SELECT control_id, received_at FROM mefor_message WHERE received_at >= $1`, contAt)
+	rows, err := c.DB.Pool.Query(context.Background(), `SELECT control_id, received_at FROM mefor_message WHERE received_at >= $1`, contAt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestFailoverFrozenHolder(t *testing.T) {
 		}
 		ok := false
 		for _, k := range acks[id] {
-			ok = ok || (k.node == b.id && !k.at.Before(at))
+			ok = ok || (k.Node == b.ID && !k.At.Before(at))
 		}
 		if !ok {
 			t.Errorf("message %s stored %v after node-a resumed, but node-b never acknowledged it after that: node-a stored it", id, at.Sub(contAt))
@@ -312,9 +313,9 @@ func TestFailoverFrozenHolder(t *testing.T) {
 	}
 	rows.Close()
 
-	c.checkDelivered(tr, 60*time.Second)
-	if holder, _ := c.holderPerNodes(); holder != b.id {
-		t.Errorf("mefor nodes shows %q holding the lease after the freeze, want %s", holder, b.id)
+	c.CheckDelivered(tr, 60*time.Second)
+	if holder, _ := c.HolderPerNodes(); holder != b.ID {
+		t.Errorf("mefor nodes shows %q holding the lease after the freeze, want %s", holder, b.ID)
 	}
 }
 
@@ -323,9 +324,9 @@ func TestFailoverFrozenHolder(t *testing.T) {
 // overlap; the new holder serves every lane although the cut-off node left a
 // lane lock taken; healed, the old holder stays a standby.
 func TestFailoverPartitionedHolder(t *testing.T) {
-	c := newCluster(t)
-	proxy := newDBProxy(t, dbHostPort(t, c.db.URL))
-	a, b, tr := twoNodes(t, c, proxy.url(t, c.db.URL))
+	c := cluster.New(t)
+	proxy := cluster.NewProxy(t, dbHostPort(t, c.DB.URL))
+	a, b, tr := twoNodes(t, c, proxy.URL(t, c.DB.URL))
 
 	// Cut at the worst moment: node-a has taken a lane lock in a
 	// transaction it cannot commit now. PostgreSQL keeps that session and
@@ -334,20 +335,20 @@ func TestFailoverPartitionedHolder(t *testing.T) {
 	if !inLock {
 		t.Logf("note: no session of node-a was seen holding a lane lock within 10s; cut anyway")
 	}
-	c.eventually(30*time.Second, "node-b listening on every channel", func() bool {
-		_, ok := b.boundAllAfter(cutAt)
+	c.Eventually(30*time.Second, "node-b listening on every channel", func() bool {
+		_, ok := b.BoundAllAfter(cutAt)
 		return ok
 	})
-	c.eventually(15*time.Second, "node-a fencing itself and unbinding", func() bool {
-		_, ok := a.unboundAllAfter(cutAt)
-		return ok && len(a.leaseEdgesAfter(cutAt, "listener lease fenced")) > 0
+	c.Eventually(15*time.Second, "node-a fencing itself and unbinding", func() bool {
+		_, ok := a.UnboundAllAfter(cutAt)
+		return ok && len(a.LeaseEdgesAfter(cutAt, "listener lease fenced")) > 0
 	})
-	fenced := a.leaseEdgesAfter(cutAt, "listener lease fenced")[0].Time
-	unbound, _ := a.unboundAllAfter(cutAt)
-	bound, _ := b.boundAllAfter(cutAt)
-	acquired, ok := b.firstAfter(cutAt, "listener lease acquired", "")
+	fenced := a.LeaseEdgesAfter(cutAt, "listener lease fenced")[0].Time
+	unbound, _ := a.UnboundAllAfter(cutAt)
+	bound, _ := b.BoundAllAfter(cutAt)
+	acquired, ok := b.FirstAfter(cutAt, "listener lease acquired", "")
 	if !ok {
-		t.Fatalf("node-b listens but logged no lease acquisition\n%s", c.dumpEdges())
+		t.Fatalf("node-b listens but logged no lease acquisition\n%s", c.DumpEdges())
 	}
 	t.Logf("MEASURED partition: node-a fenced at +%v, stopped listening at +%v; node-b acquired at +%v, listening at +%v (after the cut)",
 		fenced.Sub(cutAt).Round(time.Millisecond), unbound.Sub(cutAt).Round(time.Millisecond),
@@ -355,141 +356,141 @@ func TestFailoverPartitionedHolder(t *testing.T) {
 	// node-b can only acquire once the lease expired by the database clock.
 	if !unbound.Before(acquired) {
 		t.Errorf("node-a stopped listening %v after node-b acquired the lease; it must fence before its lease expires\n%s",
-			unbound.Sub(acquired), c.dumpEdges())
+			unbound.Sub(acquired), c.DumpEdges())
 	}
 	if !unbound.Before(bound) {
-		t.Errorf("node-a and node-b listened at the same time for %v\n%s", unbound.Sub(bound), c.dumpEdges())
+		t.Errorf("node-a and node-b listened at the same time for %v\n%s", unbound.Sub(bound), c.DumpEdges())
 	}
-	c.assertNoOverlap()
+	c.AssertNoOverlap()
 
 	if cutOffSessionsBlockLanes && inLock {
 		// Known gap: lanes node-a left locked accept nothing until it is
 		// healed; show what moved instead of requiring every lane to.
-		base := make([]int, len(tr.senders))
-		for i, s := range tr.senders {
-			base[i] = len(s.acked())
+		base := make([]int, len(tr.Senders))
+		for i, s := range tr.Senders {
+			base[i] = len(s.Acked())
 		}
 		time.Sleep(time.Until(cutAt.Add(5 * time.Second)))
-		for i, s := range tr.senders {
-			t.Logf("note: lane %s: %d acknowledged during the rest of the cut (not asserted: see cutOffSessionsBlockLanes)", s.channel, len(s.acked())-base[i])
+		for i, s := range tr.Senders {
+			t.Logf("note: lane %s: %d acknowledged during the rest of the cut (not asserted: see cutOffSessionsBlockLanes)", s.Channel, len(s.Acked())-base[i])
 		}
 	} else {
-		c.waitAcked(tr, 30, 30*time.Second)
+		c.WaitAcked(tr, 30, 30*time.Second)
 	}
 	if rest := time.Until(cutAt.Add(3 * time.Second)); rest > 0 {
 		time.Sleep(rest)
 	}
 	healAt := time.Now()
 	proxy.Heal()
-	pollT(t, 15*time.Second, "healed node-a active again in mefor nodes", func() bool {
-		for _, r := range c.nodesJSON() {
-			if r.ID == a.id {
+	cluster.Poll(t, 15*time.Second, "healed node-a active again in mefor nodes", func() bool {
+		for _, r := range c.NodesJSON() {
+			if r.ID == a.ID {
 				return r.Status == "active" && r.LastSeen.After(healAt)
 			}
 		}
 		return false
 	})
-	c.waitAcked(tr, 30, 30*time.Second)
+	c.WaitAcked(tr, 30, 30*time.Second)
 	// Healed, node-a stays a standby: it may hold the lease again only after
 	// node-b gave it up.
-	c.assertRetakenOnlyAfterGiveUp(a, b, cutAt)
-	c.assertHolderAgrees()
-	c.checkDelivered(tr, 60*time.Second)
-	c.assertNoOverlap()
+	c.AssertRetakenOnlyAfterGiveUp(a, b, cutAt)
+	c.AssertHolderAgrees()
+	c.CheckDelivered(tr, 60*time.Second)
+	c.AssertNoOverlap()
 }
 
 // A planned failover with `mefor stepdown`: asked of a standby it is refused
 // and changes nothing; asked of the holder, the holder releases, the standby
 // takes over, and the old holder does not take the lease back.
 func TestStepdownMovesListeners(t *testing.T) {
-	c := newCluster(t)
+	c := cluster.New(t)
 	a, b, tr := twoNodes(t, c, "")
 
 	askedAt := time.Now()
-	r, code, out := c.stepdown("--node", b.id)
-	if code != 3 || r.Outcome != "not-holder" || r.WasHolder || r.Holder != a.id {
-		t.Fatalf("stepdown --node %s (a standby): exit %d, %+v; want exit 3, outcome not-holder naming %s as holder\n%s", b.id, code, r, a.id, out)
+	r, code, out := c.Stepdown("--node", b.ID)
+	if code != 3 || r.Outcome != "not-holder" || r.WasHolder || r.Holder != a.ID {
+		t.Fatalf("stepdown --node %s (a standby): exit %d, %+v; want exit 3, outcome not-holder naming %s as holder\n%s", b.ID, code, r, a.ID, out)
 	}
-	time.Sleep(5 * clHeartbeat)
-	for _, n := range []*clusterNode{a, b} {
-		if edges := n.leaseEdgesAfter(askedAt, "listener lease released"); len(edges) > 0 {
-			t.Fatalf("a refused stepdown released the lease: %s\n%s", edges[0].Raw, c.dumpEdges())
+	time.Sleep(5 * cluster.Heartbeat)
+	for _, n := range []*cluster.Node{a, b} {
+		if edges := n.LeaseEdgesAfter(askedAt, "listener lease released"); len(edges) > 0 {
+			t.Fatalf("a refused stepdown released the lease: %s\n%s", edges[0].Raw, c.DumpEdges())
 		}
-		if edges := n.leaseEdgesAfter(askedAt); len(edges) > 0 {
+		if edges := n.LeaseEdgesAfter(askedAt); len(edges) > 0 {
 			t.Fatalf("the lease moved after a refused stepdown: %s (a fence here means a renewal took longer than fence_timeout: the machine is overloaded)\n%s",
-				edges[0].Raw, c.dumpEdges())
+				edges[0].Raw, c.DumpEdges())
 		}
 	}
-	if a.boundChannels() != len(clLanes) || b.boundChannels() != 0 {
-		t.Fatalf("a refused stepdown changed who listens\n%s", c.dumpEdges())
+	if a.BoundChannels() != len(cluster.Lanes) || b.BoundChannels() != 0 {
+		t.Fatalf("a refused stepdown changed who listens\n%s", c.DumpEdges())
 	}
 
 	sdAt := time.Now()
-	r, code, out = c.stepdown("--wait", "--timeout", "30s")
+	r, code, out = c.Stepdown("--wait", "--timeout", "30s")
 	took := time.Since(sdAt)
-	if code != 0 || r.Outcome != "released" || r.Node != a.id || !r.WasHolder || r.ReleasedAt == nil || r.NewHolder != b.id {
-		t.Fatalf("stepdown --wait: exit %d, %+v; want exit 0, outcome released by %s, new holder %s\n%s\n%s", code, r, a.id, b.id, out, c.dumpEdges())
+	if code != 0 || r.Outcome != "released" || r.Node != a.ID || !r.WasHolder || r.ReleasedAt == nil || r.NewHolder != b.ID {
+		t.Fatalf("stepdown --wait: exit %d, %+v; want exit 0, outcome released by %s, new holder %s\n%s\n%s", code, r, a.ID, b.ID, out, c.DumpEdges())
 	}
-	c.eventually(10*time.Second, "node-b listening on every channel", func() bool {
-		_, ok := b.boundAllAfter(sdAt)
+	c.Eventually(10*time.Second, "node-b listening on every channel", func() bool {
+		_, ok := b.BoundAllAfter(sdAt)
 		return ok
 	})
-	c.eventually(10*time.Second, "every lane acknowledged by node-b", func() bool {
-		_, ok := tr.firstAckAfter(sdAt, a.id)
+	c.Eventually(10*time.Second, "every lane acknowledged by node-b", func() bool {
+		_, ok := tr.FirstAckAfter(sdAt, a.ID)
 		return ok
 	})
-	released, ok := a.firstAfter(sdAt, "listener lease released", "")
+	released, ok := a.FirstAfter(sdAt, "listener lease released", "")
 	if !ok {
-		t.Errorf("node-a did not log the release\n%s", c.dumpEdges())
+		t.Errorf("node-a did not log the release\n%s", c.DumpEdges())
 	}
-	unbound, _ := a.unboundAllAfter(sdAt)
-	bound, _ := b.boundAllAfter(sdAt)
-	served, _ := tr.firstAckAfter(sdAt, a.id)
+	unbound, _ := a.UnboundAllAfter(sdAt)
+	bound, _ := b.BoundAllAfter(sdAt)
+	served, _ := tr.FirstAckAfter(sdAt, a.ID)
 	t.Logf("MEASURED stepdown: command returned after %v; node-a released at +%v, stopped listening at +%v; node-b listening at +%v, first AA on every lane at +%v",
 		took.Round(time.Millisecond), released.Sub(sdAt).Round(time.Millisecond), unbound.Sub(sdAt).Round(time.Millisecond),
 		bound.Sub(sdAt).Round(time.Millisecond), served.Sub(sdAt).Round(time.Millisecond))
 	if unbound.IsZero() || !unbound.Before(bound) {
-		t.Errorf("node-a stopped listening at %v, not before node-b started at %v\n%s", unbound, bound, c.dumpEdges())
+		t.Errorf("node-a stopped listening at %v, not before node-b started at %v\n%s", unbound, bound, c.DumpEdges())
 	}
 
 	// Well past the claim pause (two heartbeats), node-a stays a standby.
-	c.waitAcked(tr, 30, 30*time.Second)
-	if rest := time.Until(sdAt.Add(10 * clHeartbeat)); rest > 0 {
+	c.WaitAcked(tr, 30, 30*time.Second)
+	if rest := time.Until(sdAt.Add(10 * cluster.Heartbeat)); rest > 0 {
 		time.Sleep(rest)
 	}
-	c.assertRetakenOnlyAfterGiveUp(a, b, sdAt)
-	c.assertHolderAgrees()
+	c.AssertRetakenOnlyAfterGiveUp(a, b, sdAt)
+	c.AssertHolderAgrees()
 
 	// The claim pause, seen alone: with node-a frozen nobody else can take
 	// the lease, and node-b, having released it, still waits two heartbeats
 	// before it claims it again.
-	a.signal(t, syscall.SIGSTOP)
-	t.Cleanup(func() { _ = a.p.cmd.Process.Signal(syscall.SIGCONT) })
+	a.Signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { _ = a.Proc.Cmd.Process.Signal(syscall.SIGCONT) })
 	sd2 := time.Now()
-	r, code, out = c.stepdown()
-	if code != 0 || r.Outcome != "released" || r.Node != b.id {
-		_ = a.p.cmd.Process.Signal(syscall.SIGCONT)
-		t.Fatalf("stepdown with node-a frozen: exit %d, %+v; want exit 0, released by %s\n%s", code, r, b.id, out)
+	r, code, out = c.Stepdown()
+	if code != 0 || r.Outcome != "released" || r.Node != b.ID {
+		_ = a.Proc.Cmd.Process.Signal(syscall.SIGCONT)
+		t.Fatalf("stepdown with node-a frozen: exit %d, %+v; want exit 0, released by %s\n%s", code, r, b.ID, out)
 	}
-	c.eventually(10*time.Second, "node-b, alone, claiming the lease again", func() bool {
-		_, ok := b.firstAfter(sd2, "listener lease acquired", "")
+	c.Eventually(10*time.Second, "node-b, alone, claiming the lease again", func() bool {
+		_, ok := b.FirstAfter(sd2, "listener lease acquired", "")
 		return ok
 	})
-	a.signal(t, syscall.SIGCONT)
-	rel, _ := b.firstAfter(sd2, "listener lease released", "")
-	back, _ := b.firstAfter(sd2, "listener lease acquired", "")
+	a.Signal(t, syscall.SIGCONT)
+	rel, _ := b.FirstAfter(sd2, "listener lease released", "")
+	back, _ := b.FirstAfter(sd2, "listener lease acquired", "")
 	pause := back.Sub(rel)
 	t.Logf("MEASURED claim pause: node-b claimed the lease it released again after %v, with no other node able to (pause: 2 heartbeats = %v)",
-		pause.Round(time.Millisecond), 2*clHeartbeat)
-	if rel.IsZero() || pause < 2*clHeartbeat-10*time.Millisecond {
-		t.Errorf("node-b claimed the lease again %v after releasing it, within its claim pause of two heartbeats (%v)\n%s", pause, 2*clHeartbeat, c.dumpEdges())
+		pause.Round(time.Millisecond), 2*cluster.Heartbeat)
+	if rel.IsZero() || pause < 2*cluster.Heartbeat-10*time.Millisecond {
+		t.Errorf("node-b claimed the lease again %v after releasing it, within its claim pause of two heartbeats (%v)\n%s", pause, 2*cluster.Heartbeat, c.DumpEdges())
 	}
-	c.waitAcked(tr, 30, 30*time.Second)
-	c.checkDelivered(tr, 60*time.Second)
-	c.assertNoOverlap()
+	c.WaitAcked(tr, 30, 30*time.Second)
+	c.CheckDelivered(tr, 60*time.Second)
+	c.AssertNoOverlap()
 
 	// Each request is audited by the CLI, each answer by the node that gave it.
-	recs, err := audit.List(context.Background(), c.db.Pool, audit.Filter{Action: audit.ActionStepdown})
+	recs, err := audit.List(context.Background(), c.DB.Pool, audit.Filter{Action: audit.ActionStepdown})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +499,7 @@ func TestStepdownMovesListeners(t *testing.T) {
 		got = append(got, recs[i].Node+":"+recs[i].Outcome)
 	}
 	slices.Sort(got)
-	want := []string{":requested", ":requested", ":requested", a.id + ":released", b.id + ":not-holder", b.id + ":released"}
+	want := []string{":requested", ":requested", ":requested", a.ID + ":released", b.ID + ":not-holder", b.ID + ":released"}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("stepdown audit rows (node:outcome) = %v, want %v", got, want)

@@ -2,14 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,140 +16,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // These tests run the real mefor binary as separate processes, the way an
 // operator does, against a PostgreSQL from the harness.
-
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-func meforBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mefor-e2e-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "mefor")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
-
-// proc is a running mefor process whose output is kept for the test log.
-type proc struct {
-	cmd *exec.Cmd
-	out *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startProc(t *testing.T, dir string, env []string, args ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(meforBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	p := &proc{cmd: cmd, out: &syncBuffer{}}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mefor %v: %v", args, err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("output of mefor %v:\n%s", args, p.out.String())
-		}
-	})
-	return p
-}
-
-// stop sends sig and waits for the process to exit.
-func (p *proc) stop(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		t.Fatalf("mefor %v did not exit within 60s of %v", p.cmd.Args[1:], sig)
-	}
-}
-
-func runMefor(t *testing.T, dir string, env []string, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(meforBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// freePort returns a loopback address for a node to listen on, that nothing
-// is bound to and no other test got.
-func freePort(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t, "127.0.0.1")
-}
-
-func waitListening(t *testing.T, addr string) {
-	t.Helper()
-	if !awaitListener(addr, 60*time.Second) {
-		t.Fatalf("nothing listening on %s after 60s", addr)
-	}
-}
-
-// awaitListener reports whether something accepted a connection on addr
-// within timeout. It does not touch a testing.T, so a test's sender
-// goroutine can wait with it for a restarted node.
-func awaitListener(addr string, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // quickstartConfig writes the quickstart config with its ports replaced by
 // free ones, so tests can run side by side.
@@ -213,17 +86,6 @@ func sentIDs(t *testing.T, out string) []string {
 	return ids
 }
 
-func eventuallyT(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // The quickstart as the README tells it: sink, run, send. Every message is
 // ACKed AA with its control id, reaches the sink in order and the archive,
 // and ends processed. With the sink stopped, messages queue; once it is back
@@ -233,21 +95,21 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen, downstream := freePort(t), freePort(t)
+	listen, downstream := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	cfg := quickstartConfig(t, dir, listen, downstream)
 	msgs, err := filepath.Abs("../../examples/quickstart/adt.hl7")
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	sink := startProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink1", "--quiet")
-	adminAddr := freePort(t)
-	node := startProc(t, dir, env, "run", "--migrate", "--config", cfg, "--node-id", "qs", "--admin-listen", adminAddr)
-	waitListening(t, downstream)
-	waitListening(t, listen)
+	sink := cluster.StartProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink1", "--quiet")
+	adminAddr := fixtures.FreeAddr(t)
+	node := cluster.StartProc(t, dir, env, "run", "--migrate", "--config", cfg, "--node-id", "qs", "--admin-listen", adminAddr)
+	cluster.WaitListening(t, downstream)
+	cluster.WaitListening(t, listen)
 	checkAdmin(t, adminAddr, "qs")
 
-	out, err := runMefor(t, dir, env, "send", "--to", listen, msgs)
+	out, err := cluster.RunMefor(t, dir, env, "send", "--to", listen, msgs)
 	if err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
 	}
@@ -255,12 +117,12 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	if len(first) != 5 {
 		t.Fatalf("send reported %d messages, want the 5 of adt.hl7:\n%s", len(first), out)
 	}
-	eventuallyT(t, 30*time.Second, "5 messages at the sink", func() bool { return len(controlIDsInDir(t, filepath.Join(dir, "sink1"))) == 5 })
+	cluster.Eventually(t, 30*time.Second, "5 messages at the sink", func() bool { return len(controlIDsInDir(t, filepath.Join(dir, "sink1"))) == 5 })
 	if got := controlIDsInDir(t, filepath.Join(dir, "sink1")); !slices.Equal(got, first) {
 		t.Fatalf("sink received %v, want %v", got, first)
 	}
 	// The archive is its own lane, independent of downstream's.
-	eventuallyT(t, 30*time.Second, "the 5 messages in the archive", func() bool {
+	cluster.Eventually(t, 30*time.Second, "the 5 messages in the archive", func() bool {
 		for _, id := range first {
 			if _, err := os.Stat(filepath.Join(dir, "out", "archive", id+".hl7")); err != nil {
 				return false
@@ -270,8 +132,8 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	})
 
 	// The partner goes away mid-stream: messages are still accepted and queue.
-	sink.stop(t, syscall.SIGINT)
-	out, err = runMefor(t, dir, env, "send", "--to", listen, "--count", "20", "--unique-ids", msgs)
+	sink.Stop(t, syscall.SIGINT)
+	out, err = cluster.RunMefor(t, dir, env, "send", "--to", listen, "--count", "20", "--unique-ids", msgs)
 	if err != nil {
 		t.Fatalf("send while sink down: %v\n%s", err, out)
 	}
@@ -281,27 +143,27 @@ func TestQuickstartEndToEnd(t *testing.T) {
 		t.Fatalf("sink saw %d messages while stopped", n)
 	}
 
-	startProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink2", "--quiet")
-	eventuallyT(t, 60*time.Second, "the queued messages at the restarted sink", func() bool {
+	cluster.StartProc(t, dir, env, "sink", "--listen", downstream, "--dir", "sink2", "--quiet")
+	cluster.Eventually(t, 60*time.Second, "the queued messages at the restarted sink", func() bool {
 		return len(controlIDsInDir(t, filepath.Join(dir, "sink2"))) >= len(second)
 	})
 	if got := controlIDsInDir(t, filepath.Join(dir, "sink2")); !slices.Equal(got, second) {
 		t.Fatalf("restarted sink received %v, want %v (in order, none lost, none twice)", got, second)
 	}
 
-	eventuallyT(t, 30*time.Second, "every message processed", func() bool {
+	cluster.Eventually(t, 30*time.Second, "every message processed", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM mefor_message WHERE status = 'processed'").Scan(&n)
 		return n == 25
 	})
-	node.stop(t, syscall.SIGTERM)
-	if node.cmd.ProcessState.ExitCode() != 0 {
-		t.Fatalf("mefor run exited %d after SIGTERM", node.cmd.ProcessState.ExitCode())
+	node.Stop(t, syscall.SIGTERM)
+	if node.Cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("mefor run exited %d after SIGTERM", node.Cmd.ProcessState.ExitCode())
 	}
 
 	// A clean stop leaves the node listed as left, holding nothing, and the
 	// lease free for another node at once rather than after its TTL.
-	out, err = runMefor(t, dir, env, "nodes", "--json")
+	out, err = cluster.RunMefor(t, dir, env, "nodes", "--json")
 	if err != nil {
 		t.Fatalf("nodes: %v\n%s", err, out)
 	}
@@ -331,7 +193,7 @@ func TestCrashSafetySIGKILL(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen := freePort(t)
+	listen := fixtures.FreeAddr(t)
 
 	const recordRows = 8
 	// The partner is in this process, so it sees every delivery, including
@@ -370,7 +232,7 @@ destinations:
 `, listen, ln.Addr().String(), recordRows)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runMefor(t, dir, env, "migrate"); err != nil {
+	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
 
@@ -378,13 +240,13 @@ destinations:
 	var acked []string
 	client := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second, DialTimeout: time.Second}
 	defer client.Close()
-	node := startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
-	waitListening(t, listen)
+	node := cluster.StartProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
+	cluster.WaitListening(t, listen)
 	for i := 0; i < total; i++ {
 		if i > 0 && i%(total/(kills+1)) == 0 && i < total-10 {
-			node.stop(t, syscall.SIGKILL)
-			node = startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
-			waitListening(t, listen)
+			node.Stop(t, syscall.SIGKILL)
+			node = cluster.StartProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
+			cluster.WaitListening(t, listen)
 		}
 		id := fmt.Sprintf("K%04d", i)
 		msg := []byte("MSH|^~\\&|A|B|C|D|20240101||ADT^A01|" + id + "|P|2.5\rPID|1||" + id + "\r")
@@ -400,7 +262,7 @@ destinations:
 		t.Fatalf("only %d of %d messages acknowledged", len(acked), total)
 	}
 
-	eventuallyT(t, 90*time.Second, "every acknowledged message delivered", func() bool {
+	cluster.Eventually(t, 90*time.Second, "every acknowledged message delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		seen := map[string]bool{}
@@ -472,7 +334,7 @@ func checkAdmin(t *testing.T, addr, nodeID string) {
 		Status     string `json:"status"`
 		HoldsLease bool   `json:"holds_lease"`
 	}
-	eventuallyT(t, 10*time.Second, "the node listed as active lease holder", func() bool {
+	cluster.Eventually(t, 10*time.Second, "the node listed as active lease holder", func() bool {
 		if code := get("/cluster/nodes", &nodes); code != 200 {
 			t.Fatalf("/cluster/nodes answered %d", code)
 		}

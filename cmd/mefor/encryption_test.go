@@ -27,6 +27,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
 )
 
 // newKeySpec returns "id=base64(32 random bytes)".
@@ -265,7 +266,7 @@ func TestNoPlaintextPatientDataAtRest(t *testing.T) {
 	// Not HL7 at all: stored as it came, with a parse error.
 	msgs = append(msgs, []byte("GARBAGE WALRUS^TOM PX777\r"))
 	sendMLLP(t, listen, msgs...)
-	pollT(t, 30*time.Second, "two deliveries", func() bool { return len(partner.received()) == 2 })
+	cluster.Poll(t, 30*time.Second, "two deliveries", func() bool { return len(partner.received()) == 2 })
 	for _, got := range partner.received() {
 		if !bytes.Contains(got, []byte("LAB-3NORTH")) || !(bytes.Contains(got, []byte("ZEBRAFISH")) || bytes.Contains(got, []byte("QUOKKA"))) {
 			t.Fatalf("partner got a message that is not the transformed original:\n%q", got)
@@ -275,7 +276,7 @@ func TestNoPlaintextPatientDataAtRest(t *testing.T) {
 		t.Fatalf("the second message does not carry the state the first left:\n%q", partner.received()[1])
 	}
 	// The failed message's error and the replies are written by then.
-	pollT(t, 10*time.Second, "the dead letter", func() bool {
+	cluster.Poll(t, 10*time.Second, "the dead letter", func() bool {
 		_, out, _ := cli(t, db.URL, keys, "dead", "list")
 		return strings.Contains(out, "NARWHAL")
 	})
@@ -313,7 +314,7 @@ func TestNoPlaintextPatientDataAtRest(t *testing.T) {
 	if code, out, errs := cli(t, db.URL, keys, "replay", "2"); code != 0 {
 		t.Fatalf("replay: exit %d\n%s%s", code, out, errs)
 	}
-	pollT(t, 30*time.Second, "the replayed delivery", func() bool { return len(partner.received()) == 3 })
+	cluster.Poll(t, 30*time.Second, "the replayed delivery", func() bool { return len(partner.received()) == 3 })
 	if got := partner.received()[2]; !bytes.Equal(got, partner.received()[1]) {
 		t.Fatalf("the replay sent something else:\n%q\nfirst time:\n%q", got, partner.received()[1])
 	}
@@ -341,7 +342,7 @@ func TestWithoutKeysStatusSaysPlaintext(t *testing.T) {
 	listen := unusedAddr(t)
 	phiNode(t, db, "", listen, partner.addr)
 	sendMLLP(t, listen, phiMessage("C1", "PX918273", "ZEBRAFISH^JANE"))
-	pollT(t, 30*time.Second, "the delivery", func() bool { return len(partner.received()) == 1 })
+	cluster.Poll(t, 30*time.Second, "the delivery", func() bool { return len(partner.received()) == 1 })
 	if code, out, _ := cli(t, db.URL, "", "status"); code != 0 || !strings.Contains(out, "encryption at rest: off: message content is stored in plaintext") {
 		t.Fatalf("status: exit %d\n%s", code, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mefor/mefor/internal/dryrun"
+	"github.com/mefor/mefor/testcontainers/cluster"
 )
 
 // The example's walkthrough, as its README shows it: run from the root of
@@ -16,7 +17,7 @@ import (
 func TestHandlerTestOnTheScriptingExample(t *testing.T) {
 	t.Parallel()
 	root, _ := filepath.Abs("../..")
-	out, err := runMefor(t, root, nil, "handler", "test", "--config", "examples/scripting/mefor.yaml", "to-lab",
+	out, err := cluster.RunMefor(t, root, nil, "handler", "test", "--config", "examples/scripting/mefor.yaml", "to-lab",
 		"examples/scripting/samples/adt.hl7")
 	if err == nil {
 		t.Fatalf("exit 0 although a sample fails:\n%s", out)
@@ -82,7 +83,7 @@ func TestHandlerTestJSON(t *testing.T) {
   ctx.state.delete("orders", "old");
   return out;
 }`)
-	out, err := runMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "split", "in.hl7",
+	out, err := cluster.RunMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "split", "in.hl7",
 		"--state", `orders/123=40`, "--state", `orders/old={"a":1,"b":2}`, "--json")
 	if err != nil {
 		t.Fatalf("handler test: %v\n%s", err, out)
@@ -126,23 +127,23 @@ func TestHandlerTestRefusesBadInput(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 
-	out, err := runMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "split", "in.hl7")
+	out, err := cluster.RunMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "split", "in.hl7")
 	if err == nil || !strings.Contains(out, `mefor.yaml:8: handler "split": javascript.file ./h.js:2:20: SyntaxError: Unexpected token ;`) {
 		t.Errorf("syntax error: %v\n%s", err, out)
 	}
-	out, err = runMefor(t, dir, nil, "config", "check", "mefor.yaml")
+	out, err = cluster.RunMefor(t, dir, nil, "config", "check", "mefor.yaml")
 	if err == nil || !strings.Contains(out, "./h.js:2:20: SyntaxError") {
 		t.Errorf("config check of a broken script: %v\n%s", err, out)
 	}
 
 	dir = handlerTestDir(t, "function transform() {}")
 	for _, bad := range []string{"orders=1", "orders/k=notjson"} {
-		out, err := runMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "split", "in.hl7", "--state", bad)
+		out, err := cluster.RunMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "split", "in.hl7", "--state", bad)
 		if err == nil || !strings.Contains(out, "--state") {
 			t.Errorf("--state %s: %v\n%s", bad, err, out)
 		}
 	}
-	out, err = runMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "nosuch", "in.hl7")
+	out, err = cluster.RunMefor(t, dir, nil, "handler", "test", "--config", "mefor.yaml", "nosuch", "in.hl7")
 	if err == nil || !strings.Contains(out, `mefor.yaml (handlers: split, passthrough)`) {
 		t.Errorf("unknown handler: %v\n%s", err, out)
 	}

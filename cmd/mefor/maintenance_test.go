@@ -14,9 +14,9 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // An operator runs retention by hand against a running node, waits for it
@@ -26,7 +26,7 @@ func TestMaintenanceRunAndList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	listen := freeport.Addr(t, "127.0.0.1")
+	listen := fixtures.FreeAddr(t)
 	file := filepath.Join(t.TempDir(), "mefor.yaml")
 	yaml := fmt.Sprintf(`
 channels:
@@ -82,7 +82,7 @@ maintenance:
 	if !strings.Contains(out, "retention: ok") || !strings.Contains(out, "bodies_nulled=250") {
 		t.Fatalf("maintenance run output does not report the outcome and count:\n%s", out)
 	}
-	if got := count(t, db, "SELECT count(*) FROM mefor_message WHERE raw IS NULL AND body_purged_at IS NOT NULL"); got != 250 {
+	if got := fixtures.Count(t, db.Pool, "SELECT count(*) FROM mefor_message WHERE raw IS NULL AND body_purged_at IS NOT NULL"); got != 250 {
 		t.Fatalf("%d bodies purged, want 250", got)
 	}
 
@@ -118,13 +118,4 @@ maintenance:
 	if code == 0 || !strings.Contains(out, `unknown maintenance job "vacuum"`) || !strings.Contains(out, "reclaim, retention") {
 		t.Fatalf("unknown job: exit %d\n%s", code, out)
 	}
-}
-
-func count(t *testing.T, db *testcontainers.DB, sql string) int64 {
-	t.Helper()
-	var n int64
-	if err := db.Pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

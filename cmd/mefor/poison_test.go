@@ -15,6 +15,8 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A message whose send crashes the node (here the partner kills the node
@@ -28,7 +30,7 @@ func TestPoisonMessageCountsItsCrashes(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen := freePort(t)
+	listen := fixtures.FreeAddr(t)
 
 	var mu sync.Mutex
 	var received []string
@@ -82,18 +84,18 @@ destinations:
 `, listen, ln.Addr().String())), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runMefor(t, dir, env, "migrate"); err != nil {
+	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
-	start := func() *proc {
-		return startProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
+	start := func() *cluster.Proc {
+		return cluster.StartProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
 	}
 	node := start()
-	waitListening(t, listen)
+	cluster.WaitListening(t, listen)
 	client := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second}
 	defer client.Close()
 	for _, id := range []string{"POISON", "AFTER1", "AFTER2"} {
-		raw, err := client.Send(context.Background(), clMessage(id))
+		raw, err := client.Send(context.Background(), cluster.Message(id))
 		if err != nil {
 			t.Fatalf("send %s: %v", id, err)
 		}
@@ -114,7 +116,7 @@ destinations:
 		select {
 		case <-crash:
 			crashes++
-			node.stop(t, syscall.SIGKILL)
+			node.Stop(t, syscall.SIGKILL)
 			if crashes > 6 {
 				t.Fatalf("the poison message crashed the node %d times; with max_attempts 3 it must be dead after 3", crashes)
 			}
@@ -132,7 +134,7 @@ destinations:
 	}
 	// The partner has AFTER2 before its send's record window is recorded
 	// (with AFTER1's delivery, in the same transaction): wait for that.
-	eventuallyT(t, 30*time.Second, "the last deliveries recorded", func() bool {
+	cluster.Eventually(t, 30*time.Second, "the last deliveries recorded", func() bool {
 		var n int
 		err := db.Pool.QueryRow(context.Background(), `
 			SELECT count(*) FROM mefor_message WHERE control_id IN ('AFTER1', 'AFTER2') AND status = 'processed'`).Scan(&n)

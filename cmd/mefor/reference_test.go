@@ -10,9 +10,9 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // TestReferenceCLI drives `mefor reference list|show|sync` against a node
@@ -24,7 +24,7 @@ func TestReferenceCLI(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte("code,loinc,display\nGLU,2345-7,Glucose\nNA,2951-2,Sodium\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeport.Addr(t, "127.0.0.1")
+	listen := fixtures.FreeAddr(t)
 	cfgPath := filepath.Join(dir, "mefor.yaml")
 	y := fmt.Sprintf(`
 channels:

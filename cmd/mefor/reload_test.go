@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func reloadConfigYAML(listen, dest string) string {
@@ -38,7 +39,7 @@ destinations:
 
 func unusedAddr(t *testing.T) string {
 	t.Helper()
-	return freePort(t)
+	return fixtures.FreeAddr(t)
 }
 
 // inProcessNode runs an engine node on path until the test ends.

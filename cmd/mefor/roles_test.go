@@ -17,6 +17,7 @@ import (
 
 	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
 )
 
 var loginSeq atomic.Int64
@@ -200,7 +201,7 @@ destinations:
 	if code, out, errs := as(t, admin, "enqueue", "--channel", "adt", msg); code != 0 {
 		t.Fatalf("enqueue as admin: %d %s %s", code, out, errs)
 	}
-	pollT(t, 30*time.Second, "the message delivered to the file destination", func() bool {
+	cluster.Poll(t, 30*time.Second, "the message delivered to the file destination", func() bool {
 		entries, _ := os.ReadDir(dir)
 		return len(entries) == 1
 	})

@@ -14,6 +14,8 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func keysStatus(t *testing.T, db *testcontainers.DB, keys string) ops.KeyStatus {
@@ -50,7 +52,7 @@ func TestKeyRotationWithNodesRunning(t *testing.T) {
 	}
 	delivered := func(want int) {
 		t.Helper()
-		pollT(t, 60*time.Second, fmt.Sprintf("%d deliveries", want), func() bool { return len(partner.received()) >= want })
+		cluster.Poll(t, 60*time.Second, fmt.Sprintf("%d deliveries", want), func() bool { return len(partner.received()) >= want })
 	}
 	// One patient comes back in every phase: the script counts visits in
 	// state keyed by the patient id, so the count shows that state keys
@@ -61,7 +63,7 @@ func TestKeyRotationWithNodesRunning(t *testing.T) {
 		visits++
 		before := len(partner.received())
 		sendMLLP(t, listen, phiMessage(fmt.Sprintf("V%d", visits), "PVISIT01", "RETURNING^PAT"))
-		pollT(t, 60*time.Second, "the visit's delivery", func() bool {
+		cluster.Poll(t, 60*time.Second, "the visit's delivery", func() bool {
 			for _, m := range partner.received()[before:] {
 				if bytes.Contains(m, []byte(fmt.Sprintf("|V%d|", visits))) {
 					return true
@@ -179,11 +181,11 @@ func TestRotationStopsAtAValueItCannotOpen(t *testing.T) {
 	listen := unusedAddr(t)
 	stop := phiNode(t, db, "", listen, partner.addr)
 	sendMLLP(t, listen, phiMessage("P1", "PA0001", "PLAIN^PAT"))
-	pollT(t, 30*time.Second, "delivery", func() bool { return len(partner.received()) == 1 })
+	cluster.Poll(t, 30*time.Second, "delivery", func() bool { return len(partner.received()) == 1 })
 	stop()
 	stop = phiNode(t, db, k1, listen, partner.addr)
 	sendMLLP(t, listen, phiMessage("S1", "PA0002", "SEALED^PAT"))
-	pollT(t, 30*time.Second, "delivery", func() bool { return len(partner.received()) == 2 })
+	cluster.Poll(t, 30*time.Second, "delivery", func() bool { return len(partner.received()) == 2 })
 	stop()
 
 	before := keysStatus(t, db, k2)
@@ -211,7 +213,7 @@ func TestMissingKeyStopsTheLaneNamingTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	sendMLLP(t, listen, phiMessage("M1", "PM0001", "MISSING^KEY"))
-	pollT(t, 30*time.Second, "the outbound row", func() bool {
+	cluster.Poll(t, 30*time.Second, "the outbound row", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`).Scan(&n)
 		return n == 1
@@ -219,7 +221,7 @@ func TestMissingKeyStopsTheLaneNamingTheKey(t *testing.T) {
 	stop()
 
 	partner := newReplyingPartnerAt(t, partnerAddr)
-	var logs syncBuffer
+	var logs fixtures.SyncBuffer
 	stop, err = startPHINode(t, db, phiOpts{keys: k2, listen: listen, partner: partnerAddr, plain: true, log: &logs})
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +236,7 @@ func TestMissingKeyStopsTheLaneNamingTheKey(t *testing.T) {
 			}
 		}
 	}()
-	pollT(t, 10*time.Second, "the node saying which key it needs", func() bool {
+	cluster.Poll(t, 10*time.Second, "the node saying which key it needs", func() bool {
 		return strings.Contains(logs.String(), `key \"k1\"`) || strings.Contains(logs.String(), "k1")
 	})
 	time.Sleep(time.Second)
@@ -256,7 +258,7 @@ func TestMissingKeyStopsTheLaneNamingTheKey(t *testing.T) {
 		t.Fatalf("a node without the reference set's key started: %v", err)
 	}
 
-	pollT(t, 30*time.Second, "the delivery once the key is back", func() bool { return len(partner.received()) == 1 })
+	cluster.Poll(t, 30*time.Second, "the delivery once the key is back", func() bool { return len(partner.received()) == 1 })
 	if got := partner.received()[0]; !bytes.Contains(got, []byte("MISSING^KEY")) {
 		t.Fatalf("delivered %q", got)
 	}

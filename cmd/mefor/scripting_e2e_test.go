@@ -10,6 +10,8 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The live run of examples/scripting/README.md: the example's config (its
@@ -21,7 +23,7 @@ func TestScriptingExampleEndToEnd(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen, lab := freePort(t), freePort(t)
+	listen, lab := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	src, err := os.ReadFile(filepath.Join(root, "examples/scripting/mefor.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -35,15 +37,15 @@ func TestScriptingExampleEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	sinkDir := filepath.Join(dir, "lab")
-	startProc(t, root, env, "sink", "--listen", lab, "--dir", sinkDir, "--quiet")
-	startProc(t, root, env, "run", "--migrate", "--config", cfgPath, "--node-id", "scripting", "--admin-listen", "")
-	waitListening(t, lab)
-	waitListening(t, listen)
+	cluster.StartProc(t, root, env, "sink", "--listen", lab, "--dir", sinkDir, "--quiet")
+	cluster.StartProc(t, root, env, "run", "--migrate", "--config", cfgPath, "--node-id", "scripting", "--admin-listen", "")
+	cluster.WaitListening(t, lab)
+	cluster.WaitListening(t, listen)
 
-	if out, err := runMefor(t, root, env, "send", "--to", listen, "examples/scripting/samples/adt.hl7"); err != nil {
+	if out, err := cluster.RunMefor(t, root, env, "send", "--to", listen, "examples/scripting/samples/adt.hl7"); err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
 	}
-	eventuallyT(t, 30*time.Second, "3 messages at the lab", func() bool { return len(controlIDsInDir(t, sinkDir)) == 3 })
+	cluster.Eventually(t, 30*time.Second, "3 messages at the lab", func() bool { return len(controlIDsInDir(t, sinkDir)) == 3 })
 	if got := controlIDsInDir(t, sinkDir); !slices.Equal(got, []string{"ADT00001", "ADT00003", "ADT00004"}) {
 		t.Fatalf("the lab received %v, want ADT00001, ADT00003, ADT00004 (the test patient filtered, the unknown ward dead)", got)
 	}
@@ -61,11 +63,11 @@ func TestScriptingExampleEndToEnd(t *testing.T) {
 			m.Get("PID-3"), m.Get("PV1-3.1"), m.Get("ZVC-1"))
 	}
 
-	eventuallyT(t, 20*time.Second, "ADT00005 dead-lettered", func() bool {
-		out, _ := runMefor(t, root, env, "dead", "list")
+	cluster.Eventually(t, 20*time.Second, "ADT00005 dead-lettered", func() bool {
+		out, _ := cluster.RunMefor(t, root, env, "dead", "list")
 		return strings.Contains(out, "ward code not in reference set wards") && strings.Contains(out, "to-lab.js:27:")
 	})
-	out, err := runMefor(t, root, env, "messages", "list")
+	out, err := cluster.RunMefor(t, root, env, "messages", "list")
 	if err != nil || !strings.Contains(out, "filtered") {
 		t.Errorf("messages list shows no filtered message: %v\n%s", err, out)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // docs/handlers.md promises that a message's state writes commit in the
@@ -38,7 +40,7 @@ func TestScriptStateExactlyOnceSIGKILL(t *testing.T) {
 	logPipelineOnFailure(t, db)
 	dir := t.TempDir()
 	env := []string{"DATABASE_URL=" + db.URL}
-	listen := freePort(t)
+	listen := fixtures.FreeAddr(t)
 
 	type delivery struct {
 		id    string
@@ -96,7 +98,7 @@ destinations:
 `, listen, script, ln.Addr().String())), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runMefor(t, dir, env, "migrate"); err != nil {
+	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
 
@@ -107,8 +109,8 @@ destinations:
 		return len(delivered)
 	}
 	args := []string{"run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen="}
-	node := startProc(t, dir, env, args...)
-	waitListening(t, listen)
+	node := cluster.StartProc(t, dir, env, args...)
+	cluster.WaitListening(t, listen)
 
 	// The sender runs on its own; the kills are timed by deliveries, so
 	// they land while the routed lane has a backlog its drainer is working
@@ -132,7 +134,7 @@ destinations:
 				// takeover: too few were left to reach the next kill's
 				// count of deliveries, and the test timed out waiting for
 				// messages nobody had sent.
-				awaitListener(listen, time.Minute)
+				cluster.AwaitListener(listen, time.Minute)
 				continue
 			}
 			if ack, err := hl7.ParseACK(raw); err == nil && ack.Code == hl7.AckAccept {
@@ -143,14 +145,14 @@ destinations:
 		}
 	}()
 	for k := 1; k <= kills; k++ {
-		eventuallyT(t, 60*time.Second, fmt.Sprintf("%d deliveries before kill %d", k*total/(kills+2), k),
+		cluster.Eventually(t, 60*time.Second, fmt.Sprintf("%d deliveries before kill %d", k*total/(kills+2), k),
 			func() bool { return deliveredN() >= k*total/(kills+2) })
 		// Deliveries follow hand-offs; a little jitter moves the kill off
 		// that rhythm, to any point of the transform drainer's loop.
 		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
-		node.stop(t, syscall.SIGKILL)
-		node = startProc(t, dir, env, args...)
-		waitListening(t, listen)
+		node.Stop(t, syscall.SIGKILL)
+		node = cluster.StartProc(t, dir, env, args...)
+		cluster.WaitListening(t, listen)
 	}
 	<-sent
 	mu.Lock()
@@ -175,7 +177,7 @@ destinations:
 		}
 		return seen
 	}
-	eventuallyT(t, 180*time.Second, "every stored message delivered", func() bool { return len(distinct()) >= stored })
+	cluster.Eventually(t, 180*time.Second, "every stored message delivered", func() bool { return len(distinct()) >= stored })
 	seen := distinct()
 	for _, id := range acked {
 		if !seen[id] {

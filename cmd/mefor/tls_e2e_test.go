@@ -15,6 +15,8 @@ import (
 
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The TLS quickstart: mefor send --tls-* → a node listening with mutual
@@ -34,7 +36,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	senderCrt, senderKey := ca.Issue(t, "registration", certtest.Options{}).WriteFiles(t, dir, "sender")
 	sinkCrt, sinkKey := ca.Issue(t, "lab-system", certtest.Options{}).WriteFiles(t, dir, "sink")
 
-	listen, downstream, adminAddr := freePort(t), freePort(t), freePort(t)
+	listen, downstream, adminAddr := fixtures.FreeAddr(t), fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	cfg := filepath.Join(dir, "mefor.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 channels:
@@ -59,13 +61,13 @@ destinations:
 		t.Fatal(err)
 	}
 
-	sink := startProc(t, dir, nil, "sink", "--listen", downstream, "--dir", "got",
+	sink := cluster.StartProc(t, dir, nil, "sink", "--listen", downstream, "--dir", "got",
 		"--tls-cert", sinkCrt, "--tls-key", sinkKey, "--tls-client-ca", caFile)
-	startProc(t, dir, env, "run", "--migrate", "--config", cfg, "--node-id", "tls", "--admin-listen", adminAddr)
-	waitListening(t, downstream)
-	waitListening(t, listen)
+	cluster.StartProc(t, dir, env, "run", "--migrate", "--config", cfg, "--node-id", "tls", "--admin-listen", adminAddr)
+	cluster.WaitListening(t, downstream)
+	cluster.WaitListening(t, listen)
 
-	out, err := runMefor(t, dir, nil, "send", "--to", listen, "--tls-ca", caFile, "--tls-cert", senderCrt, "--tls-key", senderKey, msgs)
+	out, err := cluster.RunMefor(t, dir, nil, "send", "--to", listen, "--tls-ca", caFile, "--tls-cert", senderCrt, "--tls-key", senderKey, msgs)
 	if err != nil {
 		t.Fatalf("send over TLS: %v\n%s", err, out)
 	}
@@ -73,12 +75,12 @@ destinations:
 	if len(sent) != 5 {
 		t.Fatalf("send reported %d messages, want 5:\n%s", len(sent), out)
 	}
-	eventuallyT(t, 30*time.Second, "5 messages at the TLS sink", func() bool { return len(controlIDsInDir(t, filepath.Join(dir, "got"))) == 5 })
+	cluster.Eventually(t, 30*time.Second, "5 messages at the TLS sink", func() bool { return len(controlIDsInDir(t, filepath.Join(dir, "got"))) == 5 })
 	if got := controlIDsInDir(t, filepath.Join(dir, "got")); !slices.Equal(got, sent) {
 		t.Fatalf("sink received %v, want %v in order", got, sent)
 	}
-	eventuallyT(t, 10*time.Second, "the sink naming the node's certificate", func() bool {
-		return strings.Count(sink.out.String(), "from CN=mefor-node,O=mefor tests") == 5
+	cluster.Eventually(t, 10*time.Second, "the sink naming the node's certificate", func() bool {
+		return strings.Count(sink.Out.String(), "from CN=mefor-node,O=mefor tests") == 5
 	})
 
 	// Who sent it is on the message.
@@ -86,7 +88,7 @@ destinations:
 	if err := db.Pool.QueryRow(ctx, `SELECT id FROM mefor_message WHERE control_id = $1`, sent[0]).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	out, err = runMefor(t, dir, env, "messages", "show", fmt.Sprint(id))
+	out, err = cluster.RunMefor(t, dir, env, "messages", "show", fmt.Sprint(id))
 	if err != nil || !strings.Contains(out, "Source identity:") || !strings.Contains(out, "CN=registration,O=mefor tests") {
 		t.Errorf("messages show does not name the sender's certificate (%v):\n%s", err, out)
 	}
@@ -97,7 +99,7 @@ destinations:
 		"no client cert":     {"send", "--to", listen, "--tls-ca", caFile, msgs},
 		"untrusted listener": {"send", "--to", listen, "--tls-cert", senderCrt, "--tls-key", senderKey, msgs}, // system roots: the quickstart CA is not among them
 	} {
-		out, err := runMefor(t, dir, nil, args...)
+		out, err := cluster.RunMefor(t, dir, nil, args...)
 		if err == nil {
 			t.Errorf("%s: send exited 0:\n%s", name, out)
 		}
@@ -111,7 +113,7 @@ destinations:
 	}
 
 	// Status and the admin endpoint list the certificates in use.
-	out, err = runMefor(t, dir, env, "status")
+	out, err = cluster.RunMefor(t, dir, env, "status")
 	if err != nil || !strings.Contains(out, nodeCrt) || !strings.Contains(out, caFile) || !strings.Contains(out, `channel "adt" server certificate`) {
 		t.Errorf("status does not list the certificates (%v):\n%s", err, out)
 	}

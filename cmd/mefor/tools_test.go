@@ -8,6 +8,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // mefor send talks to mefor sink over real sockets: every message gets AA,
@@ -15,12 +18,12 @@ import (
 func TestSendToSink(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	addr := freePort(t)
-	sink := startProc(t, dir, nil, "sink", "--listen", addr, "--dir", "got")
-	waitListening(t, addr)
+	addr := fixtures.FreeAddr(t)
+	sink := cluster.StartProc(t, dir, nil, "sink", "--listen", addr, "--dir", "got")
+	cluster.WaitListening(t, addr)
 
 	msgs, _ := filepath.Abs("../../examples/quickstart/adt.hl7")
-	out, err := runMefor(t, dir, nil, "send", "--to", addr, msgs)
+	out, err := cluster.RunMefor(t, dir, nil, "send", "--to", addr, msgs)
 	if err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
 	}
@@ -29,13 +32,13 @@ func TestSendToSink(t *testing.T) {
 	if strings.Join(ids, ",") != strings.Join(want, ",") {
 		t.Fatalf("send reported %v, want %v", ids, want)
 	}
-	eventuallyT(t, 10*time.Second, "5 files at the sink", func() bool { return len(controlIDsInDir(t, filepath.Join(dir, "got"))) == 5 })
+	cluster.Eventually(t, 10*time.Second, "5 files at the sink", func() bool { return len(controlIDsInDir(t, filepath.Join(dir, "got"))) == 5 })
 	if got := controlIDsInDir(t, filepath.Join(dir, "got")); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("sink kept %v, want %v", got, want)
 	}
-	sink.stop(t, syscall.SIGINT)
-	if !strings.Contains(sink.out.String(), "received 5 messages") {
-		t.Fatalf("sink summary missing:\n%s", sink.out.String())
+	sink.Stop(t, syscall.SIGINT)
+	if !strings.Contains(sink.Out.String(), "received 5 messages") {
+		t.Fatalf("sink summary missing:\n%s", sink.Out.String())
 	}
 }
 
@@ -43,11 +46,11 @@ func TestSendToSink(t *testing.T) {
 func TestSendExitsNonZeroOnNegativeAck(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	addr := freePort(t)
-	startProc(t, dir, nil, "sink", "--listen", addr, "--ack", "AE", "--quiet")
-	waitListening(t, addr)
+	addr := fixtures.FreeAddr(t)
+	cluster.StartProc(t, dir, nil, "sink", "--listen", addr, "--ack", "AE", "--quiet")
+	cluster.WaitListening(t, addr)
 	msgs, _ := filepath.Abs("../../examples/quickstart/adt.hl7")
-	out, err := runMefor(t, dir, nil, "send", "--to", addr, msgs)
+	out, err := cluster.RunMefor(t, dir, nil, "send", "--to", addr, msgs)
 	if err == nil {
 		t.Fatalf("send exited 0 although every ACK was AE:\n%s", out)
 	}
@@ -55,7 +58,7 @@ func TestSendExitsNonZeroOnNegativeAck(t *testing.T) {
 		t.Fatalf("send output does not report the AE answers:\n%s", out)
 	}
 	// Nothing listening: each message is reported refused.
-	out, err = runMefor(t, dir, nil, "send", "--to", freePort(t), msgs)
+	out, err = cluster.RunMefor(t, dir, nil, "send", "--to", fixtures.FreeAddr(t), msgs)
 	if err == nil || !strings.Contains(out, "\trefused") {
 		t.Fatalf("send to a closed port: err %v, output:\n%s", err, out)
 	}

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,14 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
 	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -78,24 +76,6 @@ func (h *hookReceiver) count(state string, status int) int {
 	return n
 }
 
-// syncBuffer is a log destination shared by nodes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // An alert rule on a stuck destination fires once for the whole cluster
 // (two nodes, extra evaluations by hand), its webhook is retried after the
 // receiver answered 500, the log sink writes it, and it resolves once the
@@ -105,14 +85,8 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 1)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := freeAddr(t)
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	listen := fixtures.FreeAddr(t)
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - destinations: [lab]
 destinations:
   lab:
@@ -133,22 +107,22 @@ alerts:
       queue_depth: 3
       oldest_queued: 1h
       sinks: [hook, journal]
-`, listen, lab.addr, hook.srv.URL)
+`, lab.addr, hook.srv.URL)
 	cfg, err := config.Parse("alerts.yaml", []byte(y), func(k string) (string, bool) {
 		return "Bearer HEADERSECRET", k == "HOOK_TOKEN"
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs fixtures.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts := func(id string) func(*engine.Options) {
 		return func(o *engine.Options) {
 			o.NodeID, o.Logger, o.AlertRetryBase = id, logger, 100*time.Millisecond
 		}
 	}
-	startNode(t, db, cfg, opts("node-a"))
-	startNode(t, db, cfg, opts("node-b"))
+	cluster.StartNode(t, db, cfg, opts("node-a"))
+	cluster.StartNode(t, db, cfg, opts("node-b"))
 
 	send(t, listen, adt("A000", "P1"), adt("A001", "P2"))
 	// Two queued: below the threshold of three.
@@ -158,15 +132,12 @@ alerts:
 	}
 	send(t, listen, adt("A002", "P3"))
 
-	eventually(t, 30*time.Second, "firing delivered after a 500", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "firing delivered after a 500", func() bool {
 		return hook.count("firing", http.StatusOK) == 1
 	})
 	// Evaluate again and again, as a second leader or an operator would:
 	// the recorded state keeps them from firing twice.
-	ins, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ins := fixtures.Inserter(t, db)
 	deps := &workers.Deps{Pool: db.Pool, Logger: logger}
 	var wg sync.WaitGroup
 	for range 4 {
@@ -200,7 +171,7 @@ alerts:
 	}
 
 	lab.setAnswer(nil) // the partner recovers
-	eventually(t, 30*time.Second, "resolved delivered", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "resolved delivered", func() bool {
 		return hook.count("resolved", http.StatusOK) == 1
 	})
 	time.Sleep(2500 * time.Millisecond) // more evaluations: nothing more to say
@@ -256,14 +227,8 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 3)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := freeAddr(t)
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	listen := fixtures.FreeAddr(t)
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - destinations: [lab]
 destinations:
   lab:
@@ -281,16 +246,16 @@ alerts:
       destination: lab
       queue_depth: 1
       sinks: [hook]
-`, listen, lab.addr, hook.srv.URL)
+`, lab.addr, hook.srv.URL)
 	cfg, err := config.Parse("alerts.yaml", []byte(y), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	startNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
 	send(t, listen, adt("R000", "P1"))
-	eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })
+	fixtures.Eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })
 	lab.setAnswer(nil) // drains at once: the rule resolves while firing is retried
-	eventually(t, 60*time.Second, "resolved delivered", func() bool { return hook.count("resolved", http.StatusOK) == 1 })
+	fixtures.Eventually(t, 60*time.Second, "resolved delivered", func() bool { return hook.count("resolved", http.StatusOK) == 1 })
 
 	var got []string
 	for _, p := range hook.list() {

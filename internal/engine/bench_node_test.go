@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The benchmark runs the node as a real `mefor run` subprocess, so the
@@ -57,7 +58,7 @@ func startNodeProc(b *testing.B, bin string, db *testcontainers.DB, yaml string,
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	adminAddr := freeAddr(b)
+	adminAddr := fixtures.FreeAddr(b)
 	logPath := filepath.Join(dir, "node.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -36,7 +37,7 @@ func runIdleScenario(b *testing.B, env *benchEnv, sc benchScenario) scenarioResu
 	defer p.stop()
 	listens := make([]string, lanes)
 	for i := range listens {
-		listens[i] = freeAddr(b)
+		listens[i] = fixtures.FreeAddr(b)
 	}
 	node := startNodeProc(b, env.bin, db, pipelineYAML(lanes, listens, "passthrough", "", p.addr), listens)
 	time.Sleep(settle)
@@ -74,7 +75,7 @@ func runBacklogScenario(b *testing.B, env *benchEnv, sc benchScenario) scenarioR
 	}
 	db := testcontainers.NewDB(b)
 	stm := newStatements(b, db)
-	listen := freeAddr(b)
+	listen := fixtures.FreeAddr(b)
 	yaml := fmt.Sprintf("channels:\n  ch0:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, handler: passthrough, destinations: [d0]}\n"+
 		"destinations:\n  d0: {type: mllp, mllp: {address: %q}}\n", listen, downAddr(b))
 	node := startNodeProc(b, env.bin, db, yaml, []string{listen})
@@ -298,7 +299,7 @@ func profileInProcess(b *testing.B, db *testcontainers.DB, yaml, keySpec string,
 	ctx := context.Background()
 	var node *engine.Node
 	pprof.Do(ctx, pprof.Labels("role", "node"), func(ctx context.Context) {
-		node, err = engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: testLogger(b), NodeID: "bench-profile",
+		node, err = engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(b), NodeID: "bench-profile",
 			Limits: workers.DefaultLimits, Keys: kr})
 		if err == nil {
 			err = node.Start(ctx)

@@ -25,6 +25,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // BenchmarkPipeline measures MLLP in → route → transform → MLLP out through
@@ -146,7 +147,7 @@ func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenario
 	}
 	listens := make([]string, sc.lanes)
 	for i := range listens {
-		listens[i] = freeAddr(b)
+		listens[i] = fixtures.FreeAddr(b)
 	}
 	yaml := pipelineYAML(sc.lanes, listens, routeHandler, extra, p.addr)
 	if _, err := config.Parse(filepath.Join(b.TempDir(), "bench.yaml"), []byte(yaml), nil); err != nil {
@@ -380,7 +381,7 @@ func riverNoopThroughput(b *testing.B, db *testcontainers.DB, n int) float64 {
 		Workers:           w,
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 50 * time.Millisecond,
-		Logger:            testLogger(b),
+		Logger:            fixtures.Logger(b),
 	})
 	if err != nil {
 		b.Fatal(err)

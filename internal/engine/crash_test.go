@@ -11,6 +11,8 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -22,7 +24,7 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	partnerAddr := downAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   downstream:
@@ -32,7 +34,7 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 `, partnerAddr))
 	limits := workers.DefaultLimits
 	limits.Batch, limits.MaxRows = 1, 2 // each execution serves two rows, then yields
-	a, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: testLogger(t), NodeID: "a", Limits: limits})
+	a, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a", Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 		msgs = append(msgs, adt(ids[i], "P1"))
 	}
 	send(t, listen, msgs...) // the partner is down: all six queue
-	eventually(t, 20*time.Second, "all queued, the head failing", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "all queued, the head failing", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`) == 6 &&
 			queryInt(t, db, `SELECT coalesce(max(attempts), 0) FROM mefor_work WHERE stage = 'outbound'`) >= 1
 	})
@@ -69,7 +71,7 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 	}
 
 	p := newCtlPartner(t, partnerAddr, nil)
-	startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "b"; o.Limits = limits })
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "b"; o.Limits = limits })
 	deadline := time.Now().Add(60 * time.Second)
 	for len(ours(p.acceptedIDs(), "RC")) < len(ids) {
 		if time.Now().After(deadline) {
@@ -107,16 +109,11 @@ func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
 		}
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	const rows = 4
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    record_batch: {rows: %d, window: 1s}
-`, p.addr, rows))
-	logs := newLogWatch(testLogger(t).Handler(), "drainer superseded")
-	n := startNode(t, db, cfg, func(o *engine.Options) {
+	cfg := testConfig(t, listen, downstream(p.addr, fmt.Sprintf("record_batch: {rows: %d, window: 1s}", rows)))
+	logs := newLogWatch(fixtures.Logger(t).Handler(), "drainer superseded")
+	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Logger = slog.New(logs)
 		o.ReclaimInterval = time.Hour // the test decides when the lane is served again
 	})
@@ -155,7 +152,7 @@ func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	eventually(t, 20*time.Second, "the dead execution to stop", func() bool { return logs.count("drainer superseded") > 0 })
+	fixtures.Eventually(t, 20*time.Second, "the dead execution to stop", func() bool { return logs.count("drainer superseded") > 0 })
 	recorded := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`)
 	if recorded < sent-rows || recorded > sent {
 		t.Fatalf("%d deliveries recorded after the crash; want at least %d", recorded, sent-rows)
@@ -174,7 +171,7 @@ func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+	fixtures.Eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 	got := p.receivedIDs()
 	firsts := firstDeliveries(got)
 	if !slices.Equal(firsts, ids) {

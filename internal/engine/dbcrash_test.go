@@ -16,6 +16,8 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // PostgreSQL crashes mid-stream (a server process is SIGKILLed, so the
@@ -52,15 +54,9 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 		}
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	const window = 4
-	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    retry: {backoff: 100ms, max_backoff: 500ms}
-    record_batch: {rows: %d, window: 50ms}
-`, p.addr, window)), nil)
+	cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, "retry: {backoff: 100ms, max_backoff: 500ms}", fmt.Sprintf("record_batch: {rows: %d, window: 50ms}", window))), nil)
 
 	// The crash lands while the sender streams: the messages ACKed just
 	// before it are in the WAL buffers unless their commit flushed them.

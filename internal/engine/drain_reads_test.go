@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // laneReads counts the drainers' reads of their lanes (pipeline.PendingRows).
@@ -44,7 +45,7 @@ func TestLightLaneReadOncePerMessage(t *testing.T) {
 		id := fmt.Sprintf("L%d", i)
 		want = append(want, id)
 		send(t, listen, adt(id, "P1"))
-		eventually(t, 10*time.Second, id+" delivered", func() bool { return slices.Contains(p.acceptedIDs(), id) })
+		fixtures.Eventually(t, 10*time.Second, id+" delivered", func() bool { return slices.Contains(p.acceptedIDs(), id) })
 	}
 	if got := firstDeliveries(p.acceptedIDs()); !slices.Equal(got, want) {
 		t.Fatalf("delivered %v, want %v", got, want)

@@ -11,6 +11,8 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A drainer execution that River has superseded while it was waiting on a
@@ -74,15 +76,10 @@ func testFencedDrainer(t *testing.T, supersede, recordBatch string, held int) {
 		}
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    record_batch: %s
-`, p.addr, recordBatch))
-	logs := newLogWatch(testLogger(t).Handler(), "drainer superseded")
-	n := startNode(t, db, cfg, func(o *engine.Options) {
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr, fmt.Sprintf("record_batch: %s", recordBatch)))
+	logs := newLogWatch(fixtures.Logger(t).Handler(), "drainer superseded")
+	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Logger = slog.New(logs)
 		o.ReclaimInterval = time.Hour // the test decides when the lane is served again
 	})
@@ -100,7 +97,7 @@ func testFencedDrainer(t *testing.T, supersede, recordBatch string, held int) {
 	}
 	// The whole backlog is queued behind F000 before the stale execution
 	// could act on it.
-	eventually(t, 20*time.Second, "all messages queued for delivery", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "all messages queued for delivery", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`) == len(ids)
 	})
 	var jobID int64
@@ -113,7 +110,7 @@ func testFencedDrainer(t *testing.T, supersede, recordBatch string, held int) {
 	}
 	close(release) // the partner ACKs the held send to the superseded execution
 
-	eventually(t, 20*time.Second, "the superseded execution to act", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "the superseded execution to act", func() bool {
 		status, _, _, err := tryOutboundRow(db, "F000")
 		return logs.count("drainer superseded") > 0 || (err == nil && status != "pending") || len(p.receivedIDs()) > held
 	})
@@ -141,17 +138,17 @@ func testFencedDrainer(t *testing.T, supersede, recordBatch string, held int) {
 			t.Fatal(err)
 		}
 	default:
-		eventually(t, 10*time.Second, "the superseded job to finish", func() bool {
+		fixtures.Eventually(t, 10*time.Second, "the superseded job to finish", func() bool {
 			return queryStrings(t, db, `SELECT state::text FROM river_job WHERE id = $1`, jobID)[0] == "completed"
 		})
 		ids = append(ids, "F004")
 		send(t, listen, adt("F004", "P1"))
 	}
-	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids)+held })
+	fixtures.Eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids)+held })
 	if got, want := p.acceptedIDs(), append(slices.Clone(ids[:held]), ids...); !slices.Equal(got, want) {
 		t.Fatalf("partner accepted %v, want %v (the superseded window's sends once more, then in order)", got, want)
 	}
-	eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+	fixtures.Eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 	perMessage := queryInt(t, db, `
 		SELECT count(*) FROM (SELECT message_id FROM mefor_event WHERE event = 'delivered'
 		GROUP BY message_id HAVING count(*) = 1) x`)

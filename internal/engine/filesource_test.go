@@ -14,6 +14,8 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -117,10 +119,10 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 	dropFile(t, dirs.in, "2-lf.hl7", strings.ReplaceAll(oru("C1")+oru("C2")+oru("C3"), "\r", "\n"), old.Add(2*time.Second))
 	dropFile(t, dirs.in, "3-wire.hl7", oru("A1")+oru("A2"), old)
 	dropFile(t, dirs.in, "notes.txt", "not for this channel", old) // pattern *.hl7
-	n := startNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
+	n := cluster.StartNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
 
 	want := []string{"A1", "A2", "B1", "B2", "C1", "C2", "C3"}
-	eventually(t, 20*time.Second, "every message delivered", func() bool { return len(p.acceptedIDs()) >= len(want) })
+	fixtures.Eventually(t, 20*time.Second, "every message delivered", func() bool { return len(p.acceptedIDs()) >= len(want) })
 	if got := p.acceptedIDs(); !slices.Equal(got, want) {
 		t.Fatalf("partner got %v, want %v (file order, oldest file first)", got, want)
 	}
@@ -128,7 +130,7 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 		t.Fatalf("stored %v, want %v", got, want)
 	}
 	for _, name := range []string{"1-batch.hl7", "2-lf.hl7", "3-wire.hl7"} {
-		eventually(t, 5*time.Second, name+" moved to move_to", func() bool {
+		fixtures.Eventually(t, 5*time.Second, name+" moved to move_to", func() bool {
 			return exists(filepath.Join(dirs.done, name)) && !exists(filepath.Join(dirs.in, name))
 		})
 	}
@@ -145,7 +147,7 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 	if err := db.Pool.QueryRow(context.Background(), `SELECT id FROM mefor_message WHERE control_id = 'B2'`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "B2 processed", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "B2 processed", func() bool {
 		v, err := ops.ShowMessage(context.Background(), db.Pool, nil, id, false)
 		return err == nil && v.Message.Status == "processed"
 	})
@@ -172,7 +174,7 @@ func TestFileIntakeLeavesHalfWrittenFile(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
 	dirs := newFileDirs(t)
-	startNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
+	cluster.StartNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
 
 	path := filepath.Join(dirs.in, "growing.hl7")
 	f, err := os.Create(path)
@@ -193,7 +195,7 @@ func TestFileIntakeLeavesHalfWrittenFile(t *testing.T) {
 		}
 	}
 	f.Close()
-	eventually(t, 20*time.Second, "the file's messages delivered", func() bool { return len(p.acceptedIDs()) >= parts })
+	fixtures.Eventually(t, 20*time.Second, "the file's messages delivered", func() bool { return len(p.acceptedIDs()) >= parts })
 	if got := storedControlIDs(t, db, "lab"); !slices.Equal(got, want) {
 		t.Fatalf("stored %v, want %v once each", got, want)
 	}
@@ -215,15 +217,15 @@ func TestFileIntakeMovesUnparseableToErrorDir(t *testing.T) {
 	dropFile(t, dirs.in, "3-cut.hl7", "BHS|^~\\&|LAB\r"+oru("CUT1")+oru("CUT2")+"BTS|3\r", old.Add(2*time.Second))
 	dropFile(t, dirs.in, "4-bad-msh.hl7", oru("BAD1")+"MSH|^\r", old.Add(3*time.Second))
 	dropFile(t, dirs.in, "5-good.hl7", oru("OK2"), old.Add(4*time.Second))
-	startNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
+	cluster.StartNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
 
-	eventually(t, 20*time.Second, "the good files delivered", func() bool { return len(p.acceptedIDs()) >= 2 })
+	fixtures.Eventually(t, 20*time.Second, "the good files delivered", func() bool { return len(p.acceptedIDs()) >= 2 })
 	for name, why := range map[string]string{
 		"2-junk.hl7":    "segment outside any message",
 		"3-cut.hl7":     "batch trailer (BTS) counts 3 messages, the batch holds 2",
 		"4-bad-msh.hl7": "message 2 of 2 is not a valid HL7 v2 message",
 	} {
-		eventually(t, 5*time.Second, name+" in error_dir", func() bool { return exists(filepath.Join(dirs.errs, name+".error.txt")) })
+		fixtures.Eventually(t, 5*time.Second, name+" in error_dir", func() bool { return exists(filepath.Join(dirs.errs, name+".error.txt")) })
 		note, err := os.ReadFile(filepath.Join(dirs.errs, name+".error.txt"))
 		if err != nil {
 			t.Fatal(err)
@@ -263,7 +265,7 @@ func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the file's messages delivered", func() bool { return len(p.acceptedIDs()) >= 3 })
+	fixtures.Eventually(t, 20*time.Second, "the file's messages delivered", func() bool { return len(p.acceptedIDs()) >= 3 })
 	time.Sleep(500 * time.Millisecond) // ten more polls, each finding the file still there
 	if err := a.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -272,8 +274,8 @@ func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 		t.Fatal("the file was moved although move_to cannot be written")
 	}
 
-	startNode(t, db, fileConfig(t, dirs, "", p.addr), func(o *engine.Options) { o.NodeID = "second" })
-	eventually(t, 10*time.Second, "the file moved by the restarted node", func() bool { return exists(filepath.Join(dirs.done, "results.hl7")) })
+	cluster.StartNode(t, db, fileConfig(t, dirs, "", p.addr), func(o *engine.Options) { o.NodeID = "second" })
+	fixtures.Eventually(t, 10*time.Second, "the file moved by the restarted node", func() bool { return exists(filepath.Join(dirs.done, "results.hl7")) })
 	time.Sleep(300 * time.Millisecond)
 	if got := storedControlIDs(t, db, "lab"); !slices.Equal(got, []string{"R1", "R2", "R3"}) {
 		t.Fatalf("stored %v, want each message once", got)
@@ -290,8 +292,8 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	p := newPartner(t, "")
 	dirs := newFileDirs(t)
 	cfg := fileConfig(t, dirs, "", p.addr)
-	a := startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
-	b := startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-b" })
+	a := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
+	b := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-b" })
 	if !a.Lease().Serving() || b.Lease().Serving() {
 		t.Fatal("node-a should hold the lease, node-b stand by")
 	}
@@ -299,7 +301,7 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 		t.Fatalf("polling: node-a %v, node-b %v; want only the holder", ga, gb)
 	}
 	dropFile(t, dirs.in, "first.hl7", oru("F1"), time.Now().Add(-time.Minute))
-	eventually(t, 10*time.Second, "first.hl7 moved", func() bool { return exists(filepath.Join(dirs.done, "first.hl7")) })
+	fixtures.Eventually(t, 10*time.Second, "first.hl7 moved", func() bool { return exists(filepath.Join(dirs.done, "first.hl7")) })
 
 	res := a.Lease().StepDown(context.Background())
 	if res.Outcome != "released" {
@@ -308,9 +310,9 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	if got := a.PolledChannels(); len(got) != 0 {
 		t.Fatalf("node-a still polls %v after stepping down", got)
 	}
-	eventually(t, 10*time.Second, "node-b polling", func() bool { return len(b.PolledChannels()) == 1 })
+	fixtures.Eventually(t, 10*time.Second, "node-b polling", func() bool { return len(b.PolledChannels()) == 1 })
 	dropFile(t, dirs.in, "second.hl7", oru("S1"), time.Now().Add(-time.Minute))
-	eventually(t, 10*time.Second, "second.hl7 moved", func() bool { return exists(filepath.Join(dirs.done, "second.hl7")) })
+	fixtures.Eventually(t, 10*time.Second, "second.hl7 moved", func() bool { return exists(filepath.Join(dirs.done, "second.hl7")) })
 
 	rows, err := db.Pool.Query(context.Background(), `SELECT name || ' ' || node_id FROM mefor_intake_file ORDER BY id`)
 	if err != nil {
@@ -327,16 +329,16 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	if want := []string{"first.hl7 node-a", "second.hl7 node-b"}; !slices.Equal(taken, want) {
 		t.Fatalf("files taken %v, want %v", taken, want)
 	}
-	eventually(t, 10*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) >= 2 })
+	fixtures.Eventually(t, 10*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) >= 2 })
 	if got := storedControlIDs(t, db, "lab"); !slices.Equal(got, []string{"F1", "S1"}) {
 		t.Fatalf("stored %v", got)
 	}
 }
 
-// engineOptions are startNode's options, for a test that starts and stops
+// engineOptions are cluster.StartNode's options, for a test that starts and stops
 // a node itself.
 func engineOptions(t *testing.T, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) engine.Options {
-	opts := engine.Options{Config: cfg, Pool: db.Pool, Logger: testLogger(t), NodeID: t.Name(),
+	opts := engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: t.Name(),
 		ReclaimInterval: time.Second, Limits: workers.DefaultLimits}
 	if mod != nil {
 		mod(&opts)

@@ -3,10 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +13,11 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/freeport"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/workers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func TestMain(m *testing.M) { testcontainers.Main(m) }
@@ -92,14 +89,6 @@ func (p *partner) receivedIDs() []string {
 	return append([]string(nil), p.received...)
 }
 
-// freeAddr returns a loopback address for a node to listen on, that nothing
-// is bound to and no other test got: two nodes given the same listen
-// address do not fail (only the lease holder binds), they silently share it.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	return freeport.Addr(t, "127.0.0.1")
-}
-
 // downAddr returns an address for a partner that is down (connections are
 // refused) until the test starts one on it. It is on 127.0.0.2, where no
 // other listener of the test binary binds: on 127.0.0.1 the kernel may give
@@ -128,23 +117,28 @@ func adt(controlID, patient string) []byte {
 // destinations YAML.
 func testConfig(t testing.TB, listen, destinations string) *config.Config {
 	t.Helper()
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         match: {message_type: [ADT]}
         destinations: [%s]
 destinations:
-%s`, listen, destNames(destinations), destinations)
+%s`, destNames(destinations), destinations)
 	cfg, err := config.Parse("test.yaml", []byte(y), nil)
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, y)
 	}
 	return cfg
+}
+
+// downstream is the destinations block of testConfig for one MLLP
+// destination "downstream" at addr, with more lines of its block (retry,
+// ordering, record_batch...) each as one string.
+func downstream(addr string, more ...string) string {
+	b := fmt.Sprintf("  downstream:\n    type: mllp\n    mllp: {address: \"%s\"}\n", addr)
+	for _, l := range more {
+		b += "    " + l + "\n"
+	}
+	return b
 }
 
 // destNames pulls the top-level destination names out of a destinations block.
@@ -158,45 +152,6 @@ func destNames(block string) string {
 	return strings.Join(names, ", ")
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("MEFOR_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// startNode runs a node on db with cfg until the test ends.
-func startNode(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) *engine.Node {
-	t.Helper()
-	opts := engine.Options{
-		Config: cfg, Pool: db.Pool, Logger: testLogger(t), NodeID: t.Name(),
-		ReclaimInterval: time.Second,
-		Limits:          workers.DefaultLimits,
-		// Drainers gather only on a host short of CPU, and the machine
-		// running the suite is short of it in some moments and not in
-		// others. A test's timing (which messages share a record window,
-		// a hand-off) must not depend on that; the gather's own test
-		// decides the answer itself.
-		Contended: func() bool { return false },
-	}
-	if mod != nil {
-		mod(&opts)
-	}
-	n, err := engine.New(opts)
-	if err != nil {
-		t.Fatalf("new node: %v", err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatalf("start node: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := n.Stop(context.Background()); err != nil {
-			t.Logf("stop node: %v", err)
-		}
-	})
-	return n
-}
-
 // startTracedNode starts a node on db whose sessions report every
 // statement to tracer, its drainers lingering for linger, with one channel
 // delivering to a fresh partner. It returns the channel's listen address
@@ -205,12 +160,8 @@ func startTracedNode(t *testing.T, db *testcontainers.DB, tracer pgx.QueryTracer
 	t.Helper()
 	pool := db.TracedPool(t, tracer) // closed after the node's stop, registered below
 	p := newPartner(t, "")
-	listen := freeAddr(t)
-	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr)), func(o *engine.Options) {
+	listen := fixtures.FreeAddr(t)
+	cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr)), func(o *engine.Options) {
 		o.Pool = pool
 		o.Limits.Linger = linger
 	})
@@ -235,16 +186,4 @@ func send(t *testing.T, addr string, msgs ...[]byte) []hl7.Ack {
 		acks = append(acks, ack)
 	}
 	return acks
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // holdLimits are drainer limits with a short slice and a longer hold, and
@@ -40,9 +42,9 @@ func TestDrainerKeepsItsLaneWhileNobodyWaits(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	cfg, listens := channelsToPartners(t, []string{newPartner(t, "").addr})
-	startNode(t, db, cfg, func(o *engine.Options) { holdLimits(o, time.Minute) })
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { holdLimits(o, time.Minute) })
 	send(t, listens[0], adt("W0", "P1"))
-	eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
+	fixtures.Eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
 	first := ingressExecution(t, db, "c0")
 	if first == "" {
 		t.Fatal("no drainer runs on c0's ingress lane after W0")
@@ -61,15 +63,15 @@ func TestDrainerGivesItsSlotToOneWaiting(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	cfg, listens := channelsToPartners(t, []string{newPartner(t, "").addr, newPartner(t, "").addr})
-	startNode(t, db, cfg, func(o *engine.Options) {
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		holdLimits(o, time.Hour)
 		o.IngressWorkers = 1
 	})
 	send(t, listens[0], adt("W0", "P1"))
-	eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
+	fixtures.Eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
 	sent := time.Now()
 	send(t, listens[1], adt("W1", "P1"))
-	eventually(t, 10*time.Second, "W1 processed while c0's drainer holds the only ingress slot", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "W1 processed while c0's drainer holds the only ingress slot", func() bool {
 		return countStatus(t, db, pipeline.StatusProcessed) == 2
 	})
 	t.Logf("W1 processed %v after it was sent", time.Since(sent).Round(time.Millisecond))
@@ -95,7 +97,7 @@ func TestDrainerYieldsALaneInUseAtTheEndOfItsSlice(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
 	cfg, listens := channelsToPartners(t, []string{p.addr})
-	startNode(t, db, cfg, func(o *engine.Options) {
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		// No extension (the hold is one slice), and a linger longer than
 		// the test: only the end of a slice can end an execution.
 		o.Limits.Slice = 200 * time.Millisecond
@@ -110,7 +112,7 @@ func TestDrainerYieldsALaneInUseAtTheEndOfItsSlice(t *testing.T) {
 		send(t, listens[0], adt(id, "P1"))
 		time.Sleep(50 * time.Millisecond) // ~10 slices of traffic
 	}
-	eventually(t, 30*time.Second, "every message delivered", func() bool { return len(p.acceptedIDs()) == n })
+	fixtures.Eventually(t, 30*time.Second, "every message delivered", func() bool { return len(p.acceptedIDs()) == n })
 	if got := p.acceptedIDs(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("partner got %v, want %v", got, want)
 	}
@@ -120,7 +122,7 @@ func TestDrainerYieldsALaneInUseAtTheEndOfItsSlice(t *testing.T) {
 	if got := queryInt(t, db, `SELECT count(*)::int FROM river_job WHERE queue = $1`, jobs.QueueIngress); got != 1 {
 		t.Errorf("c0's ingress lane had %d drainer jobs over ten slices of traffic, want 1 (each execution yielding)", got)
 	}
-	eventually(t, 10*time.Second, "c0's quiet ingress lane completes its drainer", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "c0's quiet ingress lane completes its drainer", func() bool {
 		return queryInt(t, db, `SELECT count(*)::int FROM river_job WHERE queue = $1 AND state <> 'completed'`, jobs.QueueIngress) == 0
 	})
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // hie is a partner reached over HTTPS with a real net/http server; answer
@@ -84,7 +86,7 @@ func TestHTTPDestinationRetriesDeadLettersAndKeepsOrder(t *testing.T) {
 		}
 		return http.StatusOK, ""
 	})
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`  hie:
     type: http
     http:
@@ -93,7 +95,7 @@ func TestHTTPDestinationRetriesDeadLettersAndKeepsOrder(t *testing.T) {
       tls: {ca_file: %q}
     retry: {backoff: 50ms, max_backoff: 5s}
 `, h.URL, h.ca.WriteFile(t, t.TempDir(), "ca.crt")))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 
 	var msgs [][]byte
 	for i := 1; i <= 5; i++ {
@@ -105,7 +107,7 @@ func TestHTTPDestinationRetriesDeadLettersAndKeepsOrder(t *testing.T) {
 		}
 	}
 	want := []string{"M1", "M2", "M2", "M2", "M3", "M4", "M5"}
-	eventually(t, 20*time.Second, "every message sent", func() bool { return len(h.received()) >= len(want) })
+	fixtures.Eventually(t, 20*time.Second, "every message sent", func() bool { return len(h.received()) >= len(want) })
 	if got := h.received(); !slices.Equal(got, want) {
 		t.Fatalf("partner got %v, want %v", got, want)
 	}
@@ -125,7 +127,7 @@ func TestHTTPDestinationRetriesDeadLettersAndKeepsOrder(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	eventually(t, 10*time.Second, "every message final", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "every message final", func() bool {
 		var pending int
 		db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_message WHERE status NOT IN ('processed', 'error')`).Scan(&pending)
 		return pending == 0

@@ -20,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // BenchmarkIntakeTransactions measures what intake alone costs the database
@@ -111,11 +112,11 @@ func startIntake(b *testing.B, db *testcontainers.DB, channels, senders int, tra
 	if err != nil {
 		b.Fatal(err)
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: testLogger(b)})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: fixtures.Logger(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	in := &engine.Intake{Pool: pool, Inserter: client, Logger: testLogger(b), Gate: fixedGate{owner: "bench"}}
+	in := &engine.Intake{Pool: pool, Inserter: client, Logger: fixtures.Logger(b), Gate: fixedGate{owner: "bench"}}
 	r := &intakeRig{pool: pool}
 	for i := range channels {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -19,6 +19,8 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // twoChannelNode starts a node with channels ch0 and ch1, both delivering to
@@ -30,7 +32,7 @@ func twoChannelNode(t *testing.T, db *testcontainers.DB) (*engine.Node, [2]strin
 	var y strings.Builder
 	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
 	for i := range addrs {
-		addrs[i] = freeAddr(t)
+		addrs[i] = fixtures.FreeAddr(t)
 		fmt.Fprintf(&y, "  ch%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, handler: passthrough, destinations: [d]}\n", i, addrs[i])
 	}
 	fmt.Fprintf(&y, "destinations:\n  d: {type: mllp, mllp: {address: %q}}\n", p.addr)
@@ -38,7 +40,7 @@ func twoChannelNode(t *testing.T, db *testcontainers.DB) (*engine.Node, [2]strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startNode(t, db, cfg, nil), addrs
+	return cluster.StartNode(t, db, cfg, nil), addrs
 }
 
 type sent struct {
@@ -141,19 +143,19 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 	a := sendAsync(t, addrs[0], adt("GC-A", "P1"))
 	// A's commit has started (alone: nobody else was sending) and cannot
 	// end while the lock is held.
-	eventually(t, 20*time.Second, "the commit of A started", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "the commit of A started", func() bool {
 		noAnswerYet(t, map[string]<-chan sent{"A": a})
 		mu.Lock()
 		defer mu.Unlock()
 		return len(batches) == 1
 	})
 	b := sendAsync(t, addrs[1], adt("GC-B", "P2"))
-	eventually(t, 20*time.Second, "B queued behind A's commit", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "B queued behind A's commit", func() bool {
 		noAnswerYet(t, map[string]<-chan sent{"A": a, "B": b})
 		return engine.QueuedIntake(n.Intake()) == 1
 	})
 	x := sendAsync(t, addrs[1], adt("GC-X", "P3"))
-	eventually(t, 20*time.Second, "X queued behind A's commit", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "X queued behind A's commit", func() bool {
 		noAnswerYet(t, map[string]<-chan sent{"A": a, "B": b, "X": x})
 		return engine.QueuedIntake(n.Intake()) == 2
 	})

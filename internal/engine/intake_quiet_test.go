@@ -13,6 +13,7 @@ import (
 
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // refusals counts the intake batches the database refused for a lane
@@ -45,8 +46,8 @@ func TestQuietInterfaceIsNotRefusedFirst(t *testing.T) {
 		id := fmt.Sprintf("Q%d", i)
 		want = append(want, id)
 		send(t, listen, adt(id, "P1"))
-		eventually(t, 10*time.Second, id+" delivered", func() bool { return slices.Contains(p.acceptedIDs(), id) })
-		eventually(t, 10*time.Second, "the lanes' drainers done", func() bool { return liveDrainers(t, db) == 0 })
+		fixtures.Eventually(t, 10*time.Second, id+" delivered", func() bool { return slices.Contains(p.acceptedIDs(), id) })
+		fixtures.Eventually(t, 10*time.Second, "the lanes' drainers done", func() bool { return liveDrainers(t, db) == 0 })
 	}
 	if got := firstDeliveries(p.acceptedIDs()); !slices.Equal(got, want) {
 		t.Fatalf("delivered %v, want %v", got, want)

@@ -17,6 +17,8 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A message that is not HL7 is answered AR with the reason, kept with status
@@ -26,13 +28,9 @@ func TestMalformedMessageRejectedAndConnectionKeepsWorking(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newCtlPartner(t, "", nil)
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr))
-	startNode(t, db, cfg, nil)
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr))
+	cluster.StartNode(t, db, cfg, nil)
 
 	garbage := []byte("this is not an HL7 message\rPID|1||X")
 	c := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second}
@@ -56,7 +54,7 @@ func TestMalformedMessageRejectedAndConnectionKeepsWorking(t *testing.T) {
 	if ack, err := hl7.ParseACK(raw); err != nil || ack.Code != hl7.AckAccept || ack.ControlID != "M001" {
 		t.Fatalf("valid message answered %+v (%v), want AA for M001", ack, err)
 	}
-	eventually(t, 20*time.Second, "valid message delivered", func() bool { return len(p.acceptedIDs()) == 1 })
+	fixtures.Eventually(t, 20*time.Second, "valid message delivered", func() bool { return len(p.acceptedIDs()) == 1 })
 
 	var status, errText string
 	var body []byte
@@ -71,7 +69,7 @@ func TestMalformedMessageRejectedAndConnectionKeepsWorking(t *testing.T) {
 		t.Fatalf("malformed message stored as status %s, error %q, body %q, %d work rows; want error, the reason, the raw bytes, none",
 			status, errText, body, work)
 	}
-	eventually(t, 10*time.Second, "valid message processed", func() bool { return messageStatus(t, db, "M001") == "processed" })
+	fixtures.Eventually(t, 10*time.Second, "valid message processed", func() bool { return messageStatus(t, db, "M001") == "processed" })
 }
 
 // When the database cannot store a message the sender never gets AA: the
@@ -80,13 +78,13 @@ func TestMalformedMessageRejectedAndConnectionKeepsWorking(t *testing.T) {
 func TestDatabaseUnreachableNeverAcknowledged(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   archive:
     type: file
     file: {directory: "%s"}
 `, t.TempDir()))
-	startNode(t, db, cfg, func(o *engine.Options) { o.StopTimeout = 500 * time.Millisecond })
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.StopTimeout = 500 * time.Millisecond })
 
 	if ack, err := sendOne(listen, adt("U000", "P1")); err != nil || ack.Code != hl7.AckAccept {
 		t.Fatalf("before the outage: %+v, %v; want AA", ack, err)
@@ -113,7 +111,7 @@ func TestDatabaseUnreachableNeverAcknowledged(t *testing.T) {
 func TestNodeSessionsNamedAndBounded(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	n := startNode(t, db, testConfig(t, freeAddr(t), `
+	n := cluster.StartNode(t, db, testConfig(t, fixtures.FreeAddr(t), `
   out:
     type: file
     file: {directory: ./unused}
@@ -148,13 +146,9 @@ func TestHeaderNotUTF8StoredAndAcknowledged(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newCtlPartner(t, "", nil)
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr))
-	startNode(t, db, cfg, nil)
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr))
+	cluster.StartNode(t, db, cfg, nil)
 
 	latin1 := bytes.Replace(adt("L001", "P\xe91"), []byte("|HOSP|"), []byte("|H\xd4PITAL\x00|"), 1)
 	for _, ack := range send(t, listen, latin1, adt("L002", "P2")) {
@@ -162,7 +156,7 @@ func TestHeaderNotUTF8StoredAndAcknowledged(t *testing.T) {
 			t.Fatalf("answered %+v, want AA", ack)
 		}
 	}
-	eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
 	if got := p.acceptedIDs(); got[0] != "L001" || got[1] != "L002" {
 		t.Fatalf("delivered %v, want [L001 L002]", got)
 	}
@@ -185,8 +179,8 @@ func TestHeaderNotUTF8StoredAndAcknowledged(t *testing.T) {
 func TestNodeWarnsOfServerThatIsNotCrashSafe(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	logs := newLogWatch(testLogger(t).Handler(), "the database server is not crash-safe")
-	startNode(t, db, testConfig(t, freeAddr(t), `
+	logs := newLogWatch(fixtures.Logger(t).Handler(), "the database server is not crash-safe")
+	cluster.StartNode(t, db, testConfig(t, fixtures.FreeAddr(t), `
   out:
     type: file
     file: {directory: ./unused}
@@ -199,7 +193,7 @@ func TestNodeWarnsOfServerThatIsNotCrashSafe(t *testing.T) {
 // A database URL naming synchronous_commit=off is used as given (an
 // operator's explicit choice), but the node says at start what it costs;
 // without it, on the same server, it says nothing of the kind. (Each node
-// is stopped here and again by startNode's cleanup: a second Stop is
+// is stopped here and again by cluster.StartNode's cleanup: a second Stop is
 // harmless.)
 func TestNodeWarnsOfCommitsThatDoNotWait(t *testing.T) {
 	t.Parallel()
@@ -214,8 +208,8 @@ func TestNodeWarnsOfCommitsThatDoNotWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		logs := newLogWatch(testLogger(t).Handler(), warning)
-		n := startNode(t, db, testConfig(t, freeAddr(t), `
+		logs := newLogWatch(fixtures.Logger(t).Handler(), warning)
+		n := cluster.StartNode(t, db, testConfig(t, fixtures.FreeAddr(t), `
   out:
     type: file
     file: {directory: ./unused}
@@ -250,18 +244,18 @@ func TestNodeOpensItsConnectionsAtStart(t *testing.T) {
 		return n
 	}
 	cfg := func() *config.Config {
-		return testConfig(t, freeAddr(t), `
+		return testConfig(t, fixtures.FreeAddr(t), `
   out:
     type: file
     file: {directory: ./unused}
 `)
 	}
 	max := int(db.Pool.Config().MaxConns)
-	startNode(t, db, cfg(), func(o *engine.Options) { o.NodeID, o.OpenConnsAtStart = "eager", true })
+	cluster.StartNode(t, db, cfg(), func(o *engine.Options) { o.NodeID, o.OpenConnsAtStart = "eager", true })
 	if n := sessions("eager"); n < max {
 		t.Fatalf("a node opening its connections at start has %d sessions when Start returns, want at least its pool's %d", n, max)
 	}
-	startNode(t, db, cfg(), func(o *engine.Options) { o.NodeID = "lazy" })
+	cluster.StartNode(t, db, cfg(), func(o *engine.Options) { o.NodeID = "lazy" })
 	if n := sessions("lazy"); n >= max {
 		t.Fatalf("an idle node opening connections on demand has %d sessions, want fewer than %d", n, max)
 	}

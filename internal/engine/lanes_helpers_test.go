@@ -15,6 +15,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // hang, as an answer of a ctlPartner, sends no ACK: the partner holds the
@@ -240,7 +241,7 @@ func countStatus(t *testing.T, db *testcontainers.DB, status string) int {
 // behind its back must let that first run pass before it starts.
 func waitStartupReclaim(t *testing.T, db *testcontainers.DB) {
 	t.Helper()
-	eventually(t, 20*time.Second, "the start-up reclaim run", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "the start-up reclaim run", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM river_job WHERE kind = 'mefor_reclaim' AND state = 'completed'`) > 0
 	})
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Messages sent at once by many senders, each on its own connection, reach a
@@ -24,14 +26,10 @@ func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newCtlPartner(t, "", nil)
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr))
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr))
 	// Without linger a drainer completes as soon as its lane runs dry.
-	startNode(t, db, cfg, func(o *engine.Options) { o.Limits.Linger = 0 })
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.Limits.Linger = 0 })
 
 	// Waves: every sender sends one message at the same moment into idle
 	// lanes, so each wave races its intake transactions against the
@@ -67,11 +65,11 @@ func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "lanes idle after the wave", func() bool { return liveDrainers(t, db) == 0 })
+		fixtures.Eventually(t, 30*time.Second, "lanes idle after the wave", func() bool { return liveDrainers(t, db) == 0 })
 	}
 
 	total := producers * waves
-	eventually(t, 60*time.Second, "all messages delivered", func() bool { return len(p.receivedIDs()) >= total })
+	fixtures.Eventually(t, 60*time.Second, "all messages delivered", func() bool { return len(p.receivedIDs()) >= total })
 	want := commitOrder(t, db, "adt")
 	if len(want) != total {
 		t.Fatalf("%d ingress rows, want %d", len(want), total)
@@ -94,7 +92,7 @@ func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 			t.Fatalf("producer %d's messages arrived as %v", g, mine)
 		}
 	}
-	eventually(t, 20*time.Second, "all messages processed", func() bool { return countStatus(t, db, "processed") == total })
+	fixtures.Eventually(t, 20*time.Second, "all messages processed", func() bool { return countStatus(t, db, "processed") == total })
 }
 
 // A lane whose drainer keeps completing (no linger) while producers keep
@@ -106,12 +104,8 @@ func TestNoStrandedBacklogUnderBurstyTraffic(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newCtlPartner(t, "", nil)
-	cfg := testConfig(t, freeAddr(t), fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr))
-	n := startNode(t, db, cfg, func(o *engine.Options) {
+	cfg := testConfig(t, fixtures.FreeAddr(t), downstream(p.addr))
+	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Limits.Linger = 0 // complete as soon as the lane is empty: the race under test
 		o.ReclaimInterval = time.Hour
 	})
@@ -187,11 +181,11 @@ func TestNoStrandedBacklogUnderBurstyTraffic(t *testing.T) {
 		t.Fatalf("delivered %d messages not once each in commit order (first difference at %d)", len(got), firstDiff(got, want))
 	}
 	// The partner has ACKed the last send; its record commits just after.
-	eventually(t, 10*time.Second, "no work row left pending", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "no work row left pending", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'pending'`) == 0
 	})
-	eventually(t, 20*time.Second, "no live drainer left", func() bool { return liveDrainers(t, db) == 0 })
-	eventually(t, 10*time.Second, "all messages processed", func() bool { return countStatus(t, db, "processed") == sent })
+	fixtures.Eventually(t, 20*time.Second, "no live drainer left", func() bool { return liveDrainers(t, db) == 0 })
+	fixtures.Eventually(t, 10*time.Second, "all messages processed", func() bool { return countStatus(t, db, "processed") == sent })
 }
 
 // firstDiff is the first index where a and b differ.
@@ -221,16 +215,11 @@ func parkedLane(t *testing.T, db *testcontainers.DB, head string) (*engine.Node,
 		}
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    retry: {backoff: 1m}
-`, p.addr))
-	n := startNode(t, db, cfg, nil)
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr, "retry: {backoff: 1m}"))
+	n := cluster.StartNode(t, db, cfg, nil)
 	send(t, listen, adt(head, "P1"))
-	eventually(t, 20*time.Second, "the drainer parked behind its failed head", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "the drainer parked behind its failed head", func() bool {
 		_, attempts, _, err := tryOutboundRow(db, head)
 		return err == nil && attempts == 1 && len(queryStrings(t, db, `
 			SELECT j.state::text FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
@@ -282,7 +271,7 @@ func TestEnqueueIntoLiveLaneDoesNotWriteDrainerJob(t *testing.T) {
 		msgs = append(msgs, adt(id, "P1"))
 	}
 	send(t, listen, msgs...)
-	eventually(t, 30*time.Second, "50 messages queued behind the head", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "50 messages queued behind the head", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE lane = $1 AND status = 'pending'`, lane) == len(ids)
 	})
 
@@ -301,7 +290,7 @@ func TestEnqueueIntoLiveLaneDoesNotWriteDrainerJob(t *testing.T) {
 	if _, err := n.Client().JobRetry(context.Background(), jobID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
+	fixtures.Eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
 	if got := p.acceptedIDs(); !slices.Equal(got, ids) {
 		t.Fatalf("partner accepted %v, want %v", got, ids)
 	}
@@ -340,7 +329,7 @@ func TestReclaimRevivesLaneWithoutDrainer(t *testing.T) {
 			n, p, listen := parkedLane(t, db, "K000")
 			send(t, listen, adt("K001", "P1"), adt("K002", "P1"))
 			const lane = "outbound:downstream"
-			eventually(t, 20*time.Second, "messages queued behind the head", func() bool {
+			fixtures.Eventually(t, 20*time.Second, "messages queued behind the head", func() bool {
 				return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE lane = $1 AND status = 'pending'`, lane) == 3
 			})
 			jobID, _, _ := laneJob(t, db, lane)
@@ -350,7 +339,7 @@ func TestReclaimRevivesLaneWithoutDrainer(t *testing.T) {
 				t.Fatalf("drainer job %d is still live", jobID)
 			}
 
-			eventually(t, 30*time.Second, "the stranded lane served again", func() bool { return len(p.acceptedIDs()) == 3 })
+			fixtures.Eventually(t, 30*time.Second, "the stranded lane served again", func() bool { return len(p.acceptedIDs()) == 3 })
 			if got := p.acceptedIDs(); !slices.Equal(got, []string{"K000", "K001", "K002"}) {
 				t.Fatalf("partner accepted %v, want [K000 K001 K002]", got)
 			}
@@ -365,7 +354,7 @@ func TestReclaimRevivesLaneWithoutDrainer(t *testing.T) {
 			if !slices.Equal(leader, []string{t.Name()}) {
 				t.Fatalf("River leader %v, want this node %q", leader, t.Name())
 			}
-			eventually(t, 10*time.Second, "a reclaim job completed on this node", func() bool {
+			fixtures.Eventually(t, 10*time.Second, "a reclaim job completed on this node", func() bool {
 				return queryInt(t, db, `SELECT count(*) FROM river_job WHERE kind = 'mefor_reclaim'
 					AND state = 'completed' AND $1 = ANY(attempted_by)`, t.Name()) > 0
 			})

@@ -12,6 +12,8 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // workScans is how often mefor_work has been read, as far as the server's
@@ -28,22 +30,18 @@ func TestLingeringDrainersDoNotPoll(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr))
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr))
 	// Long, so the drainers still linger after a slow delivery on a loaded machine.
 	const linger = 15 * time.Second
-	n := startNode(t, db, cfg, func(o *engine.Options) {
+	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Limits.Linger = linger
 		o.Limits.Poll = 20 * time.Millisecond // what a poll would be, were there one
 		o.ReclaimInterval = time.Hour         // its sweep reads mefor_work too
 	})
 
 	send(t, listen, adt("L1", "P1"))
-	eventually(t, 10*time.Second, "L1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L1") })
+	fixtures.Eventually(t, 10*time.Second, "L1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L1") })
 	if got := liveDrainers(t, db); got != 3 {
 		t.Fatalf("%d live drainers after the delivery, want the 3 of the lanes L1 passed, lingering", got)
 	}
@@ -60,11 +58,11 @@ func TestLingeringDrainersDoNotPoll(t *testing.T) {
 	}
 
 	// Work no one woke them for is still served, within the linger.
-	other := &engine.Intake{Pool: db.Pool, Inserter: n.Client(), Logger: testLogger(t)}
+	other := &engine.Intake{Pool: db.Pool, Inserter: n.Client(), Logger: fixtures.Logger(t)}
 	if _, err := other.Receive(context.Background(), "adt", "test", "", adt("L2", "P1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*linger, "L2 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L2") })
+	fixtures.Eventually(t, 3*linger, "L2 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L2") })
 }
 
 // A drainer woken on its lingering lane waits Limits.Gather before it
@@ -79,17 +77,13 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 			t.Parallel()
 			db := testcontainers.NewDB(t)
 			p := newPartner(t, "")
-			listen := freeAddr(t)
-			cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-`, p.addr))
+			listen := fixtures.FreeAddr(t)
+			cfg := testConfig(t, listen, downstream(p.addr))
 			// Long, so that a gather cannot pass unnoticed, nor a message
 			// sent in the middle of one miss it; a row every 300ms is then
 			// plenty of company.
 			const gather = 3 * time.Second
-			node := startNode(t, db, cfg, func(o *engine.Options) {
+			node := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute
 				o.Limits.Gather = gather
 				o.Contended = func() bool { return contended }
@@ -97,7 +91,7 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 
 			start := time.Now()
 			send(t, listen, adt("G1", "P1"))
-			eventually(t, 30*time.Second, "G1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "G1") })
+			fixtures.Eventually(t, 30*time.Second, "G1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "G1") })
 			if took := time.Since(start); took >= gather {
 				t.Fatalf("G1 took %s to cross three quiet lanes: a drainer that starts must not gather (gather %s)", took, gather)
 			}
@@ -110,7 +104,7 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 				send(t, listen, adt(id, "P1"))
 				time.Sleep(300 * time.Millisecond)
 			}
-			eventually(t, 30*time.Second, "G2 to G4 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
+			fixtures.Eventually(t, 30*time.Second, "G2 to G4 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
 			if got := p.acceptedIDs(); !slices.Equal(got, []string{"G1", "G2", "G3", "G4"}) {
 				t.Fatalf("partner accepted %v, want G1 to G4 in order", got)
 			}

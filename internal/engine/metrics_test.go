@@ -18,6 +18,8 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // scrape reads GET /metrics from addr and parses it as Prometheus does.
@@ -129,7 +131,7 @@ func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   lab:
     type: mllp
@@ -140,10 +142,10 @@ func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
     type: mllp
     mllp: {address: "%s", connect_timeout: 1s}
     retry: {max_attempts: 1}
-`, lab.addr, freeAddr(t)))
-	node := startNode(t, db, cfg, func(o *engine.Options) { o.MetricsCacheTTL = 50 * time.Millisecond })
+`, lab.addr, fixtures.FreeAddr(t)))
+	node := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.MetricsCacheTTL = 50 * time.Millisecond })
 	adm := &admin.Server{Pool: db.Pool, NodeID: t.Name(), Serving: node.Lease().Serving,
-		Metrics: node.MetricsHandler(), Logger: testLogger(t)}
+		Metrics: node.MetricsHandler(), Logger: fixtures.Logger(t)}
 	if err := adm.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +159,7 @@ func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
 	}
 
 	var fams map[string]*dto.MetricFamily
-	eventually(t, 20*time.Second, "lab stuck behind its head, void dead-lettered", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "lab stuck behind its head, void dead-lettered", func() bool {
 		fams = scrape(t, adm.Addr())
 		return value(fams, "mefor_deliveries_total", "destination", "lab", "outcome", "AR") >= 2 &&
 			value(fams, "mefor_queue_depth", "destination", "lab") == 3 &&
@@ -199,13 +201,13 @@ func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
 	}
 
 	lab.setAnswer(nil) // the partner recovers: AA from now on
-	eventually(t, 20*time.Second, "lab drained", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "lab drained", func() bool {
 		fams = scrape(t, adm.Addr())
 		return value(fams, "mefor_queue_depth", "destination", "lab") == 0
 	})
 	// The counters lag the commit that drained the queue by the time the
 	// drainer takes to count: read them until they arrive.
-	eventually(t, 5*time.Second, "ok deliveries counted", func() bool {
+	fixtures.Eventually(t, 5*time.Second, "ok deliveries counted", func() bool {
 		fams = scrape(t, adm.Addr())
 		return value(fams, "mefor_deliveries_total", "destination", "lab", "outcome", "ok") == 3
 	})

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A parallel destination with N lanes spreads its messages over N lanes, each
@@ -16,15 +18,10 @@ func TestParallelDestinationUsesNLanes(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newCtlPartner(t, "", nil)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	const lanes = 4
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    ordering: {mode: parallel, lanes: %d}
-`, p.addr, lanes))
-	startNode(t, db, cfg, nil)
+	cfg := testConfig(t, listen, downstream(p.addr, fmt.Sprintf("ordering: {mode: parallel, lanes: %d}", lanes)))
+	cluster.StartNode(t, db, cfg, nil)
 
 	var ids []string
 	var msgs [][]byte
@@ -34,7 +31,7 @@ func TestParallelDestinationUsesNLanes(t *testing.T) {
 		msgs = append(msgs, adt(id, fmt.Sprintf("P%d", i)))
 	}
 	send(t, listen, msgs...)
-	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
+	fixtures.Eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
 
 	got := p.acceptedIDs()
 	slices.Sort(got)
@@ -49,7 +46,7 @@ func TestParallelDestinationUsesNLanes(t *testing.T) {
 	if c := p.connections(); c < lanes {
 		t.Fatalf("partner saw %d connections, want one per lane (%d)", c, lanes)
 	}
-	eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+	fixtures.Eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 }
 
 // A destination partitioned by PID-3.1 keeps each patient's messages in the
@@ -58,14 +55,9 @@ func TestPartitionedDestinationKeepsPerPatientOrder(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newCtlPartner(t, "", nil)
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    ordering: {mode: partitioned, lanes: 4, key: PID-3.1}
-`, p.addr))
-	startNode(t, db, cfg, nil)
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr, "ordering: {mode: partitioned, lanes: 4, key: PID-3.1}"))
+	cluster.StartNode(t, db, cfg, nil)
 
 	const patients, each = 8, 8
 	patientOf := map[string]string{}
@@ -78,7 +70,7 @@ func TestPartitionedDestinationKeepsPerPatientOrder(t *testing.T) {
 		}
 	}
 	send(t, listen, msgs...)
-	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(msgs) })
+	fixtures.Eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(msgs) })
 
 	perPatient := map[string][]string{}
 	for _, id := range p.acceptedIDs() {
@@ -103,5 +95,5 @@ func TestPartitionedDestinationKeepsPerPatientOrder(t *testing.T) {
 	if len(lanesOf) != patients || len(used) < 2 {
 		t.Fatalf("patients over lanes: %v; want %d patients spread over more than one lane", lanesOf, patients)
 	}
-	eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(msgs) })
+	fixtures.Eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(msgs) })
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Rows queued for a destination that was removed from the config are
@@ -18,7 +20,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	down := downAddr(t) // nothing listens: deliveries to "old" stay queued
 	before := testConfig(t, listen, fmt.Sprintf(`
   old:
@@ -26,7 +28,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
     mllp: {address: "%s"}
     retry: {backoff: 1h, max_backoff: 1h}
 `, down))
-	n1, err := engine.New(engine.Options{Config: before, Pool: db.Pool, Logger: testLogger(t), NodeID: "n1"})
+	n1, err := engine.New(engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(t, listen, adt("R1", "P1"), adt("R2", "P2"))
-	eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE destination = 'old' AND status = 'pending'`).Scan(&n)
 		return n == 2
@@ -44,12 +46,12 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 	}
 
 	p := newPartner(t, "")
-	after := testConfig(t, freeAddr(t), fmt.Sprintf(`
+	after := testConfig(t, fixtures.FreeAddr(t), fmt.Sprintf(`
   new:
     type: mllp
     mllp: {address: "%s"}
 `, p.addr))
-	startNode(t, db, after, nil)
+	cluster.StartNode(t, db, after, nil)
 
 	rows, err := db.Pool.Query(ctx, `
 		SELECT w.status, w.last_error, m.status
@@ -83,7 +85,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	downAddr := downAddr(t) // nothing listens yet
 	cfgA := testConfig(t, listen, fmt.Sprintf(`
   downstream:
@@ -91,7 +93,7 @@ func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
     mllp: {address: "%s", connect_timeout: 200ms}
     retry: {backoff: 200ms, max_backoff: 500ms}
 `, downAddr))
-	startNode(t, db, cfgA, func(o *engine.Options) { o.NodeID = "a" })
+	cluster.StartNode(t, db, cfgA, func(o *engine.Options) { o.NodeID = "a" })
 	var ids []string
 	var msgs [][]byte
 	for i := range 50 {
@@ -99,16 +101,16 @@ func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
 		msgs = append(msgs, adt(ids[i], "P1"))
 	}
 	send(t, listen, msgs...)
-	eventually(t, 30*time.Second, "all 50 queued for downstream", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "all 50 queued for downstream", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE destination = 'downstream' AND status = 'pending'`) == 50
 	})
 
-	cfgB := testConfig(t, freeAddr(t), fmt.Sprintf(`
+	cfgB := testConfig(t, fixtures.FreeAddr(t), fmt.Sprintf(`
   archive:
     type: file
     file: {directory: %q}
 `, t.TempDir()))
-	startNode(t, db, cfgB, func(o *engine.Options) { o.NodeID = "b" })
+	cluster.StartNode(t, db, cfgB, func(o *engine.Options) { o.NodeID = "b" })
 	// Give b time to do what it would: its start-up sweep and, should River
 	// hand it the downstream lane, its drainer.
 	time.Sleep(3 * time.Second)
@@ -117,7 +119,7 @@ func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
 	}
 
 	p := newCtlPartner(t, downAddr, nil)
-	eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
+	fixtures.Eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
 	if got := ours(p.acceptedIDs(), "OR"); !slices.Equal(got, ids) {
 		t.Fatalf("partner accepted %v, want all 50 in order", got)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A message sent to a channel is acknowledged AA with its control id, reaches
@@ -20,7 +22,7 @@ func TestEndToEndMLLPToMLLPAndFile(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
 	dir := t.TempDir()
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   downstream:
     type: mllp
@@ -29,7 +31,7 @@ func TestEndToEndMLLPToMLLPAndFile(t *testing.T) {
     type: file
     file: {directory: "%s", filename: "{{.ControlID}}.hl7"}
 `, p.addr, dir))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 
 	var msgs [][]byte
 	var ids []string
@@ -45,11 +47,11 @@ func TestEndToEndMLLPToMLLPAndFile(t *testing.T) {
 		}
 	}
 
-	eventually(t, 30*time.Second, "all messages delivered", func() bool { return len(p.acceptedIDs()) >= len(ids) })
+	fixtures.Eventually(t, 30*time.Second, "all messages delivered", func() bool { return len(p.acceptedIDs()) >= len(ids) })
 	if got := p.acceptedIDs(); !slices.Equal(got, ids) {
 		t.Fatalf("partner received %v, want %v (in order, once)", got, ids)
 	}
-	eventually(t, 10*time.Second, "all messages processed", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "all messages processed", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(context.Background(),
 			"SELECT count(*) FROM mefor_message WHERE status = 'processed'").Scan(&n)

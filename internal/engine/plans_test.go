@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // pipelineTxTracer follows each connection's transaction: whether it began
@@ -98,8 +99,8 @@ func TestWorkerTransactionsPlanGenerically(t *testing.T) {
 		msgs = append(msgs, adt(id, "P1"))
 	}
 	send(t, listen, msgs...)
-	eventually(t, 20*time.Second, "all delivered", func() bool { return len(firstDeliveries(p.acceptedIDs())) == len(want) })
-	eventually(t, 10*time.Second, "the lanes' drainers done", func() bool { return liveDrainers(t, db) == 0 })
+	fixtures.Eventually(t, 20*time.Second, "all delivered", func() bool { return len(firstDeliveries(p.acceptedIDs())) == len(want) })
+	fixtures.Eventually(t, 10*time.Second, "the lanes' drainers done", func() bool { return liveDrainers(t, db) == 0 })
 	if got := firstDeliveries(p.acceptedIDs()); !slices.Equal(got, want) {
 		t.Fatalf("delivered %v, want %v", got, want)
 	}

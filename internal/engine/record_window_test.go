@@ -9,6 +9,8 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // With a record window on, a lane's sends still go one at a time in commit
@@ -18,14 +20,9 @@ func TestRecordWindowKeepsOrderAndRecordsEachOnce(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newCtlPartner(t, "", nil)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	const rows = 8
-	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    record_batch: {rows: %d, window: 300ms}
-`, p.addr, rows)), nil)
+	cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, fmt.Sprintf("record_batch: {rows: %d, window: 300ms}", rows))), nil)
 	var ids []string
 	var msgs [][]byte
 	for i := range 60 {
@@ -33,7 +30,7 @@ func TestRecordWindowKeepsOrderAndRecordsEachOnce(t *testing.T) {
 		msgs = append(msgs, adt(ids[i], fmt.Sprintf("P%d", i%3)))
 	}
 	send(t, listen, msgs...)
-	eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+	fixtures.Eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 
 	if got := p.receivedIDs(); !slices.Equal(got, ids) {
 		t.Fatalf("partner received %v, want each message once, in order %v", got, ids)
@@ -73,13 +70,8 @@ func TestRecordWindowClosesOnTime(t *testing.T) {
 		time.Sleep(60 * time.Millisecond)
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
-	startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    record_batch: {rows: 1000, window: 100ms}
-`, p.addr)), nil)
+	listen := fixtures.FreeAddr(t)
+	cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, "record_batch: {rows: 1000, window: 100ms}")), nil)
 	var msgs [][]byte
 	for i := range 6 {
 		msgs = append(msgs, adt(fmt.Sprintf("T%03d", i), "P1"))
@@ -95,5 +87,5 @@ func TestRecordWindowClosesOnTime(t *testing.T) {
 	if recorded < 2 {
 		t.Fatalf("%d deliveries recorded when the fifth send went out; want at least the first two (window 100ms, sends of 60ms)", recorded)
 	}
-	eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(msgs) })
+	fixtures.Eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(msgs) })
 }

@@ -15,19 +15,15 @@ import (
 	"github.com/mefor/mefor/internal/reference"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // refConfig is a channel whose handler translates PID-8 (sex) through the
 // reference set "sex-codes", read from csvPath, and files the result.
 func refConfig(t *testing.T, listen, csvPath, outDir, onMiss string) *config.Config {
 	t.Helper()
-	y := fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound:
-      mllp: {listen: "%s"}
-    routes:
+	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         handler: translate
         destinations: [archive]
@@ -45,7 +41,7 @@ reference_sets:
     refresh: 1h
     source:
       csv: {path: "%s"}
-`, listen, onMiss, outDir, csvPath)
+`, onMiss, outDir, csvPath)
 	cfg, err := config.Parse("test.yaml", []byte(y), nil)
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, y)
@@ -80,18 +76,18 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\nM,male\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := refConfig(t, listen, csvPath, out, "on_miss: keep")
-	a := startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
-	b := startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-b" })
+	a := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
+	b := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-b" })
 
 	// The set had no snapshot, so starting enqueued its first sync.
-	eventually(t, 30*time.Second, "first sync", func() bool { return lastSyncID(t, db) > 0 })
+	fixtures.Eventually(t, 30*time.Second, "first sync", func() bool { return lastSyncID(t, db) > 0 })
 	send(t, listen, adt("R1", "P1"))
-	eventually(t, 30*time.Second, "R1 filed translated", func() bool { return filedPID8(out, "R1") == "female" })
+	fixtures.Eventually(t, 30*time.Second, "R1 filed translated", func() bool { return filedPID8(out, "R1") == "female" })
 
 	for _, n := range []*engine.Node{a, b} {
-		eventually(t, 10*time.Second, "both nodes hold the first snapshot", func() bool {
+		fixtures.Eventually(t, 10*time.Second, "both nodes hold the first snapshot", func() bool {
 			v, found, err := n.ReferenceCache().Lookup("sex-codes", "F", "")
 			return err == nil && found && v == "female"
 		})
@@ -105,7 +101,7 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 	// The sync kind is unique per set while live, and River marks a job
 	// completed a moment after its audit commits: an insert right after the
 	// first sync can be skipped as a duplicate of it. Insert until one runs.
-	eventually(t, 30*time.Second, "second sync", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "second sync", func() bool {
 		if lastSyncID(t, db) > before {
 			return true
 		}
@@ -118,16 +114,16 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, n := range map[string]*engine.Node{"a": a, "b": b} {
-		eventually(t, 10*time.Second, "node "+name+" serves the new snapshot", func() bool {
+		fixtures.Eventually(t, 10*time.Second, "node "+name+" serves the new snapshot", func() bool {
 			v, _, err := n.ReferenceCache().Lookup("sex-codes", "F", "")
 			return err == nil && v == "FEMALE"
 		})
 	}
 	send(t, listen, adt("R2", "P2"))
-	eventually(t, 30*time.Second, "R2 filed with the new translation", func() bool { return filedPID8(out, "R2") == "FEMALE" })
+	fixtures.Eventually(t, 30*time.Second, "R2 filed with the new translation", func() bool { return filedPID8(out, "R2") == "FEMALE" })
 
 	// A sync from the missing source fails and keeps the snapshot.
-	eventually(t, 30*time.Second, "failed sync recorded", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "failed sync recorded", func() bool {
 		if queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0 {
 			return true
 		}
@@ -137,7 +133,7 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 		return false
 	})
 	send(t, listen, adt("R3", "P3"))
-	eventually(t, 30*time.Second, "R3 filed with the kept snapshot", func() bool { return filedPID8(out, "R3") == "FEMALE" })
+	fixtures.Eventually(t, 30*time.Second, "R3 filed with the kept snapshot", func() bool { return filedPID8(out, "R3") == "FEMALE" })
 }
 
 // A message whose lookup has no snapshot to read waits, holding its lane,
@@ -149,18 +145,18 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	dir, out := t.TempDir(), t.TempDir()
 	csvPath := filepath.Join(dir, "sex.csv") // not there yet: the first sync fails
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := refConfig(t, listen, csvPath, out, "on_miss: dead-letter")
-	n := startNode(t, db, cfg, nil)
+	n := cluster.StartNode(t, db, cfg, nil)
 
-	eventually(t, 30*time.Second, "failed first sync", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "failed first sync", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0
 	})
 	send(t, listen, adt("W1", "P1"))
 	// Give the routed drainer time to try (several retries of 2s would
 	// be needed to notice a dead-letter that is not there, so check the
 	// lane holds on the first attempt's outcome instead).
-	eventually(t, 30*time.Second, "W1 routed", func() bool { return messageStatus(t, db, "W1") != "received" })
+	fixtures.Eventually(t, 30*time.Second, "W1 routed", func() bool { return messageStatus(t, db, "W1") != "received" })
 	time.Sleep(time.Second)
 	if st := messageStatus(t, db, "W1"); st != "routed" {
 		t.Fatalf("W1 is %s while the set has no snapshot, want it waiting (routed)", st)
@@ -174,7 +170,7 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 	}
 	// Insert until a sync runs: the failed one may not be finalized yet, and
 	// the kind is unique per set while live.
-	eventually(t, 30*time.Second, "a successful sync", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "a successful sync", func() bool {
 		if queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'ok'`) > 0 {
 			return true
 		}
@@ -183,12 +179,12 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 		}
 		return false
 	})
-	eventually(t, 30*time.Second, "W1 filed translated", func() bool { return filedPID8(out, "W1") == "female" })
+	fixtures.Eventually(t, 30*time.Second, "W1 filed translated", func() bool { return filedPID8(out, "W1") == "female" })
 
 	// M is not in the set.
 	msg := strings.Replace(string(adt("W2", "P2")), "||19800101|F", "||19800101|M", 1)
 	send(t, listen, []byte(msg))
-	eventually(t, 30*time.Second, "W2 dead-lettered", func() bool { return messageStatus(t, db, "W2") == "error" })
+	fixtures.Eventually(t, 30*time.Second, "W2 dead-lettered", func() bool { return messageStatus(t, db, "W2") == "error" })
 	reason := queryStrings(t, db, `SELECT coalesce(w.last_error, '') FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
 		WHERE m.control_id = 'W2' AND w.status = 'dead'`)
 	if len(reason) != 1 || !strings.Contains(reason[0], `PID(1)-8: the value is not in reference set "sex-codes"`) {
@@ -207,12 +203,12 @@ func TestNodeLoadsSnapshotsBeforeWorking(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := refConfig(t, freeAddr(t), csvPath, out, "on_miss: keep")
+	cfg := refConfig(t, fixtures.FreeAddr(t), csvPath, out, "on_miss: keep")
 	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "earlier"}
 	if _, err := syncer.Sync(context.Background(), cfg.ReferenceSet("sex-codes")); err != nil {
 		t.Fatal(err)
 	}
-	n := startNode(t, db, cfg, nil)
+	n := cluster.StartNode(t, db, cfg, nil)
 	v, found, err := n.ReferenceCache().Lookup("sex-codes", "F", "")
 	if err != nil || !found || v != "female" {
 		t.Fatalf("lookup right after Start: %q, %v, %v; want the stored snapshot", v, found, err)

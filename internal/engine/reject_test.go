@@ -2,13 +2,14 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A partner's AR says it will never accept the message. By default
@@ -36,18 +37,12 @@ func TestPartnerRejectPolicy(t *testing.T) {
 				}
 				return hl7.AckAccept
 			})
-			listen := freeAddr(t)
-			startNode(t, db, testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    retry: {backoff: 100ms, max_backoff: 100ms}
-    %s
-`, p.addr, tc.policy)), nil)
+			listen := fixtures.FreeAddr(t)
+			cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, "retry: {backoff: 100ms, max_backoff: 100ms}", tc.policy)), nil)
 			send(t, listen, adt("AR000", "P1"), adt("AR001", "P2"))
 			// Recorded, not only sent: a delivery's record may follow its
 			// send by the destination's record window.
-			eventually(t, 30*time.Second, "AR001 delivered", func() bool {
+			fixtures.Eventually(t, 30*time.Second, "AR001 delivered", func() bool {
 				status, _, _, err := tryOutboundRow(db, "AR001")
 				return slices.Contains(ours(p.acceptedIDs(), "AR0"), "AR001") && err == nil && status == "done"
 			})
@@ -64,7 +59,7 @@ func TestPartnerRejectPolicy(t *testing.T) {
 					WHERE m.control_id = 'AR000' AND r.ack_code = 'AR' AND r.body IS NOT NULL`); n != 1 {
 					t.Fatalf("rejected row keeps %d AR replies, want 1", n)
 				}
-				eventually(t, 10*time.Second, "AR000 in error", func() bool { return messageStatus(t, db, "AR000") == "error" })
+				fixtures.Eventually(t, 10*time.Second, "AR000 in error", func() bool { return messageStatus(t, db, "AR000") == "error" })
 				return
 			}
 			want := []string{"AR000", "AR000", "AR000", "AR000", "AR001"}

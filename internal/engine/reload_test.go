@@ -20,6 +20,8 @@ import (
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // reloadYAML is a one-channel config routing ADT to the destinations given
@@ -126,16 +128,16 @@ func TestReloadConvergesAcrossNodes(t *testing.T) {
 	p1, p2 := newPartner(t, ""), newPartner(t, "")
 	// The nodes share a host here, so their files differ in the listen
 	// address: b's is flagged as a different file.
-	la, lb := freeAddr(t), freeAddr(t)
+	la, lb := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	v1 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String() }
 	v2 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String() }
 	pathA, cfgA := configFile(t, "a.yaml", v1(la))
 	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
-	a := startNode(t, db, cfgA, named("a"))
-	b := startNode(t, db, cfgB, named("b"))
+	a := cluster.StartNode(t, db, cfgA, named("a"))
+	b := cluster.StartNode(t, db, cfgB, named("b"))
 
 	receive(t, b, "M1")
-	eventually(t, 20*time.Second, "M1 delivered to the first address", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "M1 delivered to the first address", func() bool {
 		return slices.Contains(p1.acceptedIDs(), "M1")
 	})
 
@@ -149,13 +151,13 @@ func TestReloadConvergesAcrossNodes(t *testing.T) {
 	if res.Version != 1 || !res.Changed || res.Hash == cfgA.Hash() {
 		t.Fatalf("reload result = %+v, want version 1, changed, new hash", res)
 	}
-	eventually(t, 10*time.Second, "node b to reload its own file", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "node b to reload its own file", func() bool {
 		return b.AppliedConfigVersion() == 1 && b.Config().Hash() == hashB
 	})
 
 	receive(t, a, "M2")
 	receive(t, b, "M3")
-	eventually(t, 20*time.Second, "M2 and M3 delivered to the new address", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "M2 and M3 delivered to the new address", func() bool {
 		got := p2.acceptedIDs()
 		return slices.Contains(got, "M2") && slices.Contains(got, "M3")
 	})
@@ -196,14 +198,14 @@ func TestReloadBadFileChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p1, p2 := newPartner(t, ""), newPartner(t, "")
-	la, lb := freeAddr(t), freeAddr(t)
+	la, lb := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	v1 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String() }
 	v2 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String() }
 	bad := func(l string) string { return strings.Replace(v2(l), "type: mllp", "type: carrier-pigeon", 1) }
 	pathA, cfgA := configFile(t, "a.yaml", v1(la))
 	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
-	a := startNode(t, db, cfgA, named("a"))
-	b := startNode(t, db, cfgB, named("b"))
+	a := cluster.StartNode(t, db, cfgA, named("a"))
+	b := cluster.StartNode(t, db, cfgB, named("b"))
 
 	// The node's own reload (SIGHUP).
 	writeFile(t, pathA, bad(la))
@@ -220,7 +222,7 @@ func TestReloadBadFileChangesNothing(t *testing.T) {
 		t.Errorf("node a's row does not say why the reload failed: %+v", st)
 	}
 	receive(t, a, "M1")
-	eventually(t, 20*time.Second, "M1 delivered by the old config", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "M1 delivered by the old config", func() bool {
 		return slices.Contains(p1.acceptedIDs(), "M1")
 	})
 
@@ -231,7 +233,7 @@ func TestReloadBadFileChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	eventually(t, 10*time.Second, "node b to record why it did not reload", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "node b to record why it did not reload", func() bool {
 		st := configStatus(t, db)["b"]
 		return st.ErrorVersion != nil && *st.ErrorVersion == res.Version
 	})
@@ -246,11 +248,11 @@ func TestReloadBadFileChangesNothing(t *testing.T) {
 
 	writeFile(t, pathB, v2(lb))
 	hashB := loadHash(t, pathB)
-	eventually(t, 10*time.Second, "node b to converge once its file is fixed", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "node b to converge once its file is fixed", func() bool {
 		return b.AppliedConfigVersion() == res.Version && b.Config().Hash() == hashB
 	})
 	// The node applies, then records it on its row: give the row a moment.
-	eventually(t, 10*time.Second, "node b's row to show it converged", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "node b's row to show it converged", func() bool {
 		st := configStatus(t, db)["b"]
 		return !st.Behind && st.Error == ""
 	})
@@ -269,10 +271,10 @@ func TestNodeStartingLaterDoesNotReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l := freeAddr(t)
+	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String())
 	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String())
-	n := startNode(t, db, cfg, named("a"))
+	n := cluster.StartNode(t, db, cfg, named("a"))
 
 	time.Sleep(2500 * time.Millisecond) // two heartbeats: the watcher has looked twice
 	if n.AppliedConfigVersion() != 2 || n.Config().Hash() != cfg.Hash() {
@@ -291,9 +293,9 @@ func TestReloadRefusesClusterTimings(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	l := freeAddr(t)
+	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
-	n := startNode(t, db, cfg, named("a"))
+	n := cluster.StartNode(t, db, cfg, named("a"))
 
 	writeFile(t, path, reloadYAML{listen: l, heartbeat: "2s", dests: [][2]string{{"down", p.addr}}}.String())
 	_, err := n.Reload(ctx)
@@ -313,10 +315,10 @@ func TestReloadRebindsChangedListener(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	addr1, addr2 := freeAddr(t), freeAddr(t)
+	addr1, addr2 := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: addr1, dests: [][2]string{{"down", p.addr}}}.String())
-	n := startNode(t, db, cfg, named("a"))
-	eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr1 })
+	n := cluster.StartNode(t, db, cfg, named("a"))
+	fixtures.Eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr1 })
 
 	writeFile(t, path, reloadYAML{listen: addr2, dests: [][2]string{{"down", p.addr}}}.String())
 	res, err := n.Reload(ctx)
@@ -333,7 +335,7 @@ func TestReloadRebindsChangedListener(t *testing.T) {
 		c.Close()
 		t.Fatalf("old address %s still accepts connections", addr1)
 	}
-	eventually(t, 20*time.Second, "L1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L1") })
+	fixtures.Eventually(t, 20*time.Second, "L1 delivered", func() bool { return slices.Contains(p.acceptedIDs(), "L1") })
 }
 
 // A new listen address that cannot be bound refuses the whole reload.
@@ -347,10 +349,10 @@ func TestReloadRefusesUnbindableAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	addr := freeAddr(t)
+	addr := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: addr, dests: [][2]string{{"down", p1.addr}}}.String())
-	n := startNode(t, db, cfg, named("a"))
-	eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr })
+	n := cluster.StartNode(t, db, cfg, named("a"))
+	fixtures.Eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr })
 
 	writeFile(t, path, reloadYAML{listen: busy.Addr().String(), dests: [][2]string{{"down", p2.addr}}}.String())
 	if _, err := n.Reload(ctx); err == nil || !strings.Contains(err.Error(), "listen on") {
@@ -369,12 +371,12 @@ func TestReloadDeadLettersRowsOfRemovedDestination(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
 	down := downAddr(t) // nothing listens: deliveries to "old" wait an hour
-	l := freeAddr(t)
+	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml",
 		reloadYAML{listen: l, backoff: "1h", dests: [][2]string{{"old", down}, {"new", p.addr}}}.String())
-	n := startNode(t, db, cfg, named("a"))
+	n := cluster.StartNode(t, db, cfg, named("a"))
 	receive(t, n, "R1")
-	eventually(t, 20*time.Second, "the delivery to old to fail once and wait", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "the delivery to old to fail once and wait", func() bool {
 		var k int
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE destination = 'old' AND status = 'pending' AND attempts = 1`).Scan(&k)
 		return k == 1
@@ -420,9 +422,9 @@ func TestReloadDoesNotCutASendInFlight(t *testing.T) {
 	go slow.Serve(ln)
 	t.Cleanup(func() { _ = slow.Shutdown(context.Background()) })
 
-	l := freeAddr(t)
+	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", ln.Addr().String()}}}.String())
-	n := startNode(t, db, cfg, named("a"))
+	n := cluster.StartNode(t, db, cfg, named("a"))
 	receive(t, n, "S1")
 	<-arrived
 	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String())
@@ -431,7 +433,7 @@ func TestReloadDoesNotCutASendInFlight(t *testing.T) {
 	}
 	close(release)
 	receive(t, n, "S2")
-	eventually(t, 20*time.Second, "S2 delivered to the new address", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "S2 delivered to the new address", func() bool {
 		return slices.Contains(p2.acceptedIDs(), "S2")
 	})
 	var status string
@@ -454,7 +456,7 @@ func TestReloadReachesPeersThroughNotify(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p1, p2 := newPartner(t, ""), newPartner(t, "")
-	la, lb := freeAddr(t), freeAddr(t)
+	la, lb := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	v1 := func(l string) string {
 		return reloadYAML{listen: l, heartbeat: "20s", dests: [][2]string{{"down", p1.addr}}}.String()
 	}
@@ -463,8 +465,8 @@ func TestReloadReachesPeersThroughNotify(t *testing.T) {
 	}
 	pathA, cfgA := configFile(t, "a.yaml", v1(la))
 	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
-	a := startNode(t, db, cfgA, named("a"))
-	b := startNode(t, db, cfgB, named("b"))
+	a := cluster.StartNode(t, db, cfgA, named("a"))
+	b := cluster.StartNode(t, db, cfgB, named("b"))
 	time.Sleep(500 * time.Millisecond) // let b's LISTEN connection come up
 
 	writeFile(t, pathA, v2(la))
@@ -472,7 +474,7 @@ func TestReloadReachesPeersThroughNotify(t *testing.T) {
 	if _, err := a.Reload(ctx); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	eventually(t, 8*time.Second, "node b to reload well before its next heartbeat", func() bool {
+	fixtures.Eventually(t, 8*time.Second, "node b to reload well before its next heartbeat", func() bool {
 		return b.AppliedConfigVersion() == 1
 	})
 }
@@ -484,9 +486,9 @@ func TestReloadRefusesEncryptionKeyChange(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	l := freeAddr(t)
+	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
-	n := startNode(t, db, cfg, named("a"))
+	n := cluster.StartNode(t, db, cfg, named("a"))
 
 	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String()+
 		"encryption:\n  keys: \"${MEFOR_RELOAD_TEST_KEYS}\"\n")

@@ -12,6 +12,8 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // orderingYAML is a one-channel config delivering ADT to downstream with the
@@ -71,7 +73,7 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		}
 		return hl7.AckError
 	})
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "mefor.yaml", orderingYAML(listen, p.addr, tc.before))
 
 	const patients = 10
@@ -91,7 +93,7 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`)
 	}
 
-	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: testLogger(t), NodeID: "a"})
+	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,7 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		}
 	})
 	send(t, listen, batch("A")...)
-	eventually(t, 30*time.Second, "the first 60 queued", func() bool { return pendingOutbound() == 60 })
+	fixtures.Eventually(t, 30*time.Second, "the first 60 queued", func() bool { return pendingOutbound() == 60 })
 	// Let the old lanes' heads fail a few times, so their backoff is longer
 	// than that of lanes that start fresh after the change.
 	time.Sleep(2 * time.Second)
@@ -120,12 +122,12 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		startNode(t, db, next, named("b"))
+		cluster.StartNode(t, db, next, named("b"))
 	} else if _, err := n.Reload(ctx); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
 	send(t, listen, batch("B")...)
-	eventually(t, 30*time.Second, "all 120 queued", func() bool { return pendingOutbound() == 120 })
+	fixtures.Eventually(t, 30*time.Second, "all 120 queued", func() bool { return pendingOutbound() == 120 })
 	up.Store(true)
 
 	// Only this test's messages: another test's may reach a partner on
@@ -139,7 +141,7 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		}
 		return out
 	}
-	eventually(t, 60*time.Second, "all 120 delivered", func() bool { return len(mine()) == len(sent) })
+	fixtures.Eventually(t, 60*time.Second, "all 120 delivered", func() bool { return len(mine()) == len(sent) })
 	perPatient := map[string][]string{}
 	for _, id := range mine() {
 		perPatient[patientOf[id]] = append(perPatient[patientOf[id]], id)

@@ -15,6 +15,8 @@ import (
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func parseConfig(t *testing.T, y string) *config.Config {
@@ -61,8 +63,8 @@ func replyRows(t *testing.T, db *testcontainers.DB, channel string) []replyRow {
 func TestMLLPRepliesRoutedIntoChannelAndArchived(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	listen, archive := freeAddr(t), t.TempDir()
-	startNode(t, db, parseConfig(t, fmt.Sprintf(`
+	listen, archive := fixtures.FreeAddr(t), t.TempDir()
+	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
   orders:
@@ -81,11 +83,11 @@ destinations:
 `, listen, p.addr, archive)), nil)
 
 	send(t, listen, adt("O1", "P1"), adt("O2", "P2"), adt("O3", "P3"))
-	eventually(t, 20*time.Second, "three replies archived", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "three replies archived", func() bool {
 		entries, _ := os.ReadDir(archive)
 		return len(entries) >= 3
 	})
-	eventually(t, 10*time.Second, "replies processed", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "replies processed", func() bool {
 		rs := replyRows(t, db, "replies")
 		return len(rs) == 3 && !slices.ContainsFunc(rs, func(r replyRow) bool { return r.status != "processed" })
 	})
@@ -136,8 +138,8 @@ destinations:
 func TestReplyLoopStopsAtDepthLimit(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	listen := freeAddr(t)
-	startNode(t, db, parseConfig(t, fmt.Sprintf(`
+	listen := fixtures.FreeAddr(t)
+	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
   loop:
@@ -151,7 +153,7 @@ destinations:
 `, listen, p.addr)), nil)
 
 	send(t, listen, adt("L0", "P1"))
-	eventually(t, 30*time.Second, "the chain to end", func() bool { return len(replyRows(t, db, "loop")) >= 10 })
+	fixtures.Eventually(t, 30*time.Second, "the chain to end", func() bool { return len(replyRows(t, db, "loop")) >= 10 })
 	time.Sleep(500 * time.Millisecond) // nothing may follow
 	rs := replyRows(t, db, "loop")
 	if len(rs) != 10 {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // attemptRecord is one delivery attempt as the message timeline shows it.
@@ -63,14 +65,9 @@ func TestHeadOfLineBlockingOnAE(t *testing.T) {
 		}
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    retry: {backoff: 250ms, multiplier: 3, max_backoff: 1500ms}
-`, p.addr))
-	startNode(t, db, cfg, nil)
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr, "retry: {backoff: 250ms, multiplier: 3, max_backoff: 1500ms}"))
+	cluster.StartNode(t, db, cfg, nil)
 
 	ids := []string{"H000", "H001", "H002"}
 	for _, a := range send(t, listen, adt(ids[0], "P1"), adt(ids[1], "P2"), adt(ids[2], "P3")) {
@@ -78,7 +75,7 @@ func TestHeadOfLineBlockingOnAE(t *testing.T) {
 			t.Fatalf("intake answered %s", a.Code)
 		}
 	}
-	eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
+	fixtures.Eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
 
 	want := []string{"H000", "H000", "H000", "H000", "H000", "H001", "H002"}
 	if got := p.receivedIDs(); !slices.Equal(got, want) {
@@ -87,7 +84,7 @@ func TestHeadOfLineBlockingOnAE(t *testing.T) {
 	if got := p.acceptedIDs(); !slices.Equal(got, ids) {
 		t.Fatalf("partner accepted %v, want %v", got, ids)
 	}
-	eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+	fixtures.Eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 
 	status, attempts, lastErr := outboundRow(t, db, "H000")
 	if status != "done" || attempts != failures+1 || lastErr != "" {
@@ -140,21 +137,21 @@ func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	down := downAddr(t)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   downstream:
     type: mllp
     mllp: {address: "%s", connect_timeout: 1s}
     retry: {backoff: 100ms, multiplier: 1.5, max_backoff: 400ms}
 `, down))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 	send(t, listen, adt("D000", "P1"), adt("D001", "P2"))
 
-	eventually(t, 20*time.Second, "head retried", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "head retried", func() bool {
 		_, attempts, _, err := tryOutboundRow(db, "D000")
 		return err == nil && attempts >= 3
 	})
-	eventually(t, 10*time.Second, "second message queued for delivery", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "second message queued for delivery", func() bool {
 		_, _, _, err := tryOutboundRow(db, "D001")
 		return err == nil
 	})
@@ -167,7 +164,7 @@ func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 	}
 
 	p := newCtlPartner(t, down, nil)
-	eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
 	if got := p.receivedIDs(); !slices.Equal(got, []string{"D000", "D001"}) {
 		t.Fatalf("partner received %v, want [D000 D001]", got)
 	}
@@ -189,17 +186,17 @@ func TestHeadOfLineBlockingOnAckTimeout(t *testing.T) {
 		}
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   downstream:
     type: mllp
     mllp: {address: "%s", ack_timeout: 500ms}
     retry: {backoff: 100ms}
 `, p.addr))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 	send(t, listen, adt("T000", "P1"), adt("T001", "P2"))
 
-	eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
 	if got := p.receivedIDs(); !slices.Equal(got, []string{"T000", "T000", "T001"}) {
 		t.Fatalf("partner received %v, want [T000 T000 T001]", got)
 	}
@@ -207,7 +204,7 @@ func TestHeadOfLineBlockingOnAckTimeout(t *testing.T) {
 	if len(details) != 1 || !strings.HasPrefix(details[0], "attempt 1: timeout: ") {
 		t.Fatalf("failed events %q, want one \"attempt 1: timeout: ...\"", details)
 	}
-	eventually(t, 10*time.Second, "both processed", func() bool { return countStatus(t, db, "processed") == 2 })
+	fixtures.Eventually(t, 10*time.Second, "both processed", func() bool { return countStatus(t, db, "processed") == 2 })
 }
 
 // Past max_attempts the head is dead-lettered with the reason, its message
@@ -221,21 +218,16 @@ func TestMaxAttemptsDeadLettersHeadAndLaneMovesOn(t *testing.T) {
 		}
 		return hl7.AckAccept
 	})
-	listen := freeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s"}
-    retry: {max_attempts: 3, backoff: 100ms, multiplier: 1}
-`, p.addr))
-	startNode(t, db, cfg, nil)
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, downstream(p.addr, "retry: {max_attempts: 3, backoff: 100ms, multiplier: 1}"))
+	cluster.StartNode(t, db, cfg, nil)
 	send(t, listen, adt("X000", "P1"), adt("X001", "P2"), adt("X002", "P3"))
 
-	eventually(t, 20*time.Second, "the rest delivered", func() bool { return len(p.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 20*time.Second, "the rest delivered", func() bool { return len(p.acceptedIDs()) == 2 })
 	if got := p.receivedIDs(); !slices.Equal(got, []string{"X000", "X000", "X000", "X001", "X002"}) {
 		t.Fatalf("partner received %v, want X000 three times, then X001, X002", got)
 	}
-	eventually(t, 10*time.Second, "final statuses", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "final statuses", func() bool {
 		return messageStatus(t, db, "X000") == "error" && countStatus(t, db, "processed") == 2
 	})
 	status, attempts, lastErr := outboundRow(t, db, "X000")

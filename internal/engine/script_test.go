@@ -18,6 +18,8 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Tests of javascript handlers through the real pipeline: MLLP in, the
@@ -119,15 +121,15 @@ function transform(msg, ctx) {
   }
   if (kind === "SUB") return [{message: msg, destinations: ["archive"]}];
 }`)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := loadConfig(t, dir, oneChannel(listen, js, `, libs: [`+strconv.Quote(filepath.Join(dir, "lib/ids.js"))+`]`,
 		map[string]string{"lab": lab.addr, "archive": archive.addr}))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 
 	send(t, listen,
 		adt("A1", "100"), adt("T1", "TEST9"), adt("SPL1", "200"), adt("SUB1", "300"), adt("A2", "400"))
 
-	eventually(t, 30*time.Second, "every delivery", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "every delivery", func() bool {
 		return len(lab.acceptedIDs()) == 5 && len(archive.acceptedIDs()) == 6
 	})
 	if got, want := lab.acceptedIDs(), []string{"A1", "SPL1-1", "SPL1-2", "SPL1-3", "A2"}; !slices.Equal(got, want) {
@@ -139,7 +141,7 @@ function transform(msg, ctx) {
 	if got, want := fields(lab.messages(t), "PID-3.1"), []string{"MRN-100", "MRN-200", "MRN-200", "MRN-200", "MRN-400"}; !slices.Equal(got, want) {
 		t.Errorf("lab PID-3.1 %v, want %v", got, want)
 	}
-	eventually(t, 10*time.Second, "dispositions", func() bool {
+	fixtures.Eventually(t, 10*time.Second, "dispositions", func() bool {
 		return messageStatus(t, db, "T1") == pipeline.StatusFiltered && countStatus(t, db, pipeline.StatusProcessed) == 4
 	})
 }
@@ -159,12 +161,12 @@ function transform(msg, ctx) {
   if (id === "BAD") return "not a message";
   msg.set("ZVC-1", "ok");
 }`)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := loadConfig(t, dir, oneChannel(listen, js, ", timeout: 300ms", map[string]string{"lab": lab.addr}))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 
 	send(t, listen, adt("OK1", "P1"), adt("THROW", "SECRET-PATIENT"), adt("LOOP", "P3"), adt("BAD", "P4"), adt("OK2", "P5"))
-	eventually(t, 30*time.Second, "the good messages delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 30*time.Second, "the good messages delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
 	if got := lab.acceptedIDs(); !slices.Equal(got, []string{"OK1", "OK2"}) {
 		t.Errorf("lab received %v, want OK1, OK2 (the failures dead-lettered, the lane moving on)", got)
 	}
@@ -174,7 +176,7 @@ function transform(msg, ctx) {
 		"BAD":   `javascript handler js: bad result: transform returned a string`,
 	}
 	for id, w := range want {
-		eventually(t, 10*time.Second, id+" dead-lettered", func() bool { return messageStatus(t, db, id) == pipeline.StatusError })
+		fixtures.Eventually(t, 10*time.Second, id+" dead-lettered", func() bool { return messageStatus(t, db, id) == pipeline.StatusError })
 		reasons := queryStrings(t, db, `
 			SELECT w.last_error FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
 			WHERE m.control_id = $1 AND w.status = 'dead'`, id)
@@ -197,20 +199,20 @@ func TestScriptOnErrorHoldWaitsAtTheMessage(t *testing.T) {
 function transform(msg, ctx) {
   if (!ctx.state.get("clinic", "open")) throw new Error("the clinic is not open yet for " + msg.get("PID-5.1"));
 }`)
-	listen, otherListen := freeAddr(t), freeAddr(t)
+	listen, otherListen := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	yaml := strings.Replace(oneChannel(listen, js, ", on_error: hold", map[string]string{"lab": lab.addr}), "handlers:", fmt.Sprintf(`  other:
     inbound: {mllp: {listen: %q}}
     routes: [{name: out, destinations: [lab]}]
 handlers:`, otherListen), 1)
 	cfg := loadConfig(t, dir, yaml)
 	// The script's error quotes the patient: the node's log must not.
-	logs := &syncBuffer{}
-	startNode(t, db, cfg, func(o *engine.Options) {
+	logs := &fixtures.SyncBuffer{}
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 
 	send(t, listen, adt("H1", "P1"), adt("H2", "P2"))
-	eventually(t, 20*time.Second, "H1 held with its reason", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "H1 held with its reason", func() bool {
 		var attempts int
 		var reason *string
 		err := db.Pool.QueryRow(context.Background(), `
@@ -232,7 +234,7 @@ handlers:`, otherListen), 1)
 	}
 	// Another channel's lanes are not held.
 	send(t, otherListen, adt("O1", "P9"))
-	eventually(t, 20*time.Second, "the other channel's message delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
+	fixtures.Eventually(t, 20*time.Second, "the other channel's message delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
 
 	// What H1 waits for is written elsewhere (another node; here straight
 	// to the table): the held message reads it at its next try.
@@ -240,7 +242,7 @@ handlers:`, otherListen), 1)
 		INSERT INTO mefor_state (namespace, key, value, version) VALUES ('clinic', 'open', 'true', nextval('mefor_state_version'))`); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "H1 and H2 delivered", func() bool { return len(lab.acceptedIDs()) == 3 })
+	fixtures.Eventually(t, 30*time.Second, "H1 and H2 delivered", func() bool { return len(lab.acceptedIDs()) == 3 })
 	if got := lab.acceptedIDs(); !slices.Equal(got, []string{"O1", "H1", "H2"}) {
 		t.Errorf("lab received %v, want O1, then H1, H2 in order", got)
 	}
@@ -265,7 +267,7 @@ func TestScriptStateNoLostUpdateAcrossLanesAndNodes(t *testing.T) {
 	dir := t.TempDir()
 	lab := newCtlPartner(t, "", nil)
 	js := writeScript(t, dir, "count.js", counterScript)
-	listenA, listenB := freeAddr(t), freeAddr(t)
+	listenA, listenB := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	yaml := fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
@@ -281,9 +283,9 @@ destinations:
   lab: {type: mllp, mllp: {address: %q}, ordering: {mode: parallel, lanes: 4}}
 `, listenA, listenB, js, lab.addr)
 	cfg := loadConfig(t, dir, yaml)
-	n1 := startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = t.Name() + "-1" })
-	startNode(t, db, cfg, func(o *engine.Options) { o.NodeID = t.Name() + "-2" })
-	eventually(t, 20*time.Second, "a listener holder", func() bool { return n1.Lease().Serving() || len(n1.ListenerAddrs()) == 0 })
+	n1 := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = t.Name() + "-1" })
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = t.Name() + "-2" })
+	fixtures.Eventually(t, 20*time.Second, "a listener holder", func() bool { return n1.Lease().Serving() || len(n1.ListenerAddrs()) == 0 })
 
 	const each = 1000
 	var wg sync.WaitGroup
@@ -301,7 +303,7 @@ destinations:
 		})
 	}
 	wg.Wait()
-	eventually(t, 3*time.Minute, "every message delivered", func() bool { return len(lab.acceptedIDs()) >= 2*each })
+	fixtures.Eventually(t, 3*time.Minute, "every message delivered", func() bool { return len(lab.acceptedIDs()) >= 2*each })
 
 	counts := fields(lab.messages(t), "ZVC-1")
 	seen := map[string]bool{}
@@ -350,18 +352,18 @@ func TestScriptStateReadsTheLastCommittedWrite(t *testing.T) {
 	dir := t.TempDir()
 	lab := newCtlPartner(t, "", nil)
 	js := writeScript(t, dir, "count.js", counterScript)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := loadConfig(t, dir, oneChannel(listen, js, "", map[string]string{"lab": lab.addr}))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 
 	send(t, listen, adt("C1", "P1"))
-	eventually(t, 20*time.Second, "C1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
+	fixtures.Eventually(t, 20*time.Second, "C1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
 	if _, err := db.Pool.Exec(context.Background(), `
 		UPDATE mefor_state SET value = '41', version = nextval('mefor_state_version') WHERE namespace = 'test' AND key = 'counter'`); err != nil {
 		t.Fatal(err)
 	}
 	send(t, listen, adt("C2", "P1"))
-	eventually(t, 20*time.Second, "C2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 20*time.Second, "C2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
 	if got := fields(lab.messages(t), "ZVC-1"); !slices.Equal(got, []string{"1", "42"}) {
 		t.Errorf("counts %v, want 1 then 42 (the write made elsewhere, not this node's cached 1)", got)
 	}
@@ -389,14 +391,14 @@ function transform(msg, ctx) {
     while (Date.now() - t0 < 1500) {}
   }
 }`)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := loadConfig(t, dir, oneChannel(listen, js, ", timeout: 10s", map[string]string{"lab": lab.addr}))
-	node := startNode(t, db, cfg, func(o *engine.Options) { o.ReclaimInterval = time.Hour })
+	node := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.ReclaimInterval = time.Hour })
 	waitStartupReclaim(t, db)
 
 	send(t, listen, adt("K1", "P1"))
 	var jobID int64
-	eventually(t, 20*time.Second, "K1's transform running", func() bool {
+	fixtures.Eventually(t, 20*time.Second, "K1's transform running", func() bool {
 		err := db.Pool.QueryRow(context.Background(),
 			`SELECT id FROM river_job WHERE kind = 'mefor_routed' AND state = 'running'`).Scan(&jobID)
 		return err == nil && messageStatus(t, db, "K1") == pipeline.StatusRouted
@@ -418,7 +420,7 @@ function transform(msg, ctx) {
 		t.Fatal(err)
 	}
 	send(t, listen, adt("K2", "P1"))
-	eventually(t, 30*time.Second, "K1 and K2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 30*time.Second, "K1 and K2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
 	if got := fields(lab.messages(t), "ZVC-1"); !slices.Equal(got, []string{"1", "2"}) {
 		t.Errorf("counts %v, want 1, 2: K1's writes applied once", got)
 	}
@@ -434,13 +436,13 @@ func TestScriptReload(t *testing.T) {
 	dir := t.TempDir()
 	lab := newCtlPartner(t, "", nil)
 	js := writeScript(t, dir, "adt.js", `function transform(msg) { msg.set("ZVC-1", "v1"); }`)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := loadConfig(t, dir, oneChannel(listen, js, "", map[string]string{"lab": lab.addr}))
-	node := startNode(t, db, cfg, nil)
+	node := cluster.StartNode(t, db, cfg, nil)
 	ctx := context.Background()
 
 	send(t, listen, adt("R1", "P1"))
-	eventually(t, 20*time.Second, "R1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
+	fixtures.Eventually(t, 20*time.Second, "R1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
 
 	// Only the script changes: the reload picks it up.
 	writeScript(t, dir, "adt.js", `function transform(msg) { msg.set("ZVC-1", "v2"); }`)
@@ -449,7 +451,7 @@ func TestScriptReload(t *testing.T) {
 		t.Fatalf("reload of a changed script: %+v, %v", res, err)
 	}
 	send(t, listen, adt("R2", "P1"))
-	eventually(t, 20*time.Second, "R2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
+	fixtures.Eventually(t, 20*time.Second, "R2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
 
 	// A script that does not compile refuses the reload and changes nothing.
 	writeScript(t, dir, "adt.js", "function transform(msg) {\n  msg.set(\"ZVC-1\", \"v3\";\n}")
@@ -457,7 +459,7 @@ func TestScriptReload(t *testing.T) {
 		t.Fatalf("reload of a broken script: %v, want a SyntaxError at %s:2", err, js)
 	}
 	send(t, listen, adt("R3", "P1"))
-	eventually(t, 20*time.Second, "R3 delivered", func() bool { return len(lab.acceptedIDs()) == 3 })
+	fixtures.Eventually(t, 20*time.Second, "R3 delivered", func() bool { return len(lab.acceptedIDs()) == 3 })
 	if got := fields(lab.messages(t), "ZVC-1"); !slices.Equal(got, []string{"v1", "v2", "v2"}) {
 		t.Errorf("ZVC-1 %v, want v1, v2, v2", got)
 	}
@@ -474,14 +476,14 @@ func TestScriptLookup(t *testing.T) {
 	js := writeScript(t, dir, "adt.js", `function transform(msg, ctx) {
   msg.set("PID-8", ctx.lookup("sex", msg.get("PID-8")) || "unknown");
 }`)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	yaml := oneChannel(listen, js, "", map[string]string{"lab": lab.addr}) + fmt.Sprintf(`
 reference_sets:
   sex: {source: {csv: {path: %q}}}
 `, csv)
-	startNode(t, db, loadConfig(t, dir, yaml), nil)
+	cluster.StartNode(t, db, loadConfig(t, dir, yaml), nil)
 	send(t, listen, adt("L1", "P1"))
-	eventually(t, 30*time.Second, "L1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
+	fixtures.Eventually(t, 30*time.Second, "L1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
 	if got := fields(lab.messages(t), "PID-8"); got[0] != "female" {
 		t.Errorf("PID-8 %q, want female", got[0])
 	}

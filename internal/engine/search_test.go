@@ -7,6 +7,8 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Intake captures PID-3.1, so a message received over MLLP is found by
@@ -15,8 +17,8 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "")
-	listen := freeAddr(t)
-	startNode(t, db, testConfig(t, listen, `
+	listen := fixtures.FreeAddr(t)
+	cluster.StartNode(t, db, testConfig(t, listen, `
   lab:
     type: mllp
     mllp: {address: "`+p.addr+`"}

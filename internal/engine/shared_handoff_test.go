@@ -16,6 +16,8 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Route hand-offs of several lanes that arrive while another is in flight
@@ -54,7 +56,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			db := testcontainers.NewDB(t)
 			p := newPartner(t, "")
 			cfg, listens := channelsToPartners(t, []string{p.addr, p.addr, p.addr, p.addr})
-			n := startNode(t, db, cfg, func(o *engine.Options) {
+			n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute // every drainer lingers through the test
 				tc.opts(o)
 			})
@@ -62,8 +64,8 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			for i, l := range listens {
 				send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
 			}
-			eventually(t, 30*time.Second, "W0 to W3 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
-			eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
+			fixtures.Eventually(t, 30*time.Second, "W0 to W3 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
+			fixtures.Eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
 			release := make(chan struct{})
 			var once sync.Once
@@ -87,7 +89,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				}
 				go func() { <-release; hold.Rollback(ctx) }() // also when the test fails
 				send(t, listens[0], adt("S0", "P1"))
-				eventually(t, 30*time.Second, "S0's route hand-off waiting for its lane", func() bool {
+				fixtures.Eventually(t, 30*time.Second, "S0's route hand-off waiting for its lane", func() bool {
 					return queryInt(t, db, `SELECT count(*)::int FROM pg_stat_activity
 						WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'`) > 0
 				})
@@ -100,19 +102,19 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				return slices.Contains(got, "S1") && slices.Contains(got, "S2") && slices.Contains(got, "S3")
 			}
 			if tc.shared {
-				eventually(t, 30*time.Second, "S1 to S3's hand-offs waiting for S0's", func() bool { return engine.WaitingHandoffs(n) == 3 })
+				fixtures.Eventually(t, 30*time.Second, "S1 to S3's hand-offs waiting for S0's", func() bool { return engine.WaitingHandoffs(n) == 3 })
 			} else {
 				// Well before a turn's own time limit (10s), the next bound
 				// on a hand-off stuck in the group.
-				eventually(t, 5*time.Second, "S1 to S3 delivered while S0's hand-off is held", delivered)
+				fixtures.Eventually(t, 5*time.Second, "S1 to S3 delivered while S0's hand-off is held", delivered)
 				if slices.Contains(p.acceptedIDs(), "S0") {
 					t.Fatal("S0 delivered while its hand-off was held")
 				}
 			}
 			releaseS0()
-			eventually(t, 30*time.Second, "S0 to S3 delivered", func() bool { return delivered() && slices.Contains(p.acceptedIDs(), "S0") })
+			fixtures.Eventually(t, 30*time.Second, "S0 to S3 delivered", func() bool { return delivered() && slices.Contains(p.acceptedIDs(), "S0") })
 			// The partner has them; their records follow its ACKs.
-			eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
+			fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 
 			// Events are inserted by the hand-off that records them and
 			// never updated, so their xmin is that hand-off's transaction.
@@ -173,19 +175,19 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 		addrs[i] = p.addr
 	}
 	cfg, listens := channelsToPartners(t, addrs)
-	n := startNode(t, db, cfg, func(o *engine.Options) {
+	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Limits.Linger = time.Minute // every drainer lingers through the test
 		o.HandoffPatience = time.Minute
 	})
 	for i, l := range listens {
 		send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
 	}
-	eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
+	fixtures.Eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
 	for i := 1; i < 4; i++ {
 		send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
 	}
-	eventually(t, 30*time.Second, "S1 to S3 sent, their partners holding the answers", func() bool { return entered.Load() == 3 })
+	fixtures.Eventually(t, 30*time.Second, "S1 to S3 sent, their partners holding the answers", func() bool { return entered.Load() == 3 })
 	release := make(chan struct{})
 	var once sync.Once
 	releaseS0 := func() { once.Do(func() { close(release) }) }
@@ -196,9 +198,9 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	send(t, listens[0], adt("S0", "P1"))
 	<-held
 	openGate()
-	eventually(t, 30*time.Second, "S1 to S3's records waiting for S0's hand-off", func() bool { return engine.WaitingHandoffs(n) == 3 })
+	fixtures.Eventually(t, 30*time.Second, "S1 to S3's records waiting for S0's hand-off", func() bool { return engine.WaitingHandoffs(n) == 3 })
 	releaseS0()
-	eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
+	fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 
 	for i := 1; i < 4; i++ {
 		if got := partners[i].acceptedIDs(); !slices.Equal(got, []string{fmt.Sprintf("W%d", i), fmt.Sprintf("S%d", i)}) {
@@ -224,7 +226,7 @@ func channelsToPartners(t *testing.T, addrs []string) (*config.Config, []string)
 	listens := make([]string, len(addrs))
 	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
 	for i := range listens {
-		listens[i] = freeAddr(t)
+		listens[i] = fixtures.FreeAddr(t)
 		fmt.Fprintf(&y, "  c%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
 	}
 	y.WriteString("destinations:\n")

@@ -10,6 +10,8 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Drainers of several lanes woken while a lane read is in flight read
@@ -32,14 +34,14 @@ func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
 				addrs[i] = partners[i].addr
 			}
 			cfg, listens := channelsToPartners(t, addrs)
-			n := startNode(t, db, cfg, func(o *engine.Options) {
+			n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute // every drainer lingers through the test
 				o.ReadsAlone = tc.alone
 			})
 			for i, l := range listens {
 				send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
 			}
-			eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
+			fixtures.Eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
 			// The next read (c0's ingress drainer, woken by S0) is held.
 			release := make(chan struct{})
@@ -64,17 +66,17 @@ func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
 				send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
 			}
 			if tc.alone {
-				eventually(t, 30*time.Second, "S0 to S3 processed, nobody waiting", func() bool {
+				fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed, nobody waiting", func() bool {
 					return countStatus(t, db, pipeline.StatusProcessed) == 8
 				})
 			} else {
-				eventually(t, 30*time.Second, "S1 to S3's reads waiting for S0's", func() bool { return engine.WaitingReads(n) == 3 })
+				fixtures.Eventually(t, 30*time.Second, "S1 to S3's reads waiting for S0's", func() bool { return engine.WaitingReads(n) == 3 })
 				time.Sleep(100 * time.Millisecond)
 				if got := countStatus(t, db, pipeline.StatusProcessed); got != 4 {
 					t.Errorf("%d messages processed while the reads waited, want the 4 of the warm-up", got)
 				}
 				releaseS0()
-				eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
+				fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 			}
 			for i, p := range partners {
 				if got := p.acceptedIDs(); !slices.Equal(got, []string{fmt.Sprintf("W%d", i), fmt.Sprintf("S%d", i)}) {

@@ -10,6 +10,8 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A drainer that yields its lane, or snoozes until a retry is due, is
@@ -36,7 +38,7 @@ func TestSnoozedDrainersAreAnnounced(t *testing.T) {
 				}
 				return hl7.AckAccept
 			}
-			listen := freeAddr(t)
+			listen := fixtures.FreeAddr(t)
 			cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
 channels:
   c:
@@ -52,7 +54,7 @@ destinations:
 			if err != nil {
 				t.Fatal(err)
 			}
-			startNode(t, db, cfg, func(o *engine.Options) {
+			cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 				o.StageQueuePoll = time.Hour
 				o.Limits.MaxRows = 1
 				o.Limits.Linger = time.Minute // no drainer completes: each goes on only by its snooze
@@ -69,7 +71,7 @@ destinations:
 				}
 				return
 			}
-			eventually(t, 30*time.Second, "all four delivered", func() bool { return len(p.acceptedIDs()) == len(want) })
+			fixtures.Eventually(t, 30*time.Second, "all four delivered", func() bool { return len(p.acceptedIDs()) == len(want) })
 			if got := fmt.Sprint(p.acceptedIDs()); got != fmt.Sprint(want) {
 				t.Errorf("accepted %s, want %v", got, want)
 			}

@@ -20,6 +20,8 @@ import (
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // pki is a CA and the files a TLS node and its partners use.
@@ -115,10 +117,10 @@ func TestTLSIntake(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPKI(t)
-	listen := freeAddr(t)
-	_, port, _ := net.SplitHostPort(freeAddr(t))
+	listen := fixtures.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(fixtures.FreeAddr(t))
 	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "0.0.0.0:"+port, newPartner(t, "").addr))
-	n := startNode(t, db, cfg, named("tls-node"))
+	n := cluster.StartNode(t, db, cfg, named("tls-node"))
 
 	partnerA := newTLSSender(t, p, listen, p.ca.Issue(t, "partner-a", certtest.Options{}))
 	if code := partnerA.send(t, "T1"); code != hl7.AckAccept {
@@ -188,8 +190,8 @@ func TestExpiredCertificateRefusedAtStart(t *testing.T) {
 	p := newPKI(t)
 	p.ca.Issue(t, "mefor.test", certtest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)}).
 		WriteFiles(t, p.dir, "server")
-	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(freeAddr(t), "", "127.0.0.1:9"))
-	_, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: testLogger(t), NodeID: "expired"})
+	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(fixtures.FreeAddr(t), "", "127.0.0.1:9"))
+	_, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "expired"})
 	var errs config.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("New = %v, want the start refused with config errors", err)
@@ -208,9 +210,9 @@ func TestReloadRenewsCertificateKeepingConnections(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPKI(t)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "", newPartner(t, "").addr))
-	n := startNode(t, db, cfg, named("renew"))
+	n := cluster.StartNode(t, db, cfg, named("renew"))
 
 	client := p.ca.Issue(t, "partner-a", certtest.Options{})
 	early := newTLSSender(t, p, listen, client)
@@ -288,13 +290,13 @@ destinations:
     type: mllp
     mllp: {address: %q, tls: {ca_file: %q, server_name: localhost}}
     retry: {backoff: 200ms, max_backoff: 200ms}
-`, freeAddr(t), ln.Addr().String(), caFile))
-	n := startNode(t, db, cfg, named("out"))
+`, fixtures.FreeAddr(t), ln.Addr().String(), caFile))
+	n := cluster.StartNode(t, db, cfg, named("out"))
 	receive(t, n, "O1")
 
 	var attempts int
 	var lastErr string
-	eventually(t, 30*time.Second, "two failed attempts", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "two failed attempts", func() bool {
 		err := db.Pool.QueryRow(ctx, `SELECT attempts, coalesce(last_error, '') FROM mefor_work WHERE stage = 'outbound'`).Scan(&attempts, &lastErr)
 		return err == nil && attempts >= 2
 	})
@@ -322,7 +324,7 @@ destinations:
 	if _, err := n.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the message delivered once the right CA is installed", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "the message delivered once the right CA is installed", func() bool {
 		return received.Load() == 1
 	})
 }
@@ -333,7 +335,7 @@ func TestReloadPlaintextAcknowledgementKeepsListener(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	doc := func(extra string) string {
 		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
@@ -345,7 +347,7 @@ destinations:
 `, listen, extra, newPartner(t, "").addr)
 	}
 	path, cfg := configFile(t, "plain.yaml", doc(""))
-	n := startNode(t, db, cfg, named("plain"))
+	n := cluster.StartNode(t, db, cfg, named("plain"))
 
 	var conns atomic.Int32
 	c := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -100,71 +100,50 @@ type Metrics struct {
 func New(opts Options) *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
-		received: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "messages_received_total",
-			Help: "Messages stored by this node's intake, by channel (unparseable ones included).",
-		}, []string{"channel"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "messages_rejected_total",
-			Help: "Messages answered AR or left without an ACK, by channel and reason (unparseable, oversize, not-stored, not-lease-holder).",
-		}, []string{"channel", "reason"}),
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "deliveries_total",
-			Help: "Delivery attempts made by this node, by destination and outcome (ok, AE, AR, timeout, refused, closed, tls, io-error).",
-		}, []string{"destination", "outcome"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "dead_letters_total",
-			Help: "Deliveries this node dead-lettered (attempts used up, or the destination left the config), by destination.",
-		}, []string{"destination"}),
-		deliveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "delivery_duration_seconds",
-			Help:    "Time from sending a message to reading the partner's answer, for attempts the partner answered, by destination.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"destination"}),
-		ackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "ack_duration_seconds",
-			Help:    "Time from a frame fully received to its ACK written (the message stored in between), by channel.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"channel"}),
-		refSyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "reference_sync_failures_total",
-			Help: "Reference set syncs that failed on this node (the last snapshot stayed live), by set.",
-		}, []string{"set"}),
-		maintenanceRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "maintenance_runs_total",
-			Help: "Maintenance job runs worked by this node, by job and outcome (ok, failed).",
-		}, []string{"job", "outcome"}),
-		gathers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "drainer_gathers_total",
-			Help: "Times a woken drainer of this node waited before reading its lane so that rows committed meanwhile share one hand-off (a dense lane while the host's CPUs are short), by stage (ingress, routed, outbound).",
-		}, []string{"stage"}),
-		sharedHandoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "handoffs_shared_total",
-			Help: "Route and transform hand-offs and delivery record windows of this node committed in a transaction shared with other lanes', by stage (ingress: routing, routed: transforming, outbound: recording deliveries).",
-		}, []string{"stage"}),
-		failedTurns: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "handoff_turns_failed_total",
-			Help: "Transactions of this node's hand-off turns (one drainer's hand-off or record, or several sharing) that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs and records was then committed alone.",
-		}),
-		sharedReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "lane_reads_shared_total",
-			Help: "Lane reads of this node's drainers answered by a round trip shared with other lanes' reads (made while another read was in flight), by stage (ingress, routed, outbound).",
-		}, []string{"stage"}),
-		intakeWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "intake_commit_wait_seconds",
-			Help:    "Time a parsed message waited for the intake commit that stored it to start (behind the commit in flight), per message.",
-			Buckets: intakeBuckets,
-		}),
-		intakeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "intake_commit_seconds",
-			Help:    "Time of each intake commit, from its first statement sent to its commit confirmed durable (the messages it stores are ACKed after it).",
-			Buckets: intakeBuckets,
-		}),
-		intakeBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "intake_commit_messages",
-			Help:    "Messages stored by each intake commit (messages arriving together on any of the node's connections share one).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
-		}),
+		received: counterVec("messages_received_total",
+			"Messages stored by this node's intake, by channel (unparseable ones included).",
+			"channel"),
+		rejected: counterVec("messages_rejected_total",
+			"Messages answered AR or left without an ACK, by channel and reason (unparseable, oversize, not-stored, not-lease-holder).",
+			"channel", "reason"),
+		deliveries: counterVec("deliveries_total",
+			"Delivery attempts made by this node, by destination and outcome (ok, AE, AR, timeout, refused, closed, tls, io-error).",
+			"destination", "outcome"),
+		deadLetters: counterVec("dead_letters_total",
+			"Deliveries this node dead-lettered (attempts used up, or the destination left the config), by destination.",
+			"destination"),
+		deliveryDuration: histogramVec("delivery_duration_seconds",
+			"Time from sending a message to reading the partner's answer, for attempts the partner answered, by destination.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "destination"),
+		ackDuration: histogramVec("ack_duration_seconds",
+			"Time from a frame fully received to its ACK written (the message stored in between), by channel.",
+			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "channel"),
+		refSyncFailures: counterVec("reference_sync_failures_total",
+			"Reference set syncs that failed on this node (the last snapshot stayed live), by set.",
+			"set"),
+		maintenanceRuns: counterVec("maintenance_runs_total",
+			"Maintenance job runs worked by this node, by job and outcome (ok, failed).",
+			"job", "outcome"),
+		gathers: counterVec("drainer_gathers_total",
+			"Times a woken drainer of this node waited before reading its lane so that rows committed meanwhile share one hand-off (a dense lane while the host's CPUs are short), by stage (ingress, routed, outbound).",
+			"stage"),
+		sharedHandoffs: counterVec("handoffs_shared_total",
+			"Route and transform hand-offs and delivery record windows of this node committed in a transaction shared with other lanes', by stage (ingress: routing, routed: transforming, outbound: recording deliveries).",
+			"stage"),
+		failedTurns: prometheus.NewCounter(counterOpts("handoff_turns_failed_total",
+			"Transactions of this node's hand-off turns (one drainer's hand-off or record, or several sharing) that did not commit (a lock held elsewhere past 100ms, an execution superseded, an error); each of their hand-offs and records was then committed alone.")),
+		sharedReads: counterVec("lane_reads_shared_total",
+			"Lane reads of this node's drainers answered by a round trip shared with other lanes' reads (made while another read was in flight), by stage (ingress, routed, outbound).",
+			"stage"),
+		intakeWait: prometheus.NewHistogram(histogramOpts("intake_commit_wait_seconds",
+			"Time a parsed message waited for the intake commit that stored it to start (behind the commit in flight), per message.",
+			intakeBuckets)),
+		intakeCommit: prometheus.NewHistogram(histogramOpts("intake_commit_seconds",
+			"Time of each intake commit, from its first statement sent to its commit confirmed durable (the messages it stores are ACKed after it).",
+			intakeBuckets)),
+		intakeBatch: prometheus.NewHistogram(histogramOpts("intake_commit_messages",
+			"Messages stored by each intake commit (messages arriving together on any of the node's connections share one).",
+			[]float64{1, 2, 4, 8, 16, 32, 64})),
 	}
 	m.registry.MustRegister(
 		m.received, m.rejected, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
@@ -183,6 +162,26 @@ func New(opts Options) *Metrics {
 		m.registry.MustRegister(opts.Node)
 	}
 	return m
+}
+
+// counterOpts names a counter of the mefor namespace.
+func counterOpts(name, help string) prometheus.CounterOpts {
+	return prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}
+}
+
+// counterVec is a counter of the mefor namespace with labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(counterOpts(name, help), labels)
+}
+
+// histogramOpts names a histogram of the mefor namespace.
+func histogramOpts(name, help string, buckets []float64) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}
+}
+
+// histogramVec is a histogram of the mefor namespace with labels.
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(histogramOpts(name, help, buckets), labels)
 }
 
 // Registry is the node's registry, for tests and extra collectors.
