@@ -44,7 +44,7 @@ func TestFileNamesFromControlIDs(t *testing.T) {
 	startNode(t, db, cfg, nil)
 
 	long := strings.Repeat("L", 300)
-	ids := []string{"A/B", "..", long, "DUP", "DUP", "PLANT", "LAST"}
+	ids := []string{"A/B", "..", long, "DUP", "DUP", "PLANT", "LAST", "N\x00UL"}
 	var msgs [][]byte
 	for i, id := range ids {
 		msgs = append(msgs, adt(id, fmt.Sprintf("P%d", i)))
@@ -60,7 +60,7 @@ func TestFileNamesFromControlIDs(t *testing.T) {
 	})
 	want := map[string]string{
 		"A_B.hl7": "P0", "__.hl7": "P1", strings.Repeat("L", 100) + ".hl7": "P2",
-		"DUP.hl7": "P3", "DUP.1.hl7": "P4", "PLANT.1.hl7": "P5", "LAST.hl7": "P6",
+		"DUP.hl7": "P3", "DUP.1.hl7": "P4", "PLANT.1.hl7": "P5", "LAST.hl7": "P6", "N_UL.hl7": "P7",
 	}
 	for name, patient := range want {
 		body, err := os.ReadFile(filepath.Join(archive, name))
