@@ -68,9 +68,17 @@ func writeTemp(parent *os.File, data []byte) (string, error) {
 }
 
 // linkAt gives parent's file tmp the name name too. It never replaces
-// what name already is (a file or a symlink, dangling or not): EEXIST.
+// what name already is (a file or a symlink, dangling or not): EEXIST. On
+// a file system without hard links it renames tmp instead, where the
+// kernel can do that without replacing anything.
 func linkAt(parent *os.File, tmp, name string) error {
-	return unix.Linkat(int(parent.Fd()), tmp, int(parent.Fd()), name, 0)
+	err := unix.Linkat(int(parent.Fd()), tmp, int(parent.Fd()), name, 0)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		if rerr := renameNoReplace(parent, tmp, name); !errors.Is(rerr, errNoRenameNoReplace) {
+			return rerr
+		}
+	}
+	return err
 }
 
 func removeAt(parent *os.File, name string) {
