@@ -36,6 +36,13 @@ func judge(dest *config.Destination, res connector.Result, attempts int) verdict
 		// it again.
 		v.dead = true
 		v.reason = fmt.Sprintf("partner refused the request (HTTP %s); on_client_error: %s", res.AckCode, config.ClientErrorDeadLetter)
+	case res.Outcome == connector.OutcomeBadName:
+		// The file name built from the message cannot be written, and
+		// will not be on the next attempt: retrying (unlimited by
+		// default) would block the lane for good. The reason is the
+		// sender's description, which never holds the name.
+		v.dead = true
+		v.reason = "file name cannot be written: " + res.Error
 	}
 	if res.RetryAfter > 0 {
 		// The partner said when to come back: that is the next wait,

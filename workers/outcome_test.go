@@ -33,6 +33,7 @@ func TestJudge(t *testing.T) {
 			connector.Result{Outcome: connector.OutcomeHTTPClientError, AckCode: "400"}, 1, false, time.Second},
 		{"max_attempts", dest(func(d *config.Destination) { d.Retry.MaxAttempts = 3 }), connector.Result{Outcome: connector.OutcomeTimeout}, 3, true, 4 * time.Second},
 		{"AR dead-letters by default", dest(nil), connector.Result{Outcome: connector.OutcomeAR, AckCode: "AR"}, 1, true, time.Second},
+		{"unwritable file name dead-letters at once", dest(nil), connector.Result{Outcome: connector.OutcomeBadName, Error: "bad-name: x"}, 1, true, time.Second},
 		{"delivered", dest(nil), connector.Result{OK: true, Outcome: connector.OutcomeDelivered}, 1, false, time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

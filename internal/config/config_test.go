@@ -1120,8 +1120,10 @@ destinations:
 	}{
 		{"a", data, "out/m1.hl7", true},
 		{"b", data, "/srv/b/adt/2024-05-06/C1.hl7", true},
-		// MSH-10 comes from the sender: it must not pick the path.
-		{"b", config.FileNameData{ControlID: "../../../etc/passwd", Channel: "adt"}, "", false},
+		// MSH-10 comes from the sender: it must not pick the path. Its
+		// separators are replaced, so the file stays in the directory.
+		{"b", config.FileNameData{ControlID: "../../../etc/passwd", Channel: "adt"}, "/srv/b/adt/0001-01-01/.._.._.._etc_passwd.hl7", true},
+		{"b", config.FileNameData{ControlID: "..", Channel: "adt"}, "/srv/b/adt/0001-01-01/__.hl7", true},
 		{"a", config.FileNameData{MessageID: "/abs"}, "", false},
 	}
 	for _, tt := range tests {

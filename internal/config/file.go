@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // DefaultFilename is the filename template of a file destination that
@@ -40,11 +42,23 @@ type FileNameData struct {
 	Received     time.Time
 }
 
-// Path returns the file a message is written to: Directory joined with the
-// executed Filename template. Template values come from the message (a
-// sender controls MSH-10), so names that are empty, absolute or climb out of
-// Directory with ".." are refused rather than written.
+// Path returns the file a message is written to: Directory joined with
+// Name.
 func (f *FileDestination) Path(data FileNameData) (string, error) {
+	name, err := f.Name(data)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(f.Directory, name), nil
+}
+
+// Name returns the message's file name relative to Directory: the executed
+// Filename template. Template values taken from the message (a sender
+// controls MSH-9 and MSH-10) are made safe first (SafeNameField), so they
+// can neither add a directory level nor climb out of Directory; a name that
+// is still empty, absolute or outside Directory (the template itself) is
+// refused rather than written.
+func (f *FileDestination) Name(data FileNameData) (string, error) {
 	tmpl := f.filename
 	if tmpl == nil {
 		// Built by hand rather than loaded; parse now, without caching,
@@ -54,15 +68,47 @@ func (f *FileDestination) Path(data FileNameData) (string, error) {
 			return "", err
 		}
 	}
+	data.ControlID = SafeNameField(data.ControlID)
+	data.MessageType = SafeNameField(data.MessageType)
+	data.TriggerEvent = SafeNameField(data.TriggerEvent)
 	var b strings.Builder
 	if err := tmpl.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("execute filename template %q: %w", f.Filename, err)
 	}
 	name := b.String()
 	if !filepath.IsLocal(name) {
-		return "", fmt.Errorf("filename template %q produced %q, which is empty, absolute or outside the directory", f.Filename, name)
+		// The name is not quoted: it may hold a sender's field.
+		return "", fmt.Errorf("filename template %q produced a name that is empty, absolute or outside the directory", f.Filename)
 	}
-	return filepath.Join(f.Directory, name), nil
+	return name, nil
+}
+
+// MaxNameField is the most bytes a message field contributes to a file
+// name. MSH-10 is at most 199 characters in HL7 v2.7, and a file name
+// component at most 255 bytes on common file systems, so a sender's field
+// cannot make the name unwritable alone.
+const MaxNameField = 100
+
+// SafeNameField returns s as a file name part: path separators, NUL, other
+// control characters and invalid UTF-8 each become "_", the result is cut to
+// MaxNameField bytes (on a character boundary), and "." or ".." become "_"
+// or "__", so a field can never name the directory itself or its parent.
+func SafeNameField(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '/' || r == '\\' || r == utf8.RuneError || unicode.IsControl(r) {
+			r = '_'
+		}
+		if b.Len()+utf8.RuneLen(r) > MaxNameField {
+			break
+		}
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if out == "." || out == ".." {
+		out = strings.Repeat("_", len(out))
+	}
+	return out
 }
 
 func parseFilename(text string) (*template.Template, error) {

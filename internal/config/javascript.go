@@ -34,6 +34,11 @@ type JavaScript struct {
 	// OnError says what a failing transform (a throw, a timeout, a result
 	// that is not a message) does to its message. Defaults to dead-letter.
 	OnError OnScriptError
+	// LogContent lets ctx.log write the script's arguments to the node's
+	// log as they are. Off, a ctx.log line carries only each argument's
+	// type and size, since logs are often shipped where patient data may
+	// not go. Defaults to false; config check warns when it is on.
+	LogContent bool
 	// Scripts are the libs then File, as read and compiled at load time.
 	Scripts []Script
 }
@@ -78,11 +83,12 @@ const (
 func decodeJavaScript(l *loader, n *yaml.Node, p path, h *Handler) {
 	js := &JavaScript{Timeout: defaultScriptTimeout, OnError: ScriptDeadLetter}
 	h.JavaScript = js
-	m := l.mapping(n, p, "file", "libs", "timeout", "on_error")
+	m := l.mapping(n, p, "file", "libs", "timeout", "on_error", "log_content")
 	decodeScalar(l, m, p, "file", &js.File, asString)
 	l.strings(m, p, "libs", &js.Libs)
 	decodeScalar(l, m, p, "timeout", &js.Timeout, parseDuration)
 	decodeScalar(l, m, p, "on_error", &js.OnError, asString)
+	decodeScalar(l, m, p, "log_content", &js.LogContent, parseBool)
 }
 
 func checkJavaScript(l *loader, h *Handler, p path) {
@@ -108,6 +114,11 @@ func checkJavaScript(l *loader, h *Handler, p path) {
 	if modes := []OnScriptError{ScriptDeadLetter, ScriptHold}; !l.failed(ep) && !slices.Contains(modes, js.OnError) {
 		l.errorf(ep, "%q is not an error policy (one of %s)%s", js.OnError, joinStrings(modes),
 			didYouMean(string(js.OnError), toStrings(modes), "%s"))
+	}
+
+	if js.LogContent {
+		l.warnf(jp.key("log_content"), "is on: ctx.log writes what the script gives it, message content included, to the node's log; "+
+			"log ids and counts instead and remove log_content, unless the log is cleared for patient data")
 	}
 
 	lp := jp.key("libs")

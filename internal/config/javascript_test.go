@@ -130,3 +130,26 @@ func TestKeepState(t *testing.T) {
 		t.Errorf("keep_state 0s: %v", err)
 	}
 }
+
+// log_content is off unless set; set, it is a warning naming its line.
+func TestJavaScriptLogContentIsFlagged(t *testing.T) {
+	dir := t.TempDir()
+	main := filepath.Join(dir, "visits.js")
+	files := map[string]string{"visits.js": "function transform(msg, ctx) {}"}
+	name, y := jsConfig(t, dir, `{file: "`+main+`"}`, files)
+	cfg, err := config.Parse(name, y, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Handler("visits").JavaScript.LogContent || len(cfg.Warnings) != 0 {
+		t.Fatalf("default: log_content %v, warnings %v", cfg.Handler("visits").JavaScript.LogContent, cfg.Warnings)
+	}
+	name, y = jsConfig(t, dir, `{file: "`+main+`", log_content: true}`, files)
+	if cfg, err = config.Parse(name, y, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Handler("visits").JavaScript.LogContent || len(cfg.Warnings) != 1 ||
+		!strings.Contains(cfg.Warnings[0].Error(), `mefor.yaml:9: handler "visits": javascript.log_content is on: ctx.log writes`) {
+		t.Fatalf("log_content: true: warnings %v", config.Errors(cfg.Warnings))
+	}
+}

@@ -7,9 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -33,7 +30,11 @@ const (
 	OutcomeBadAck    = "bad-ack"  // the reply was not a readable ACK
 	OutcomeTLS       = "tls"      // the TLS handshake failed: nothing was sent
 	OutcomeIOError   = "io-error" // writing a file failed
-	OutcomeInternal  = "internal" // anything else
+	// OutcomeBadName: the file name built for the message cannot be
+	// written (too long, a symlink or a non-directory in its path, no free
+	// suffix); sending again cannot help, so the row is dead-lettered.
+	OutcomeBadName  = "bad-name"
+	OutcomeInternal = "internal" // anything else
 	// OutcomeCrashed is recorded by the drainer that takes a lane over
 	// from one that died: the head may have been in flight, its outcome
 	// unknown.
@@ -240,59 +241,3 @@ func classifySendError(addr string, err error) Result {
 
 // Close closes the connection.
 func (s *MLLPSender) Close() error { return s.client.Close() }
-
-// FileSender writes each message to its own file, atomically: a reader never
-// sees a half-written file, and a crash leaves at most a temp file behind.
-type FileSender struct {
-	dest *config.FileDestination
-}
-
-// Send writes one file.
-func (s *FileSender) Send(_ context.Context, d Delivery) Result {
-	path, err := s.dest.Path(config.FileNameData{
-		MessageID:   strconv.FormatInt(d.MessageID, 10),
-		ControlID:   d.ControlID,
-		Channel:     d.Channel,
-		MessageType: d.MessageType,
-		Destination: d.Destination,
-		Seq:         d.Seq,
-		Received:    d.Received,
-	})
-	if err != nil {
-		return Result{Outcome: OutcomeIOError, Error: fmt.Sprintf("%s: file name: %v", OutcomeIOError, err)}
-	}
-	if err := writeAtomic(path, d.Payload); err != nil {
-		return Result{Outcome: OutcomeIOError, Error: fmt.Sprintf("%s: %v", OutcomeIOError, err)}
-	}
-	return Result{OK: true, Outcome: OutcomeDelivered}
-}
-
-// Close does nothing: files are closed as they are written.
-func (s *FileSender) Close() error { return nil }
-
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("create directory %s: %w", dir, err)
-	}
-	tmp, err := os.CreateTemp(dir, ".mefor-*.tmp")
-	if err != nil {
-		return fmt.Errorf("create temp file in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename into %s: %w", path, err)
-	}
-	return nil
-}

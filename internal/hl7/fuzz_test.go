@@ -141,3 +141,104 @@ func FuzzCopy(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSplitFile checks the batch-file splitter: it never panics; a refusal
+// is a *BatchError; what it accepts is one message per MSH line, each an
+// MSH and its segments joined with \r, and splitting those again gives
+// them back unchanged.
+func FuzzSplitFile(f *testing.F) {
+	a := "MSH|^~\\&|LAB|H|MEFOR|H|20240101||ORU^R01|1|P|2.5\rPID|1||X\rOBX|1|NM|GLU||5.5\r"
+	b := "MSH|^~\\&|LAB|H|MEFOR|H|20240101||ORU^R01|2|P|2.5\nPID|1||Y\n"
+	for _, raw := range []string{
+		a + b, a, "\r\n\r\n" + a + "\r\n",
+		"FHS|^~\\&|LAB\rBHS|^~\\&|LAB\r" + a + "BTS|1\rFTS|1\r",
+		"FHS|^~\\&\rBHS|^~\\&\r" + a + "BTS|2\rBHS\r" + b + "BTS|1\rFTS|2|done\r",
+		"BHS|^~\\&\r" + a + "BTS\r", "BHS|^~\\&\r" + a, "hello\r" + a, "FTS|1\r", "", "MSH", "BTS|-1\r",
+	} {
+		f.Add([]byte(raw))
+	}
+	for _, raw := range wellFormed {
+		f.Add([]byte(raw))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msgs, err := SplitFile(data)
+		if err != nil {
+			var be *BatchError
+			if !errors.As(err, &be) || !errors.Is(err, ErrBatch) {
+				t.Fatalf("error %v is not a *BatchError", err)
+			}
+			if msgs != nil {
+				t.Fatal("messages returned with an error")
+			}
+			return
+		}
+		if len(msgs) == 0 {
+			t.Fatal("no messages and no error")
+		}
+		mshLines := 0
+		for _, line := range bytes.FieldsFunc(data, func(r rune) bool { return r == '\r' || r == '\n' }) {
+			if len(bytes.TrimSpace(line)) > 0 && segmentID(line) == "MSH" {
+				mshLines++
+			}
+		}
+		if mshLines != len(msgs) {
+			t.Fatalf("%d MSH lines gave %d messages", mshLines, len(msgs))
+		}
+		for i, m := range msgs {
+			if !bytes.HasPrefix(m, []byte("MSH")) || m[len(m)-1] != '\r' || bytes.IndexByte(m, '\n') >= 0 {
+				t.Fatalf("message %d is not MSH and segments ending in \\r: %q", i, m)
+			}
+			again, err := SplitFile(m)
+			if err != nil || len(again) != 1 || !bytes.Equal(again[0], m) {
+				t.Fatalf("message %d split again gives %q, %v", i, again, err)
+			}
+		}
+	})
+}
+
+// FuzzParseACK checks the parser of partners' acknowledgments: it never
+// panics, a refusal is a *ParseError with a Kind (so no partner's reply
+// is taken for an accept by accident), and an accepted reply has one of
+// the six codes and the MSA's control id.
+func FuzzParseACK(f *testing.F) {
+	orig, err := Parse([]byte(adtA01))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, code := range []AckCode{AckAccept, AckError, AckReject, AckCommitAccept, AckCommitError, AckCommitReject} {
+		f.Add(NewACK(orig, code, "text", "CTRL1", ackTime))
+	}
+	for _, raw := range []string{
+		"MSH|^~\\&|A|B|C|D|20240101||ACK|1|P|2.5\rMSA|AA|X\r",
+		"MSH|^~\\&|A|B|C|D|20240101||ACK|1|P|2.5\rMSA|ZZ|X\r",
+		"MSH|^~\\&|A|B|C|D|20240101||ACK|1|P|2.5\rMSA\r",
+		"MSH|^~\\&|A|B|C|D|20240101||ACK|1|P|2.5\r",
+		"MSH|^~\\&|A\rMSA|AE|X|\rERR|||207^x^HL70357|E||||see ERR-8\r",
+		"MSH#*@!%#A\rMSA#CA#X\r", "MSA|AA|X\r", "", "MSH|",
+	} {
+		f.Add([]byte(raw))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ack, err := ParseACK(raw)
+		if err != nil {
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Kind == nil {
+				t.Fatalf("error %v is not a *ParseError with a Kind", err)
+			}
+			if ack != (Ack{}) {
+				t.Fatalf("ack %+v returned with an error", ack)
+			}
+			return
+		}
+		if !ack.Code.Valid() {
+			t.Fatalf("accepted code %q", ack.Code)
+		}
+		m, err := Parse(raw)
+		if err != nil {
+			t.Fatalf("ParseACK accepted what Parse refuses: %v", err)
+		}
+		if ack.Code != AckCode(m.Get("MSA-1")) || ack.ControlID != m.Get("MSA-2") {
+			t.Fatalf("ack %+v does not match MSA-1 %q, MSA-2 %q", ack, m.Get("MSA-1"), m.Get("MSA-2"))
+		}
+	})
+}

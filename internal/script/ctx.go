@@ -152,9 +152,22 @@ func (rt *runtime) stateKey(c goja.FunctionCall, method string) (ns, key string)
 }
 
 // log writes one ctx.log line. The arguments are joined with spaces,
-// objects as JSON: this is the one place a script can put message content
-// into logs, and the handler guide says so.
+// objects as JSON, when the line goes to a dry run (Input.Log) or the
+// handler sets log_content. Otherwise the node's log gets a fixed message
+// and each argument's type and size only: a script can put anything in its
+// arguments, and the node's log is no place for message content.
 func (rt *runtime) log(level slog.Level, c goja.FunctionCall) {
+	in := rt.cur.in
+	if in.Log == nil && !rt.p.logContent {
+		shapes := make([]string, len(c.Arguments))
+		for i, a := range c.Arguments {
+			shapes[i] = rt.shape(a)
+		}
+		rt.p.logger.Log(rt.cur.ctx, level, "script: ctx.log (content not logged; log_content is off)",
+			"handler", rt.p.name, "message_id", in.MessageID, "channel", in.Channel, "route", in.Route,
+			"args", shapes)
+		return
+	}
 	var b strings.Builder
 	for i, a := range c.Arguments {
 		if i > 0 {
@@ -177,11 +190,29 @@ func (rt *runtime) log(level slog.Level, c goja.FunctionCall) {
 	if len(text) > maxLogLine {
 		text = text[:maxLogLine] + "…"
 	}
-	in := rt.cur.in
 	if in.Log != nil {
 		in.Log(level, text)
 		return
 	}
 	rt.p.logger.Log(rt.cur.ctx, level, "script: "+text,
 		"handler", rt.p.name, "message_id", in.MessageID, "channel", in.Channel, "route", in.Route)
+}
+
+// shape describes a ctx.log argument without its value: its type, and the
+// length of a string or an array or the number of an object's keys. A
+// number or a boolean may be content too (an age, a result), so neither is
+// shown.
+func (rt *runtime) shape(v goja.Value) string {
+	t := typeOf(v)
+	switch t {
+	case "string":
+		return fmt.Sprintf("string(%d)", len(v.String()))
+	case "array":
+		return fmt.Sprintf("array(%d)", v.(*goja.Object).Get("length").ToInteger())
+	case "object":
+		if o, ok := v.(*goja.Object); ok {
+			return fmt.Sprintf("object(%d keys)", len(o.Keys()))
+		}
+	}
+	return t
 }

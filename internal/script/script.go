@@ -12,9 +12,11 @@
 // Scripts are sandboxed by what they are given: the ECMAScript built-ins, the
 // msg and ctx objects, and nothing else. There is no require, no console, no
 // file, network or process access, no timers. Recursion is bounded and each
-// call is interrupted at the handler's timeout. A script can still allocate
-// a lot of memory or spin inside one built-in call (a huge String.repeat),
-// which the timeout only stops when control returns to JavaScript.
+// call is interrupted at the handler's timeout, or once the heap has grown
+// by MaxHeapGrowth during it (limits.go). One match of a backtracking
+// regular expression is abandoned after regexMatchTimeout. A script can
+// still spin or allocate inside one other built-in call (a huge
+// String.repeat), which is only stopped when control returns to JavaScript.
 package script
 
 import (
@@ -48,6 +50,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Idle is how many idle runtimes are kept. Defaults to 8.
 	Idle int
+	// MaxHeapGrowth interrupts a call once the process's live heap has
+	// grown by more than this since the call began (see limits.go).
+	// Defaults to DefaultMaxHeapGrowth.
+	MaxHeapGrowth uint64
 }
 
 // Program is a javascript handler ready to run. It is safe for concurrent
@@ -60,6 +66,9 @@ type Program struct {
 	lookup  handler.Lookup
 	sets    map[string]bool
 	logger  *slog.Logger
+	// logContent lets ctx.log write its arguments as they are.
+	logContent bool
+	maxHeap    uint64
 
 	idle chan *runtime
 }
@@ -84,9 +93,12 @@ func New(js *config.JavaScript, opts Options) (*Program, error) {
 	if opts.Idle <= 0 {
 		opts.Idle = 8
 	}
+	if opts.MaxHeapGrowth == 0 {
+		opts.MaxHeapGrowth = DefaultMaxHeapGrowth
+	}
 	p := &Program{
 		name: opts.Handler, scripts: js.Scripts, timeout: js.Timeout, hold: js.OnError == config.ScriptHold,
-		lookup: opts.Lookup, sets: map[string]bool{}, logger: opts.Logger,
+		lookup: opts.Lookup, sets: map[string]bool{}, logger: opts.Logger, logContent: js.LogContent, maxHeap: opts.MaxHeapGrowth,
 		idle: make(chan *runtime, opts.Idle),
 	}
 	for _, s := range opts.Sets {
@@ -182,6 +194,7 @@ const (
 	KindTimeout   = "timeout"   // interrupted at the handler's timeout
 	KindResult    = "result"    // returned something that is not a message
 	KindCrash     = "crash"     // the engine itself failed
+	KindMemory    = "memory"    // interrupted for allocating too much
 )
 
 // Error is a failed transform. It names the handler, the kind, the
@@ -353,6 +366,7 @@ func (rt *runtime) arm(d time.Duration) (stop func()) {
 var (
 	errTimeout   = errors.New("timeout")
 	errCancelled = errors.New("cancelled")
+	errMemory    = errors.New("memory")
 )
 
 // call runs transform on one message. reusable is false when the runtime
@@ -379,9 +393,11 @@ func (rt *runtime) call(ctx context.Context, in Input) (outs []Output, err error
 	}
 	timer := time.AfterFunc(rt.p.timeout, func() { interrupt(errTimeout) })
 	stopCtx := context.AfterFunc(ctx, func() { interrupt(errCancelled) })
+	stopHeap := watchHeap(rt.p.maxHeap, func() { interrupt(errMemory) })
 	finish := func() {
 		timer.Stop()
 		stopCtx()
+		stopHeap()
 		mu.Lock()
 		done = true
 		mu.Unlock()
@@ -432,6 +448,9 @@ func (rt *runtime) scriptError(c *call, jsErr error) error {
 		case errTimeout:
 			return &Error{Handler: rt.p.name, Kind: KindTimeout,
 				Message: fmt.Sprintf("still running after %s", rt.p.timeout), Where: where(ie.Stack())}
+		case errMemory:
+			return &Error{Handler: rt.p.name, Kind: KindMemory,
+				Message: fmt.Sprintf("allocated more than %d MiB (runaway allocation?)", rt.p.maxHeap>>20), Where: where(ie.Stack())}
 		}
 	}
 	if c.err != nil {
