@@ -10,6 +10,8 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // File names built from MSH-10 stay in the destination's directory, never
@@ -32,7 +34,7 @@ func TestFileNamesFromControlIDs(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(nested, "adt")); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
+	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   archive:
     type: file
@@ -41,7 +43,7 @@ func TestFileNamesFromControlIDs(t *testing.T) {
     type: file
     file: {directory: "%s", filename: "{{.Channel}}/{{.ControlID}}.hl7"}
 `, archive, nested))
-	startNode(t, db, cfg, nil)
+	cluster.StartNode(t, db, cfg, nil)
 
 	long := strings.Repeat("L", 300)
 	ids := []string{"A/B", "..", long, "DUP", "DUP", "PLANT", "LAST", "N\x00UL"}
@@ -55,7 +57,7 @@ func TestFileNamesFromControlIDs(t *testing.T) {
 		}
 	}
 
-	eventually(t, 30*time.Second, "every message ended", func() bool {
+	fixtures.Eventually(t, 30*time.Second, "every message ended", func() bool {
 		return countStatus(t, db, "error") == len(ids)
 	})
 	want := map[string]string{
