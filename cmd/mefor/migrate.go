@@ -18,8 +18,8 @@ func (c *migrateCmd) Help() string {
 	return `Applies River's migrations and mefor's own, in one transaction under an advisory
 lock: safe to run on every node at start-up, and a no-op when up to date.
 
-It also sets up the database roles that control who may do what (see the
-README, "Database roles"): it creates the NOLOGIN roles mefor_reader,
+It also sets up the database roles that control who may do what (see
+docs/security.md, "Database roles"): it creates the NOLOGIN roles mefor_reader,
 mefor_operator and mefor_admin if they do not exist (this needs CREATEROLE or
 a superuser the first time), grants them their privileges in this database,
 and makes mefor_admin the owner of mefor's tables so that any admin can run

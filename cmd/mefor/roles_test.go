@@ -55,8 +55,8 @@ func as(t *testing.T, dbURL string, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-// The roles mefor migrate sets up allow each command to the roles the
-// README says, and refuse it to the others with one line naming the role
+// The roles mefor migrate sets up allow each command to the roles
+// docs/security.md gives it, and refuse it to the others with one line naming the role
 // needed.
 func TestRolesAllowAndRefuseCommands(t *testing.T) {
 	t.Parallel()

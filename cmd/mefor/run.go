@@ -53,8 +53,8 @@ when it starts, and refuses to start if one is unreadable, does not match its
 key or has expired, naming it; 'mefor reload' re-reads them (renewed files
 apply to new connections). GET /certificates on --admin-listen lists them.
 
-GET /metrics on --admin-listen serves the node's Prometheus metrics (see the
-README's Metrics section; examples/monitoring has a scrape config, alert
+GET /metrics on --admin-listen serves the node's Prometheus metrics (see
+docs/monitoring.md, "Metrics"; examples/monitoring has a scrape config, alert
 rules and a Grafana dashboard).
 
 Examples:
