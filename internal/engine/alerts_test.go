@@ -76,17 +76,12 @@ func (h *hookReceiver) count(state string, status int) int {
 	return n
 }
 
-// An alert rule on a stuck destination fires once for the whole cluster
-// (two nodes, extra evaluations by hand), its webhook is retried after the
-// receiver answered 500, the log sink writes it, and it resolves once the
-// destination drains.
-func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	hook := newHookReceiver(t, 1)
-	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := fixtures.FreeAddr(t)
-	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
+// stuckLabConfig is the start of an alerts test's config: channel adt on
+// listen routes everything to destination lab at labAddr, whose partner
+// rejects it all, and alerts are evaluated every second; it ends inside
+// the sinks block, where the test writes its sink "hook" and the rest.
+func stuckLabConfig(listen, labAddr string) string {
+	return fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - destinations: [lab]
 destinations:
   lab:
@@ -97,7 +92,20 @@ destinations:
 alerts:
   interval: 1s
   sinks:
-    hook:
+    hook:`, labAddr)
+}
+
+// An alert rule on a stuck destination fires once for the whole cluster
+// (two nodes, extra evaluations by hand), its webhook is retried after the
+// receiver answered 500, the log sink writes it, and it resolves once the
+// destination drains.
+func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	hook := newHookReceiver(t, 1)
+	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	listen := fixtures.FreeAddr(t)
+	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
       webhook: {url: "%s/mefor?token=URLSECRET", headers: {Authorization: "${HOOK_TOKEN}"}}
     journal:
       log: {level: warn}
@@ -107,7 +115,7 @@ alerts:
       queue_depth: 3
       oldest_queued: 1h
       sinks: [hook, journal]
-`, lab.addr, hook.srv.URL)
+`, hook.srv.URL)
 	cfg, err := config.Parse("alerts.yaml", []byte(y), func(k string) (string, bool) {
 		return "Bearer HEADERSECRET", k == "HOOK_TOKEN"
 	})
@@ -228,25 +236,14 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	hook := newHookReceiver(t, 3)
 	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
 	listen := fixtures.FreeAddr(t)
-	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
-      - destinations: [lab]
-destinations:
-  lab:
-    type: mllp
-    mllp: {address: "%s"}
-    on_reject: retry   # the partner rejects everything: keep the queue stuck
-    retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
-alerts:
-  interval: 1s
-  sinks:
-    hook:
+	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
       webhook: {url: "%s"}
   rules:
     - name: lab-stuck
       destination: lab
       queue_depth: 1
       sinks: [hook]
-`, lab.addr, hook.srv.URL)
+`, hook.srv.URL)
 	cfg, err := config.Parse("alerts.yaml", []byte(y), nil)
 	if err != nil {
 		t.Fatal(err)
