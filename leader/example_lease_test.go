@@ -27,7 +27,7 @@ func ExampleLease() {
 		Heartbeat: time.Second, FenceTimeout: 5 * time.Second, TTL: 3 * time.Second})
 	fmt.Println(err)
 
-	cfg := leader.LeaseConfig{Pool: db.Pool, Heartbeat: 500 * time.Millisecond, FenceTimeout: time.Second, TTL: 10 * time.Second}
+	cfg := leader.LeaseConfig{Pool: db.Pool, Heartbeat: time.Second, FenceTimeout: 3 * time.Second, TTL: 10 * time.Second}
 	cfg.NodeID = "node-a"
 	a, err := leader.NewLease(cfg)
 	if err != nil {
@@ -72,7 +72,7 @@ func ExampleLease_StepDown() {
 	defer drop()
 
 	var a *leader.Lease
-	cfg := leader.LeaseConfig{Pool: db.Pool, Heartbeat: 500 * time.Millisecond, FenceTimeout: time.Second, TTL: 10 * time.Second,
+	cfg := leader.LeaseConfig{Pool: db.Pool, Heartbeat: time.Second, FenceTimeout: 3 * time.Second, TTL: 10 * time.Second,
 		Drain: func(context.Context) { fmt.Println("draining listeners; a serving:", a.Serving()) }}
 	cfg.NodeID = "node-a"
 	a, err := leader.NewLease(cfg)
@@ -119,7 +119,7 @@ func ExampleQueueLeaseCheck() {
 		panic(err)
 	}
 	a, err := leader.NewLease(leader.LeaseConfig{Pool: db.Pool, NodeID: "node-a",
-		Heartbeat: 500 * time.Millisecond, FenceTimeout: time.Second, TTL: 10 * time.Second})
+		Heartbeat: time.Second, FenceTimeout: 3 * time.Second, TTL: 10 * time.Second})
 	if err != nil {
 		panic(err)
 	}
