@@ -10,6 +10,7 @@ import (
 
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Fence accepts only the execution River is running now: job id, state
@@ -18,9 +19,9 @@ import (
 func TestFenceAcceptsOnlyTheRunningExecution(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	ctx := context.Background()
-	id := queue(t, db, ins, "outbound:f")
+	id := fixtures.Queue(t, db, ins, "outbound:f")
 	at := start(t, db, id).AttemptedAt
 	fence := func(jobID int64, attemptedAt time.Time) error {
 		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -89,7 +90,7 @@ func TestFenceAcceptsOnlyTheRunningExecution(t *testing.T) {
 func TestHandoffsOfSupersededExecutionChangeNothing(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	ctx := context.Background()
 
 	// One message with a row in each stage's lane, and a running drainer.
@@ -99,12 +100,12 @@ func TestHandoffsOfSupersededExecutionChangeNothing(t *testing.T) {
 		RETURNING id`).Scan(&msg); err != nil {
 		t.Fatal(err)
 	}
-	exec(t, db, `
+	fixtures.Exec(t, db, `
 		INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination) VALUES
 			($1, 'ingress', 'ingress:c', 'c', NULL, NULL, NULL),
 			($1, 'routed', 'routed:c', 'c', 'r', 'h', NULL),
 			($1, 'outbound', 'outbound:d', 'c', 'r', 'h', 'd')`, msg)
-	current := start(t, db, queue(t, db, ins, "outbound:job"))
+	current := start(t, db, fixtures.Queue(t, db, ins, "outbound:job"))
 	stale := current
 	stale.AttemptedAt = stale.AttemptedAt.Add(-time.Second)
 	row := func(lane string) pipeline.Row {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // fixture is a test's own database and the helpers that query it.
@@ -21,16 +22,10 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) exec(sql string, args ...any) {
 	f.t.Helper()
-	if _, err := f.db.Pool.Exec(f.ctx, sql, args...); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
+	fixtures.Exec(f.t, f.db, sql, args...)
 }
 
 func (f *fixture) int(sql string, args ...any) int64 {
 	f.t.Helper()
-	var n int64
-	if err := f.db.Pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return fixtures.Count(f.t, f.db.Pool, sql, args...)
 }

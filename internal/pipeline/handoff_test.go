@@ -9,6 +9,7 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 const handoffBody = "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ADT^A01|C1|P|2.5\rPID|1||P1\r"
@@ -22,7 +23,7 @@ func TestHandoffProducesOnlyForConsumedRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	inTx := func(t *testing.T, fn func(tx pgx.Tx) error) {
 		t.Helper()
 		if err := pgx.BeginFunc(ctx, db.Pool, fn); err != nil {

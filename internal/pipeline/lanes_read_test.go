@@ -7,6 +7,7 @@ import (
 
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A read of several lanes at once answers each lane exactly as that lane's
@@ -17,11 +18,11 @@ import (
 func TestReadsOfSeveralLanesAnswerEachLane(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	ctx := context.Background()
 
 	for _, lane := range []string{"outbound:a", "outbound:b", "outbound:a", "outbound:d~1", "outbound:b", "outbound:a", "outbound:d", "outbound:a", "outbound:d"} {
-		queue(t, db, ins, lane)
+		fixtures.Queue(t, db, ins, lane)
 	}
 	for range 3 {
 		var m int64
@@ -30,7 +31,7 @@ func TestReadsOfSeveralLanesAnswerEachLane(t *testing.T) {
 			RETURNING id`).Scan(&m); err != nil {
 			t.Fatal(err)
 		}
-		exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel) VALUES ($1, 'ingress', 'ingress:c1', 'c1')`, m)
+		fixtures.Exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel) VALUES ($1, 'ingress', 'ingress:c1', 'c1')`, m)
 	}
 	b, err := pipeline.PendingRows(ctx, db.Pool, "outbound:b", 10)
 	if err != nil || len(b) != 2 {

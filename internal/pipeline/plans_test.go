@@ -11,6 +11,7 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The pipeline's statements are planned once per session, not at every
@@ -25,7 +26,7 @@ func TestPipelineStatementsPlanOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	c, err := db.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestPipelineStatementsPlanOnce(t *testing.T) {
 			// are in: statistics of near-empty tables, which the plans
 			// made from now on (the ANALYZE invalidates those made so
 			// far) are based on.
-			exec(t, db, `ANALYZE mefor_work, mefor_message`)
+			fixtures.Exec(t, db, `ANALYZE mefor_work, mefor_message`)
 			scansBefore = seqScans()
 		}
 		ctrl := fmt.Sprintf("C%d", i)

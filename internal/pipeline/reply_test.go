@@ -8,6 +8,7 @@ import (
 
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A reply is produced only with the delivery record that accepts it: a
@@ -18,9 +19,9 @@ func TestReplyOnlyWithTheDeliveryRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
-	queue(t, db, ins, "outbound:d")
-	queue(t, db, ins, "outbound:d")
+	ins := fixtures.Inserter(t, db)
+	fixtures.Queue(t, db, ins, "outbound:d")
+	fixtures.Queue(t, db, ins, "outbound:d")
 	rows, err := pipeline.PendingRows(ctx, db.Pool, "outbound:d", 10)
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("read lane: %d rows, %v", len(rows), err)
@@ -50,7 +51,7 @@ func TestReplyOnlyWithTheDeliveryRecorded(t *testing.T) {
 	if deliver(rows[0]) || replies() != 1 {
 		t.Fatalf("recording the same delivery again stored a reply: %d replies, want 1", replies())
 	}
-	exec(t, db, "UPDATE mefor_work SET status = 'cancelled' WHERE id = $1", rows[1].ID)
+	fixtures.Exec(t, db, "UPDATE mefor_work SET status = 'cancelled' WHERE id = $1", rows[1].ID)
 	if deliver(rows[1]) || replies() != 1 {
 		t.Fatalf("a record of a cancelled row stored a reply: %d replies, want 1", replies())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // Hand-offs of several drainers sent together (RunHandoffs) commit in one
@@ -27,7 +28,7 @@ import (
 func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	ctx := context.Background()
 
 	msg := func(channel, status string) int64 {
@@ -40,12 +41,12 @@ func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 		return id
 	}
 	m1, m2, m3 := msg("c1", "received"), msg("c2", "received"), msg("c3", "routed")
-	exec(t, db, `
+	fixtures.Exec(t, db, `
 		INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler) VALUES
 			($1, 'ingress', 'ingress:c1', 'c1', NULL, NULL),
 			($2, 'ingress', 'ingress:c2', 'c2', NULL, NULL),
 			($3, 'routed', 'routed:c3', 'c3', 'r', 'h')`, m1, m2, m3)
-	running := func(lane string) pipeline.Execution { return start(t, db, queue(t, db, ins, lane)) }
+	running := func(lane string) pipeline.Execution { return start(t, db, fixtures.Queue(t, db, ins, lane)) }
 	ex1, ex2, ex3 := running("outbound:job1"), running("outbound:job2"), running("outbound:job3")
 	row := func(lane string) []pipeline.Row {
 		rows, err := pipeline.PendingRows(ctx, db.Pool, lane, 1)
@@ -146,21 +147,21 @@ func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 func TestSharedRecordsAnswerEachLane(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 	ctx := context.Background()
 
 	for _, lane := range []string{"outbound:a", "outbound:a", "outbound:b", "outbound:b"} {
-		queue(t, db, ins, lane)
+		fixtures.Queue(t, db, ins, lane)
 	}
-	exA, exB := start(t, db, queue(t, db, ins, "outbound:a")), start(t, db, queue(t, db, ins, "outbound:b"))
+	exA, exB := start(t, db, fixtures.Queue(t, db, ins, "outbound:a")), start(t, db, fixtures.Queue(t, db, ins, "outbound:b"))
 	var m1 int64
 	if err := db.Pool.QueryRow(ctx, `
 		INSERT INTO mefor_message (channel, source, size, raw, status) VALUES ('c1', 'test', 1, 'x', 'received')
 		RETURNING id`).Scan(&m1); err != nil {
 		t.Fatal(err)
 	}
-	exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel) VALUES ($1, 'ingress', 'ingress:c1', 'c1')`, m1)
-	ex1 := start(t, db, queue(t, db, ins, "outbound:job1"))
+	fixtures.Exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel) VALUES ($1, 'ingress', 'ingress:c1', 'c1')`, m1)
+	ex1 := start(t, db, fixtures.Queue(t, db, ins, "outbound:job1"))
 	rows := func(lane string, n int) []pipeline.Row {
 		rows, err := pipeline.PendingRows(ctx, db.Pool, lane, n)
 		if err != nil || len(rows) != n {
@@ -170,7 +171,7 @@ func TestSharedRecordsAnswerEachLane(t *testing.T) {
 	}
 	rowsA, rowsB, r1 := rows("outbound:a", 3), rows("outbound:b", 3), rows("ingress:c1", 1)
 	// An operator cancels B's last row while its drainer sends the others.
-	exec(t, db, `UPDATE mefor_work SET cancel_requested_at = now() WHERE id = $1`, rowsB[2].ID)
+	fixtures.Exec(t, db, `UPDATE mefor_work SET cancel_requested_at = now() WHERE id = $1`, rowsB[2].ID)
 	delivered := func(rows []pipeline.Row) []pipeline.Outcome {
 		var outs []pipeline.Outcome
 		for _, r := range rows {
@@ -217,7 +218,7 @@ func TestSharedRecordsAnswerEachLane(t *testing.T) {
 
 	// B's record leaves out its cancelled row; A's also holds a row
 	// someone else ended meanwhile.
-	exec(t, db, `UPDATE mefor_work SET status = 'cancelled', finished_at = now() WHERE id = $1`, rowsA[2].ID)
+	fixtures.Exec(t, db, `UPDATE mefor_work SET status = 'cancelled', finished_at = now() WHERE id = $1`, rowsA[2].ID)
 	recA, recB := pipeline.PrepareRecord(exA, delivered(rowsA)), pipeline.PrepareRecord(exB, delivered(rowsB[:2]))
 	if err := run(pipeline.PrepareRoute(ex1, r1, routed), recA, recB); err != nil {
 		t.Fatalf("shared records of running executions: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // A hand-off or a delivery record changes rows it names by id, and must
@@ -41,16 +42,16 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	ins := inserter(t, db)
+	ins := fixtures.Inserter(t, db)
 
 	// The statistics stay as this test makes them.
-	exec(t, db, `ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)
-	exec(t, db, `ALTER TABLE mefor_message SET (autovacuum_enabled = false)`)
-	exec(t, db, `INSERT INTO mefor_message (channel, source, size, raw, status)
+	fixtures.Exec(t, db, `ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)
+	fixtures.Exec(t, db, `ALTER TABLE mefor_message SET (autovacuum_enabled = false)`)
+	fixtures.Exec(t, db, `INSERT INTO mefor_message (channel, source, size, raw, status)
 		SELECT 'adt', 'test', 1, 'x', 'processed' FROM generate_series(1, 2000)`)
-	exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel, status)
+	fixtures.Exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel, status)
 		SELECT id, 'ingress', 'ingress:adt', 'adt', 'done' FROM mefor_message`)
-	exec(t, db, `ANALYZE mefor_work, mefor_message`)
+	fixtures.Exec(t, db, `ANALYZE mefor_work, mefor_message`)
 
 	c, err := db.Pool.Acquire(ctx)
 	if err != nil {
@@ -134,7 +135,7 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 			if end == "marked" {
 				// Its drainer is running: cancel marks the row for the
 				// drainer to cancel, by id.
-				exec(t, db, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
+				fixtures.Exec(t, db, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
 					WHERE id = (SELECT job_id FROM mefor_lane WHERE name = $1)`, lane)
 				inTx(step("mark"), func(tx pgx.Tx) error {
 					res, err := pipeline.CancelBatch(ctx, tx, pipeline.CancelFilter{Destination: dest}, 0, row.ID, 10)
@@ -184,10 +185,10 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 	// A partner that is down, and a channel whose routing stalled: a
 	// backlog at the stage that a statement names by its stage too.
 	const backlog = 20000
-	exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel, destination)
+	fixtures.Exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel, destination)
 		SELECT (SELECT min(id) FROM mefor_message), 'outbound', 'outbound:down', 'other', 'down'
 		FROM generate_series(1, $1::int)`, backlog)
-	exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel)
+	fixtures.Exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel)
 		SELECT (SELECT min(id) FROM mefor_message), 'ingress', 'ingress:other', 'other'
 		FROM generate_series(1, $1::int)`, backlog)
 	measure = true

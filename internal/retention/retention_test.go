@@ -13,6 +13,7 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func TestMain(m *testing.M) { testcontainers.Main(m) }
@@ -30,18 +31,12 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) exec(sql string, args ...any) {
 	f.t.Helper()
-	if _, err := f.db.Pool.Exec(f.ctx, sql, args...); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
+	fixtures.Exec(f.t, f.db, sql, args...)
 }
 
 func (f *fixture) int(sql string, args ...any) int64 {
 	f.t.Helper()
-	var n int64
-	if err := f.db.Pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return fixtures.Count(f.t, f.db.Pool, sql, args...)
 }
 
 // message stores a message received age ago whose rows have the given
