@@ -3,8 +3,6 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // BenchmarkCountsWriteCost is what the summary-count triggers add to each
@@ -30,10 +29,7 @@ import (
 //
 //	go test -run '^$' -bench CountsWriteCost -benchtime 1x ./internal/pipeline/
 func BenchmarkCountsWriteCost(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_MESSAGES")); err == nil && v > 0 {
-		n = v
-	}
+	n := fixtures.BenchMessages(1000)
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()

@@ -3,15 +3,14 @@ package search_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // BenchmarkSearch1M times each `messages list` filter on a store of a
@@ -29,10 +28,7 @@ import (
 //
 //	go test -run '^$' -bench Search1M -benchtime 1x -timeout 30m ./internal/search/
 func BenchmarkSearch1M(b *testing.B) {
-	n := 1_000_000
-	if v, err := strconv.Atoi(os.Getenv("MEFOR_BENCH_MESSAGES")); err == nil && v > 0 {
-		n = v
-	}
+	n := fixtures.BenchMessages(1_000_000)
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()
