@@ -17,9 +17,12 @@ import (
 // seen when the match returns. goja fixes a pattern's match timeout from
 // regexp2.DefaultMatchTimeout when it compiles it, and that is the only
 // setting it reads, so it is set once, here, before any script can run.
-// goja reports an abandoned match as no match; the handler's own timeout
-// then stops a script that keeps trying.
-const regexMatchTimeout = 100 * time.Millisecond
+// goja reports an abandoned match as no match, which would silently change
+// a transform's output, so the bound is the default handler timeout: for
+// any handler timeout up to it, a match is abandoned only after the call's
+// interrupt is due, and the call then fails with a timeout instead of
+// going on with a wrong answer. Defaults to 1s.
+const regexMatchTimeout = time.Second
 
 func init() {
 	regexp2.DefaultMatchTimeout = regexMatchTimeout

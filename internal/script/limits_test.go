@@ -108,3 +108,21 @@ func TestCtxLogWritesNoContentUnlessAllowed(t *testing.T) {
 		}
 	}
 }
+
+// One catastrophic match, not retried: the engine would read it, once
+// abandoned, as no match and the transform would go on with a wrong answer.
+// The match is abandoned only after the handler's timeout is due, so the
+// transform fails with a timeout instead of returning.
+func TestAbandonedMatchFailsTheTransformInsteadOfReadingAsNoMatch(t *testing.T) {
+	t.Parallel()
+	p := program(t, `function transform(msg) {
+		var s = new Array(40).join("a") + "!";
+		if (/^(a|a?)+\1$/.test(s)) { throw new Error("cannot match"); }
+		return msg;
+	}`, func(js *config.JavaScript, _ *script.Options) { js.Timeout = 300 * time.Millisecond })
+	_, err := run(t, p, script.Input{})
+	var se *script.Error
+	if !errors.As(err, &se) || se.Kind != script.KindTimeout {
+		t.Fatalf("one abandoned match: %v, want the transform to fail with a timeout", err)
+	}
+}
