@@ -145,3 +145,20 @@ func bareErr(err error) error {
 	}
 	return err
 }
+
+// fillTemp writes data to f, the temp file name just created in parent,
+// flushes it to disk and closes it; on failure it removes the file.
+func fillTemp(parent, f *os.File, name string, data []byte) error {
+	_, err := f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		removeAt(parent, name)
+		return fmt.Errorf("write temp file: %w", bareErr(err))
+	}
+	return nil
+}

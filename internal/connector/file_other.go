@@ -24,16 +24,8 @@ func writeTemp(parent *os.File, data []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("create temp file: %w", bareErr(err))
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		removeAt(parent, name)
-		return "", fmt.Errorf("write temp file: %w", bareErr(err))
+	if err := fillTemp(parent, f, name, data); err != nil {
+		return "", err
 	}
 	return name, nil
 }

@@ -52,17 +52,8 @@ func writeTemp(parent *os.File, data []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("create temp file: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), name)
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		removeAt(parent, name)
-		return "", fmt.Errorf("write temp file: %w", bareErr(err))
+	if err := fillTemp(parent, os.NewFile(uintptr(fd), name), name, data); err != nil {
+		return "", err
 	}
 	return name, nil
 }
