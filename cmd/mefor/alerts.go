@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -59,32 +60,18 @@ Examples:
 }
 
 func (c *alertsListCmd) Run(ctx context.Context, g *Globals) error {
-	pool, err := g.pool(ctx)
+	list, err := query(ctx, g, ops.ListAlerts)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	list, err := ops.ListAlerts(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		if list == nil {
-			list = []ops.Alert{}
-		}
-		return writeJSON(g.stdout, list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(g.stdout, "no alert rules evaluated yet (a node runs them when its config has alerts:)")
-		return nil
-	}
-	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "RULE\tSTATE\tSINCE\tCONDITION\tVALUE\tTHRESHOLD\tLAST NOTIFICATION")
-	for _, a := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, a.State, fmtTime(a.Since), orDash(a.Condition),
-			alertValue(a.Condition, a.Value), alertValue(a.Condition, a.Threshold), lastNotification(a))
-	}
-	return tw.Flush()
+	return printList(g.stdout, c.JSON, list, listing[ops.Alert]{
+		Empty:  "no alert rules evaluated yet (a node runs them when its config has alerts:)",
+		Header: "RULE\tSTATE\tSINCE\tCONDITION\tVALUE\tTHRESHOLD\tLAST NOTIFICATION",
+		Row: func(w io.Writer, a ops.Alert) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, a.State, fmtTime(a.Since), orDash(a.Condition),
+				alertValue(a.Condition, a.Value), alertValue(a.Condition, a.Threshold), lastNotification(a))
+		},
+	})
 }
 
 // alertValue shows an age as a duration and a count as a number.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -71,32 +73,20 @@ func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		f.Since = t
 	}
-	pool, err := g.pool(ctx)
+	recs, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.AuditRecord, error) {
+		return ops.ListAudit(ctx, pool, f)
+	})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	recs, err := ops.ListAudit(ctx, pool, f)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		if recs == nil {
-			recs = []ops.AuditRecord{}
-		}
-		return writeJSON(g.stdout, recs)
-	}
-	if len(recs) == 0 {
-		fmt.Fprintln(g.stdout, "no audited actions")
-		return nil
-	}
-	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "SEQ\tAT\tWHO\tROLE\tNODE\tACTION\tOUTCOME\tTARGET")
-	for _, r := range recs {
-		fmt.Fprintf(tw, "%d\t%s\t%s@%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, fmtTime(r.At), oneLine(r.OSUser), oneLine(r.Host),
-			r.DBRole, orDash(r.Node), r.Action, r.Outcome, oneLine(string(r.Target)))
-	}
-	return tw.Flush()
+	return printList(g.stdout, c.JSON, recs, listing[ops.AuditRecord]{
+		Empty:  "no audited actions",
+		Header: "SEQ\tAT\tWHO\tROLE\tNODE\tACTION\tOUTCOME\tTARGET",
+		Row: func(w io.Writer, r ops.AuditRecord) {
+			fmt.Fprintf(w, "%d\t%s\t%s@%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, fmtTime(r.At), oneLine(r.OSUser), oneLine(r.Host),
+				r.DBRole, orDash(r.Node), r.Action, r.Outcome, oneLine(string(r.Target)))
+		},
+	})
 }
 
 type auditVerifyCmd struct {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -49,34 +51,22 @@ func (c *deadListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx)
+	rows, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.DeadRow, error) {
+		return ops.ListDead(ctx, pool, kr, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
+	})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rows, err := ops.ListDead(ctx, pool, kr, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		if rows == nil {
-			rows = []ops.DeadRow{}
-		}
-		return writeJSON(g.stdout, rows)
-	}
-	if len(rows) == 0 {
-		fmt.Fprintln(g.stdout, "no dead letters")
-		return nil
-	}
-	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "WORK\tMESSAGE\tCHANNEL\tSTAGE\tDESTINATION\tATTEMPTS\tDEAD AT\tLAST ERROR")
-	for _, d := range rows {
-		dest := d.Destination
-		if dest == "" && d.Handler != "" {
-			dest = "handler " + d.Handler
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", d.WorkID, d.MessageID, d.Channel, d.Stage,
-			orDash(dest), d.Attempts, fmtTime(d.DeadAt), orDash(oneLine(d.LastError)))
-	}
-	return tw.Flush()
+	return printList(g.stdout, c.JSON, rows, listing[ops.DeadRow]{
+		Empty:  "no dead letters",
+		Header: "WORK\tMESSAGE\tCHANNEL\tSTAGE\tDESTINATION\tATTEMPTS\tDEAD AT\tLAST ERROR",
+		Row: func(w io.Writer, d ops.DeadRow) {
+			dest := d.Destination
+			if dest == "" && d.Handler != "" {
+				dest = "handler " + d.Handler
+			}
+			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", d.WorkID, d.MessageID, d.Channel, d.Stage,
+				orDash(dest), d.Attempts, fmtTime(d.DeadAt), orDash(oneLine(d.LastError)))
+		},
+	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/mefor/mefor/ops"
@@ -29,34 +30,20 @@ Examples:
 }
 
 func (c *nodesCmd) Run(ctx context.Context, g *Globals) error {
-	pool, err := g.pool(ctx)
+	nodes, err := query(ctx, g, ops.ListNodes)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	nodes, err := ops.ListNodes(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		if nodes == nil {
-			nodes = []ops.Node{}
-		}
-		return writeJSON(g.stdout, nodes)
-	}
-	if len(nodes) == 0 {
-		fmt.Fprintln(g.stdout, "no node has joined yet (start one with 'mefor run')")
-		return nil
-	}
-	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "NODE\tHOST\tPID\tSTARTED\tLAST SEEN\tSTATUS\tLEASE\tRIVER")
-	for _, n := range nodes {
-		ago := time.Duration(n.LastSeenAgo * float64(time.Second))
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s ago\t%s\t%s\t%s\n", n.ID, n.Host, n.PID,
-			n.StartedAt.Local().Format(time.DateTime), ago.Round(100*time.Millisecond), n.Status,
-			mark(n.HoldsLease, "holder"), mark(n.RiverLeader, "leader"))
-	}
-	return tw.Flush()
+	return printList(g.stdout, c.JSON, nodes, listing[ops.Node]{
+		Empty:  "no node has joined yet (start one with 'mefor run')",
+		Header: "NODE\tHOST\tPID\tSTARTED\tLAST SEEN\tSTATUS\tLEASE\tRIVER",
+		Row: func(w io.Writer, n ops.Node) {
+			ago := time.Duration(n.LastSeenAgo * float64(time.Second))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s ago\t%s\t%s\t%s\n", n.ID, n.Host, n.PID,
+				n.StartedAt.Local().Format(time.DateTime), ago.Round(100*time.Millisecond), n.Status,
+				mark(n.HoldsLease, "holder"), mark(n.RiverLeader, "leader"))
+		},
+	})
 }
 
 func mark(b bool, s string) string {

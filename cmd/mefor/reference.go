@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -46,43 +49,35 @@ Examples:
 }
 
 func (c *referenceListCmd) Run(ctx context.Context, g *Globals) error {
-	cfg, pool, err := g.configAndPool(ctx, c.Config)
+	cfg, err := config.Load(c.Config)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	sets, err := ops.ListReferenceSets(ctx, pool, cfg)
+	sets, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.ReferenceSetView, error) {
+		return ops.ListReferenceSets(ctx, pool, cfg)
+	})
 	if err != nil {
 		return err
 	}
-	if c.JSON {
-		if sets == nil {
-			sets = []ops.ReferenceSetView{}
-		}
-		return writeJSON(g.stdout, sets)
-	}
-	if len(sets) == 0 {
-		fmt.Fprintln(g.stdout, "the config declares no reference sets")
-		return nil
-	}
-	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "SET\tVERSION\tROWS\tCOLUMNS\tSYNCED\tREFRESH\tSOURCE\tLAST ERROR")
-	for _, s := range sets {
-		version, synced := "none", "never"
-		if s.Version > 0 {
-			version = fmt.Sprint(s.Version)
-		}
-		if s.SyncedAt != nil {
-			synced = fmtTime(*s.SyncedAt)
-		}
-		lastErr := "-"
-		if s.LastError != "" && s.LastErrorAt != nil {
-			lastErr = fmtTime(*s.LastErrorAt) + " " + oneLine(s.LastError)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, version, s.Rows, orDash(strings.Join(s.Columns, ",")),
-			synced, s.Refresh, s.Configured, lastErr)
-	}
-	return tw.Flush()
+	return printList(g.stdout, c.JSON, sets, listing[ops.ReferenceSetView]{
+		Empty:  "the config declares no reference sets",
+		Header: "SET\tVERSION\tROWS\tCOLUMNS\tSYNCED\tREFRESH\tSOURCE\tLAST ERROR",
+		Row: func(w io.Writer, s ops.ReferenceSetView) {
+			version, synced := "none", "never"
+			if s.Version > 0 {
+				version = fmt.Sprint(s.Version)
+			}
+			if s.SyncedAt != nil {
+				synced = fmtTime(*s.SyncedAt)
+			}
+			lastErr := "-"
+			if s.LastError != "" && s.LastErrorAt != nil {
+				lastErr = fmtTime(*s.LastErrorAt) + " " + oneLine(s.LastError)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, version, s.Rows, orDash(strings.Join(s.Columns, ",")),
+				synced, s.Refresh, s.Configured, lastErr)
+		},
+	})
 }
 
 type referenceShowCmd struct {
