@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/ops"
+	"github.com/riverqueue/river"
 )
 
 type cancelCmd struct {
@@ -57,18 +60,11 @@ func (c *cancelCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Destination == "" {
 		return errors.New("--destination must not be empty")
 	}
-	pool, err := g.pool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	q, err := ops.NewQueue(pool, g.logger)
-	if err != nil {
-		return err
-	}
 	bar := newBar(g, c.JSON, "cancelling")
 	f := ops.CancelFilter{Destination: c.Destination, Channel: c.Channel, Top: c.Top}
-	res, err := ops.Cancel(ctx, pool, q, f, ops.BulkOptions{Progress: bar.progress, Wait: c.Wait})
+	res, err := queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.BulkResult, error) {
+		return ops.Cancel(ctx, pool, q, f, ops.BulkOptions{Progress: bar.progress, Wait: c.Wait})
+	})
 	bar.finish()
 	if err != nil {
 		if res.Rows > 0 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -57,12 +58,9 @@ func (c *keysStatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	st, err := ops.KeysStatus(ctx, pool, kr)
+	st, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (*ops.KeyStatus, error) {
+		return ops.KeysStatus(ctx, pool, kr)
+	})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -85,40 +86,26 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	msgs, err := ops.ListMessages(ctx, pool, ops.MessageFilter{
-		Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
-		Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit, Keys: kr,
+	msgs, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.MessageSummary, error) {
+		return ops.ListMessages(ctx, pool, ops.MessageFilter{
+			Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
+			Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit, Keys: kr,
+		})
 	})
 	if err != nil {
 		return err
 	}
-	if c.JSON {
-		if msgs == nil {
-			msgs = []ops.MessageSummary{}
-		}
-		return writeJSON(g.stdout, msgs)
-	}
-	if len(msgs) == 0 {
-		fmt.Fprintln(g.stdout, "no messages")
-		return nil
-	}
-	return printSummaries(g.stdout, msgs)
+	return printList(g.stdout, c.JSON, msgs, summaries)
 }
 
-// printSummaries prints the table of `messages list`.
-func printSummaries(w io.Writer, msgs []ops.MessageSummary) error {
-	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tRECEIVED\tCHANNEL\tTYPE\tCONTROL ID\tSTATUS\tSIZE")
-	for _, m := range msgs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, fmtTime(m.ReceivedAt), m.Channel,
+// summaries is the table of `messages list`.
+var summaries = listing[ops.MessageSummary]{
+	Empty:  "no messages",
+	Header: "ID\tRECEIVED\tCHANNEL\tTYPE\tCONTROL ID\tSTATUS\tSIZE",
+	Row: func(w io.Writer, m ops.MessageSummary) {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, fmtTime(m.ReceivedAt), m.Channel,
 			orDash(m.Type()), orDash(oneLine(m.ControlID)), m.Status, m.Size)
-	}
-	return tw.Flush()
+	},
 }
 
 type messagesShowCmd struct {
@@ -194,7 +181,7 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("message %s not found (no message has that id or control id)", c.ID)
 	case id == 0:
 		fmt.Fprintf(g.stdout, "%d messages have control id %q:\n", len(matches), c.ID)
-		if err := printSummaries(g.stdout, matches); err != nil {
+		if err := printList(g.stdout, false, matches, summaries); err != nil {
 			return err
 		}
 		return fmt.Errorf("control id %q names several messages; run 'mefor messages show ID' with one of the ids above", c.ID)
@@ -275,62 +262,42 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 		return err
 	}
 
-	fmt.Fprintln(w, "\nStage rows:")
-	if len(v.Work) == 0 {
-		fmt.Fprintln(w, "  none")
-	} else {
-		tw = newTable(w)
-		fmt.Fprintln(tw, "  ID\tSTAGE\tLANE\tSEQ\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tTARGET\tLAST ERROR")
-		for _, r := range v.Work {
+	err := printSection(w, "Stage rows", v.Work,
+		"ID\tSTAGE\tLANE\tSEQ\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tTARGET\tLAST ERROR",
+		func(w io.Writer, r ops.WorkInfo) {
 			next := "-"
 			if r.NextAttemptAt != nil {
 				next = fmtTime(*r.NextAttemptAt)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Stage, r.Lane, r.Seq, r.Status,
+			fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Stage, r.Lane, r.Seq, r.Status,
 				r.Attempts, next, orDash(target(r)), orDash(oneLine(r.LastError)))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+		})
+	if err != nil {
+		return err
 	}
-
-	fmt.Fprintln(w, "\nPartner replies:")
-	if len(v.Replies) == 0 {
-		fmt.Fprintln(w, "  none")
-	} else {
-		tw = newTable(w)
-		fmt.Fprintln(tw, "  AT\tWORK\tDESTINATION\tATTEMPT\tOUTCOME\tACK")
-		for _, r := range v.Replies {
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\n", fmtTime(r.ReceivedAt), r.WorkID, r.Destination,
+	err = printSection(w, "Partner replies", v.Replies, "AT\tWORK\tDESTINATION\tATTEMPT\tOUTCOME\tACK",
+		func(w io.Writer, r ops.Reply) {
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", fmtTime(r.ReceivedAt), r.WorkID, r.Destination,
 				r.Attempt, oneLine(r.Outcome), orDash(oneLine(r.AckCode)))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+		})
+	if err != nil {
+		return err
 	}
-
 	if err := printReplyMessages(w, v.Origin.Replies); err != nil {
 		return err
 	}
-
-	fmt.Fprintln(w, "\nTimeline:")
-	if len(v.Events) == 0 {
-		fmt.Fprintln(w, "  none")
-	} else {
-		tw = newTable(w)
-		for _, e := range v.Events {
-			where := ""
-			if e.WorkID != 0 {
-				where = fmt.Sprintf("row %d", e.WorkID)
-			}
-			if e.Destination != "" {
-				where = strings.TrimSpace(where + " → " + e.Destination)
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fmtTime(e.At), e.Event, where, oneLine(e.Detail))
+	err = printSection(w, "Timeline", v.Events, "", func(w io.Writer, e ops.Event) {
+		where := ""
+		if e.WorkID != 0 {
+			where = fmt.Sprintf("row %d", e.WorkID)
 		}
-		if err := tw.Flush(); err != nil {
-			return err
+		if e.Destination != "" {
+			where = strings.TrimSpace(where + " → " + e.Destination)
 		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", fmtTime(e.At), e.Event, where, oneLine(e.Detail))
+	})
+	if err != nil {
+		return err
 	}
 
 	if !withBody {

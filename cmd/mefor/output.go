@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/ops"
+	"github.com/riverqueue/river"
 )
 
 // writeJSON is what every read command prints under --json: indented, one
@@ -27,6 +30,19 @@ func query[T any](ctx context.Context, g *Globals, read func(context.Context, *p
 	}
 	defer pool.Close()
 	return read(ctx, pool)
+}
+
+// queued is query for the commands that queue work: it hands run an
+// insert-only River client on the same pool.
+func queued[T any](ctx context.Context, g *Globals, run func(context.Context, *pgxpool.Pool, *river.Client[pgx.Tx]) (T, error)) (T, error) {
+	return query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (T, error) {
+		q, err := ops.NewQueue(pool, g.logger)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return run(ctx, pool, q)
+	})
 }
 
 // listing says how a list command prints its rows as a table.
@@ -57,6 +73,25 @@ func printList[T any](w io.Writer, asJSON bool, rows []T, l listing[T]) error {
 	fmt.Fprintln(tw, l.Header)
 	for _, r := range rows {
 		l.Row(tw, r)
+	}
+	return tw.Flush()
+}
+
+// printSection prints one titled part of a show command: an indented table
+// (with a header row unless header is empty), or "none".
+func printSection[T any](w io.Writer, title string, rows []T, header string, row func(w io.Writer, row T)) error {
+	fmt.Fprintf(w, "\n%s:\n", title)
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "  none")
+		return err
+	}
+	tw := newTable(w)
+	if header != "" {
+		fmt.Fprintln(tw, "  "+header)
+	}
+	for _, r := range rows {
+		fmt.Fprint(tw, "  ")
+		row(tw, r)
 	}
 	return tw.Flush()
 }

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/ops"
+	"github.com/riverqueue/river"
 )
 
 type referenceCmd struct {
@@ -179,16 +181,13 @@ Examples:
 }
 
 func (c *referenceSyncCmd) Run(ctx context.Context, g *Globals) error {
-	cfg, pool, err := g.configAndPool(ctx, c.Config)
+	cfg, err := config.Load(c.Config)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	q, err := ops.NewQueue(pool, g.logger)
-	if err != nil {
-		return err
-	}
-	res, err := ops.SyncReferenceSet(ctx, pool, q, cfg, c.Name, c.Wait)
+	res, err := queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.MaintenanceRunResult, error) {
+		return ops.SyncReferenceSet(ctx, pool, q, cfg, c.Name, c.Wait)
+	})
 	if err != nil {
 		return err
 	}

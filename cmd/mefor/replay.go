@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -42,16 +45,9 @@ Examples:
 }
 
 func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
-	pool, err := g.pool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	q, err := ops.NewQueue(pool, g.logger)
-	if err != nil {
-		return err
-	}
-	res, err := ops.Replay(ctx, pool, q, c.ID)
+	res, err := queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.ReplayResult, error) {
+		return ops.Replay(ctx, pool, q, c.ID)
+	})
 	switch {
 	case errors.Is(err, ops.ErrNotFound):
 		return fmt.Errorf("message %d not found", c.ID)
@@ -101,21 +97,14 @@ Examples:
 }
 
 func (c *replayDeadCmd) Run(ctx context.Context, g *Globals) error {
-	pool, err := g.pool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	q, err := ops.NewQueue(pool, g.logger)
-	if err != nil {
-		return err
-	}
 	bar := newBar(g, c.JSON, "re-queuing")
 	opt := ops.BulkOptions{
 		Confirm:  confirmer(g, c.Yes, "re-queue %d dead deliveries"),
 		Progress: bar.progress,
 	}
-	res, err := ops.ReplayDead(ctx, pool, q, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
+	res, err := queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.BulkResult, error) {
+		return ops.ReplayDead(ctx, pool, q, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
+	})
 	bar.finish()
 	if err != nil {
 		if res.Rows > 0 {
