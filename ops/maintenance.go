@@ -147,11 +147,7 @@ func RunMaintenance(ctx context.Context, pool *pgxpool.Pool, q MaintenanceQueue,
 		for _, j := range workers.MaintenanceJobs(cfg) {
 			names = append(names, j.Name)
 		}
-		hint := ""
-		if name == workers.MaintenanceRetention {
-			hint = "; retention is not configured: add a maintenance.retention block (keep_bodies: ...) to the config"
-		}
-		return res, fmt.Errorf("%w %q%s (jobs of this config: %s)", ErrUnknownJob, name, hint, strings.Join(names, ", "))
+		return res, fmt.Errorf("%w %q (jobs of this config: %s)", ErrUnknownJob, name, strings.Join(names, ", "))
 	}
 	before := int64(0)
 	if job.Audited {

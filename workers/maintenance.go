@@ -38,7 +38,8 @@ const (
 )
 
 // MaintenanceJobs lists the maintenance jobs of cfg in a stable order:
-// reclaim, retention when configured, the alert evaluation when the config
+// reclaim, retention (which a parsed config always has: keep_errors applies
+// without a retention block), the alert evaluation when the config
 // has alerts, then one reference sync per reference set in file order.
 func MaintenanceJobs(cfg *config.Config) []MaintenanceJob {
 	list := []MaintenanceJob{{

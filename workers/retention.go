@@ -46,14 +46,15 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 	} else {
 		run.Detail = map[string]any{
 			"keep_bodies": p.KeepBodies.String(), "keep_dead": p.KeepDead.String(),
-			"delete_after": p.DeleteAfter.String(), "batch_size": p.BatchSize,
+			"keep_errors": p.KeepErrors.String(), "delete_after": p.DeleteAfter.String(), "batch_size": p.BatchSize,
 		}
 		counts, err = retention.Run(ctx, w.Deps.Pool, retention.Policy{
-			KeepBodies: p.KeepBodies, KeepDead: p.KeepDead, DeleteAfter: p.DeleteAfter, Batch: p.BatchSize,
+			KeepBodies: p.KeepBodies, KeepDead: p.KeepDead, KeepErrors: p.KeepErrors, DeleteAfter: p.DeleteAfter, Batch: p.BatchSize,
 		}, nil)
 		run.Detail["bodies_nulled"] = counts.BodiesNulled
 		run.Detail["dead_payloads_nulled"] = counts.DeadPayloadsNulled
 		run.Detail["messages_deleted"] = counts.MessagesDeleted
+		run.Detail["errors_deleted"] = counts.ErrorsDeleted
 		run.Detail["skipped"] = counts.Skipped
 		run.Detail["batches"] = counts.Batches
 		if err == nil && p.KeepState > 0 {
@@ -74,7 +75,7 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[jobs.Retentio
 		log.ErrorContext(ctx, "could not audit retention run", "err", rerr)
 	}
 	attrs := []any{"bodies_nulled", counts.BodiesNulled, "dead_payloads_nulled", counts.DeadPayloadsNulled,
-		"messages_deleted", counts.MessagesDeleted, "skipped", counts.Skipped, "batches", counts.Batches,
+		"messages_deleted", counts.MessagesDeleted, "errors_deleted", counts.ErrorsDeleted, "skipped", counts.Skipped, "batches", counts.Batches,
 		"duration", run.FinishedAt.Sub(run.StartedAt).Round(time.Millisecond)}
 	if err != nil {
 		log.ErrorContext(ctx, "retention failed", append(attrs, "err", err)...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -212,8 +213,9 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 }
 
 // A job the config does not schedule can still be run by hand; the registry
-// lists reclaim always, retention when configured and a sync per reference
-// set, and the node's periodic jobs come from the same list.
+// lists reclaim and retention always (keep_errors applies without a
+// retention block) and a sync per reference set, and the node's periodic
+// jobs come from the same list.
 func TestMaintenanceRegistry(t *testing.T) {
 	doc := `
 channels:
@@ -246,4 +248,53 @@ maintenance:
 		t.Error("found a job that does not exist")
 	}
 	var _ rivertype.JobArgs = jobs.RetentionArgs{}
+
+	bare, err := config.Parse("t.yaml", []byte(strings.Replace(doc, "maintenance:\n  retention: {keep_bodies: 30d, schedule: \"0 3 * * *\"}\n", "", 1)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list = workers.MaintenanceJobs(bare)
+	if len(list) != 2 || list[1].Name != "retention" || list[1].Schedule.String() != "1h0m0s" {
+		t.Fatalf("jobs without a retention block = %+v, want reclaim and an hourly retention", list)
+	}
+}
+
+// A file without a retention block purges no content, yet its node's
+// retention run deletes an unparseable message older than keep_errors'
+// default and audits it.
+func TestRetentionWithoutBlockDeletesOldErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	cfg, err := config.Parse("t.yaml", []byte(`
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := func(status string, age time.Duration) (id int64) {
+		if err := db.Pool.QueryRow(ctx, `
+			INSERT INTO mefor_message (channel, source, size, raw, status, received_at)
+			VALUES ('adt', 'mllp', 4, 'JUNK', $1, now() - $2::interval) RETURNING id`, status, age).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	junk, recentJunk, old := insert("error", 31*24*time.Hour), insert("error", 29*24*time.Hour), insert("unrouted", 400*24*time.Hour)
+
+	run := runRetention(t, db.Pool, retentionNode(t, db.Pool, cfg.Maintenance.Retention), time.Minute)
+	if run.Outcome != maintenance.RunOK || run.Detail["errors_deleted"] != float64(1) || run.Detail["bodies_nulled"] != float64(0) {
+		t.Fatalf("retention run: %s %s, detail %v; want ok, 1 error deleted, nothing purged", run.Outcome, run.Error, run.Detail)
+	}
+	if n := fixtures.Count(t, db.Pool, `SELECT count(*) FROM mefor_message WHERE id = $1`, junk); n != 0 {
+		t.Fatal("the unparseable message received 31 days ago is still there")
+	}
+	if n := fixtures.Count(t, db.Pool, `SELECT count(*) FROM mefor_message WHERE id = ANY($1) AND raw IS NOT NULL`, []int64{recentJunk, old}); n != 2 {
+		t.Fatalf("%d of the 29-day-old error and the 400-day-old unrouted message kept whole, want both", n)
+	}
 }

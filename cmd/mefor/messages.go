@@ -47,7 +47,9 @@ type messagesListCmd struct {
 
 func (c *messagesListCmd) Help() string {
 	return `Lists messages newest first: id, when received, channel, HL7 type, control id
-(MSH-10), status and size in bytes. Filters combine (all must hold).
+(MSH-10), status and size in bytes as received ("cut at N" when only the
+first N bytes of a frame that did not parse were kept; "cut_at" in JSON).
+Filters combine (all must hold).
 
 Every filter but --text is answered from an index, so it stays fast on a
 store of millions of messages. --text reads the stored bodies of every
@@ -103,9 +105,23 @@ var summaries = listing[ops.MessageSummary]{
 	Empty:  "no messages",
 	Header: "ID\tRECEIVED\tCHANNEL\tTYPE\tCONTROL ID\tSTATUS\tSIZE",
 	Row: func(w io.Writer, m ops.MessageSummary) {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, fmtTime(m.ReceivedAt), m.Channel,
-			orDash(m.Type()), orDash(oneLine(m.ControlID)), m.Status, m.Size)
+		size := strconv.Itoa(m.Size)
+		if m.CutAt > 0 {
+			size += fmt.Sprintf(" (cut at %d)", m.CutAt)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, fmtTime(m.ReceivedAt), m.Channel,
+			orDash(m.Type()), orDash(oneLine(m.ControlID)), m.Status, size)
 	},
+}
+
+// fmtSize is a message's size for `messages show`, and where its stored
+// body was cut.
+func fmtSize(m ops.MessageSummary) string {
+	if m.CutAt > 0 {
+		return fmt.Sprintf("%d bytes, cut at %d of %d bytes (only the first keep_unparseable bytes of a frame that does not parse are kept)",
+			m.Size, m.CutAt, m.Size)
+	}
+	return fmt.Sprintf("%d bytes", m.Size)
 }
 
 type messagesShowCmd struct {
@@ -254,7 +270,7 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 	field("Control ID", oneLine(m.ControlID))
 	field("Sending app", oneLine(m.SendingApp))
 	field("Sending facility", oneLine(m.SendingFacility))
-	field("Size", fmt.Sprintf("%d bytes", m.Size))
+	field("Size", fmtSize(m.MessageSummary))
 	if m.BodyPurgedAt != nil {
 		field("Body purged", fmtTime(*m.BodyPurgedAt))
 	}
@@ -308,6 +324,10 @@ func printMessage(w io.Writer, v *ops.MessageView, withBody bool) error {
 		fmt.Fprintln(w, "  (purged)")
 	} else {
 		writeSegments(w, m.Raw)
+		if m.CutAt > 0 {
+			fmt.Fprintf(w, "  (cut at %d of %d bytes: the listener keeps only the first keep_unparseable bytes of a frame that does not parse)\n",
+				m.CutAt, m.Size)
+		}
 	}
 	shown := map[int64]bool{}
 	for _, o := range v.Outbound {

@@ -29,8 +29,10 @@ the listener lease (and when it expires unless renewed), River's elected
 leader and how many nodes are active ('mefor nodes' lists them). Per node: the cluster config version it
 applied and its file's hash, flagged "behind" when it has not applied the
 latest 'mefor reload' (with the reason it recorded) and "file differs" when
-its file is not the one that reload validated. Under the channels: the age of
-the oldest message body retention has not purged yet ("retention" in JSON).
+its file is not the one that reload validated. Under the channels: the
+retention policy the live nodes run with (keep_bodies, keep_dead, keep_errors,
+delete_after; keep_errors applies even without a retention block) and the age
+of the oldest message body retention has not purged yet ("retention" in JSON).
 
 Last, the certificates the live nodes loaded from their own files ("transport"
 in JSON): file, subject, expiry, what each serves as and which nodes use it,
@@ -79,11 +81,8 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if r := st.Retention; r != nil && r.OldestBodyAt != nil {
-			fmt.Fprintf(g.stdout, "oldest retained body: %s old (received %s)\n",
-				fmtAge(r.OldestBodyAgeSeconds), r.OldestBodyAt.UTC().Format(time.RFC3339))
-		}
 	}
+	printRetention(g.stdout, st.Retention)
 
 	fmt.Fprintln(g.stdout)
 	if len(st.Destinations) == 0 {

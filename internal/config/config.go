@@ -144,6 +144,23 @@ type MLLPInbound struct {
 	IdleTimeout time.Duration
 	// TLS, when enabled, makes the listener speak MLLP over TLS only.
 	TLS ServerTLS
+	// KeepUnparseable is how many bytes of a frame that does not parse are
+	// stored for inspection; its full length is recorded with it. A sender
+	// of junk then fills the database this much per frame at most, while
+	// the first bytes, which show what the sender meant to send, are kept.
+	// Defaults to 64 KiB.
+	KeepUnparseable int64
+	// MaxUnparseableInARow closes a connection once this many frames in a
+	// row on it did not parse (each is answered AR and stored first). A
+	// frame that parses resets the count. Defaults to 20.
+	MaxUnparseableInARow int
+	// MaxMessagesPerSecond, when not zero, slows the listener's senders
+	// down to this many frames per second, all its connections together:
+	// the next frame is read only when the listener's token bucket allows,
+	// so TCP holds the sender back and nothing already stored is refused.
+	// A second's worth may come at once after a quiet spell. Defaults to
+	// 0, no limit.
+	MaxMessagesPerSecond float64
 	// Plaintext acknowledges a plaintext listener on a non-loopback
 	// address, which is otherwise flagged by `mefor config check` and
 	// `mefor status`.

@@ -87,13 +87,20 @@ func (l *loader) decodeMLLPInbound(n *yaml.Node, p path) *MLLPInbound {
 		MaxFrameSize: defaultMaxFrameSize,
 		ReadTimeout:  defaultReadTimeout,
 		IdleTimeout:  defaultIdleTimeout,
+
+		KeepUnparseable:      defaultKeepUnparseable,
+		MaxUnparseableInARow: defaultMaxUnparseableInARow,
 	}
-	m := l.mapping(n, p, "listen", "max_frame_size", "read_timeout", "idle_timeout", "tls", "plaintext")
+	m := l.mapping(n, p, "listen", "max_frame_size", "read_timeout", "idle_timeout", "tls", "plaintext",
+		"keep_unparseable", "max_unparseable_in_a_row", "max_messages_per_second")
 	decodeScalar(l, m, p, "listen", &in.Listen, asString)
 	decodeScalar(l, m, p, "max_frame_size", &in.MaxFrameSize, parseSize)
 	decodeScalar(l, m, p, "read_timeout", &in.ReadTimeout, parseDuration)
 	decodeScalar(l, m, p, "idle_timeout", &in.IdleTimeout, parseDuration)
 	decodeScalar(l, m, p, "plaintext", &in.Plaintext, parseBool)
+	decodeScalar(l, m, p, "keep_unparseable", &in.KeepUnparseable, parseSize)
+	decodeScalar(l, m, p, "max_unparseable_in_a_row", &in.MaxUnparseableInARow, parseInt)
+	decodeScalar(l, m, p, "max_messages_per_second", &in.MaxMessagesPerSecond, parseFloat)
 	if tn, ok := m["tls"]; ok {
 		in.TLS = l.decodeServerTLS(tn, p.key("tls"))
 	}

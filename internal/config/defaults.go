@@ -15,6 +15,14 @@ const (
 	defaultReadTimeout  = 30 * time.Second
 	defaultIdleTimeout  = 5 * time.Minute
 
+	// 64 KiB of an unparseable frame shows what a sender meant to send
+	// (its header and first segments), while a sender of junk frames adds
+	// at most that per frame to the database.
+	defaultKeepUnparseable = 64 << 10
+	// 20 unparseable frames in a row is past any sender's honest mistake
+	// (a wrong encoding, a stray test message) and well short of a flood.
+	defaultMaxUnparseableInARow = 20
+
 	defaultConnectTimeout = 5 * time.Second
 	defaultAckTimeout     = 30 * time.Second
 
@@ -32,6 +40,9 @@ const (
 	// maxFrameSize bounds max_frame_size: frames are held in memory, and
 	// even documents embedded in OBX segments stay far below this.
 	maxFrameSize = 1 << 30
+	// maxMessagesPerSecond bounds max_messages_per_second: past this a
+	// limit no longer slows anyone down; leave the key out instead.
+	maxMessagesPerSecond = 1_000_000
 	// maxLanes bounds ordering lanes: each lane is a queue with its own
 	// worker and connection to the receiver.
 	maxLanes = 256

@@ -15,8 +15,10 @@ type Maintenance struct {
 	// Reclaim re-activates lanes whose drainer ended with backlog left and
 	// frees the drainers of nodes that stopped heartbeating. It always runs.
 	Reclaim ReclaimJob
-	// Retention purges old message content; nil when the file has no
-	// maintenance.retention block, in which case nothing is ever purged.
+	// Retention purges old message content and deletes old `error`
+	// messages. It is never nil: without a maintenance.retention block it
+	// only deletes `error` messages past KeepErrors' default, and purges
+	// no content.
 	Retention *Retention
 }
 
@@ -39,8 +41,19 @@ type Retention struct {
 	KeepBodies time.Duration
 	// KeepDead is how long after its last dead letter a message that was
 	// dead-lettered keeps its content, so it can still be replayed.
-	// Defaults to KeepBodies.
+	// Defaults to KeepBodies, or to KeepErrors when the file sets a
+	// shorter one.
 	KeepDead time.Duration
+	// KeepErrors is how long a message whose status is `error` (it did
+	// not parse, or a delivery of it was dead-lettered) is kept at all:
+	// it is deleted outright, metadata and all, this long after it failed
+	// (its receipt, or its last dead letter). Never shorter than KeepDead.
+	// Defaults to 30 days, or KeepDead when that is longer, even without a
+	// retention block.
+	KeepErrors time.Duration
+	// KeepErrorsGiven says the file sets keep_errors (else KeepErrors is
+	// its default).
+	KeepErrorsGiven bool
 	// DeleteAfter, when not zero, is how long after receipt a message is
 	// deleted outright, metadata and all; never while a dead letter of it
 	// is still inside KeepDead.
@@ -60,10 +73,26 @@ const (
 	defaultRetentionBatch    = 5000
 	minRetentionBatch        = 10
 	maxRetentionBatch        = 100_000
+	// defaultKeepErrors bounds how long `error` messages stay when nobody
+	// said: without a bound a sender of junk frames, or a partner that
+	// rejects everything, grows the database without end. A month leaves
+	// time to notice an alert or a weekly report, fix the cause and replay
+	// the dead letters.
+	defaultKeepErrors = 30 * 24 * time.Hour
 )
 
 func defaultMaintenance() Maintenance {
-	return Maintenance{Reclaim: ReclaimJob{Schedule: Every(defaultReclaimInterval)}}
+	return Maintenance{
+		Reclaim:   ReclaimJob{Schedule: Every(defaultReclaimInterval)},
+		Retention: defaultRetention(),
+	}
+}
+
+// defaultRetention is the retention policy of a file without a
+// maintenance.retention block: no content is purged, `error` messages are
+// deleted after defaultKeepErrors.
+func defaultRetention() *Retention {
+	return &Retention{Schedule: Every(defaultRetentionSchedule), BatchSize: defaultRetentionBatch, KeepErrors: defaultKeepErrors}
 }
 
 func (l *loader) decodeMaintenance(n *yaml.Node, p path, mt *Maintenance) {
@@ -77,16 +106,27 @@ func (l *loader) decodeMaintenance(n *yaml.Node, p path, mt *Maintenance) {
 		return
 	}
 	tp := p.key("retention")
-	r := &Retention{Schedule: Every(defaultRetentionSchedule), BatchSize: defaultRetentionBatch}
-	tm := l.mapping(m["retention"], tp, "schedule", "keep_bodies", "keep_dead", "delete_after", "batch_size", "keep_state")
+	r := defaultRetention()
+	tm := l.mapping(m["retention"], tp, "schedule", "keep_bodies", "keep_dead", "keep_errors", "delete_after", "batch_size", "keep_state")
 	l.schedule(tm, tp, "schedule", &r.Schedule)
 	decodeScalar(l, tm, tp, "keep_bodies", &r.KeepBodies, parseAge)
 	decodeScalar(l, tm, tp, "keep_dead", &r.KeepDead, parseAge)
+	decodeScalar(l, tm, tp, "keep_errors", &r.KeepErrors, parseAge)
 	decodeScalar(l, tm, tp, "delete_after", &r.DeleteAfter, parseAge)
 	decodeScalar(l, tm, tp, "batch_size", &r.BatchSize, parseInt)
 	decodeScalar(l, tm, tp, "keep_state", &r.KeepState, parseAge)
+	r.KeepErrorsGiven = l.given(tp.key("keep_errors"))
 	if !l.given(tp.key("keep_dead")) {
 		r.KeepDead = r.KeepBodies
+		if r.KeepErrorsGiven && r.KeepErrors > 0 && r.KeepErrors < r.KeepDead {
+			// A dead letter is deleted at keep_errors, content and all.
+			r.KeepDead = r.KeepErrors
+		}
+	}
+	if !r.KeepErrorsGiven && r.KeepDead > r.KeepErrors {
+		// A dead letter is an `error` message: it must outlive its
+		// keep_dead window to be replayable there.
+		r.KeepErrors = r.KeepDead
 	}
 	mt.Retention = r
 }
@@ -97,14 +137,18 @@ func (l *loader) checkMaintenance(mt Maintenance) {
 		l.errorf(p.key("reclaim").key("schedule"), "%s is too often: reclaim reads every lane; use 1s or more (e.g. schedule: 5s)", fmtDuration(d))
 	}
 	r := mt.Retention
-	if r == nil {
+	p = p.key("retention")
+	if r == nil || !l.given(p) {
 		return
 	}
-	p = p.key("retention")
-	keep, dead, del := p.key("keep_bodies"), p.key("keep_dead"), p.key("delete_after")
+	keep, dead, del, errs := p.key("keep_bodies"), p.key("keep_dead"), p.key("delete_after"), p.key("keep_errors")
 	switch {
-	case !l.given(keep):
+	case !l.given(keep) && !r.KeepErrorsGiven:
 		l.errorf(keep, "is required: how long message bodies are kept after receipt (e.g. keep_bodies: 30d)")
+	case !l.given(keep) && l.given(dead):
+		l.errorf(keep, "is required with keep_dead: how long message bodies are kept after receipt (e.g. keep_bodies: 30d)")
+	case !l.given(keep):
+		// Only keep_errors: bodies are kept as without a block.
 	case r.KeepBodies <= 0:
 		l.errorf(keep, "must be > 0 (e.g. keep_bodies: 30d)")
 	}
@@ -121,6 +165,15 @@ func (l *loader) checkMaintenance(mt Maintenance) {
 		} else if r.DeleteAfter < longest && !l.failed(what) {
 			l.errorf(del, "(%s) is shorter than %s (%s): messages would be deleted while their content is meant to be kept; make it at least %s",
 				fmtAge(r.DeleteAfter), name, fmtAge(longest), fmtAge(longest))
+		}
+	}
+	if r.KeepErrorsGiven && !l.failed(errs) {
+		switch {
+		case r.KeepErrors <= 0:
+			l.errorf(errs, "must be > 0 (e.g. keep_errors: 30d): `error` messages are never kept forever by default")
+		case r.KeepErrors < r.KeepDead && !l.failed(dead):
+			l.errorf(errs, "(%s) is shorter than keep_dead (%s): dead letters would be deleted while they are meant to stay replayable; make it at least %s",
+				fmtAge(r.KeepErrors), fmtAge(r.KeepDead), fmtAge(r.KeepDead))
 		}
 	}
 	if ks := p.key("keep_state"); l.given(ks) && !l.failed(ks) && r.KeepState <= 0 {

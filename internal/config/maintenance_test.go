@@ -83,8 +83,11 @@ func TestMaintenanceDefaults(t *testing.T) {
 	if d, ok := c.Maintenance.Reclaim.Schedule.Interval(); !ok || d != 5*time.Second {
 		t.Errorf("default reclaim schedule = %s, want every 5s", c.Maintenance.Reclaim.Schedule)
 	}
-	if c.Maintenance.Retention != nil {
-		t.Errorf("retention is configured by default: %+v; nothing may be purged unless asked", c.Maintenance.Retention)
+	// Without a block no content is purged, but `error` messages are not
+	// kept forever: keep_errors has a default.
+	if r := c.Maintenance.Retention; r == nil || r.KeepBodies != 0 || r.KeepDead != 0 || r.DeleteAfter != 0 ||
+		r.KeepState != 0 || r.KeepErrors != 30*24*time.Hour || r.KeepErrorsGiven {
+		t.Errorf("retention without a block = %+v; want only keep_errors, at its 30d default", r)
 	}
 
 	c, err = parse(t, minimal+`
@@ -99,8 +102,9 @@ maintenance:
 	if r == nil {
 		t.Fatal("retention not configured")
 	}
-	if r.KeepBodies != 30*24*time.Hour || r.KeepDead != r.KeepBodies || r.DeleteAfter != 0 || r.BatchSize != 5000 {
-		t.Errorf("retention = %+v; want keep_dead defaulting to keep_bodies, no deletion, batches of 5000", r)
+	if r.KeepBodies != 30*24*time.Hour || r.KeepDead != r.KeepBodies || r.DeleteAfter != 0 || r.BatchSize != 5000 ||
+		r.KeepErrors != 30*24*time.Hour {
+		t.Errorf("retention = %+v; want keep_dead defaulting to keep_bodies, no deletion, batches of 5000, keep_errors 30d", r)
 	}
 	if d, ok := r.Schedule.Interval(); !ok || d != time.Hour {
 		t.Errorf("default retention schedule = %s, want hourly", r.Schedule)
@@ -129,6 +133,37 @@ maintenance:
 	if r.Schedule.String() != "30 2 * * *" || r.KeepBodies != 36*time.Hour || r.KeepDead != 90*24*time.Hour ||
 		r.DeleteAfter != 365*24*time.Hour || r.BatchSize != 1000 {
 		t.Errorf("retention = %+v", r)
+	}
+}
+
+// keep_errors never ends a dead letter's keep_dead window early: left out,
+// it follows a longer keep_dead; given, it may be shorter than keep_bodies
+// (junk need not outlive good messages' content), and alone in the block it
+// needs no keep_bodies.
+func TestKeepErrors(t *testing.T) {
+	day := 24 * time.Hour
+	tests := []struct {
+		doc                              string
+		keepErrors, keepBodies, keepDead time.Duration
+	}{
+		{"keep_bodies: 30d\n    keep_dead: 90d", 90 * day, 30 * day, 90 * day},
+		{"keep_bodies: 400d", 400 * day, 400 * day, 400 * day},
+		{"keep_bodies: 7d", 30 * day, 7 * day, 7 * day},
+		// A dead letter's content goes with it at keep_errors.
+		{"keep_bodies: 30d\n    keep_errors: 7d", 7 * day, 30 * day, 7 * day},
+		{"keep_errors: 14d", 14 * day, 0, 0},
+		{"keep_bodies: 30d\n    keep_dead: 90d\n    keep_errors: 90d", 90 * day, 30 * day, 90 * day},
+	}
+	for _, tt := range tests {
+		c, err := parse(t, minimal+"maintenance:\n  retention:\n    "+tt.doc+"\n", nil)
+		if err != nil {
+			t.Errorf("%q: %v", tt.doc, err)
+			continue
+		}
+		if r := c.Maintenance.Retention; r.KeepErrors != tt.keepErrors || r.KeepBodies != tt.keepBodies || r.KeepDead != tt.keepDead {
+			t.Errorf("%q: keep_errors %s, keep_bodies %s, keep_dead %s; want %s, %s and %s", tt.doc,
+				r.KeepErrors, r.KeepBodies, r.KeepDead, tt.keepErrors, tt.keepBodies, tt.keepDead)
+		}
 	}
 }
 
@@ -203,6 +238,36 @@ maintenance:
 				{15, "maintenance.retention.delete_after", "(60d) is shorter than keep_dead (90d)"},
 				{16, "maintenance.retention.batch_size", "must be from 10 to 100000"},
 			},
+		},
+		{
+			name: "keep_errors shorter than keep_dead",
+			doc: `
+maintenance:
+  retention:
+    keep_bodies: 30d
+    keep_dead: 90d
+    keep_errors: 60d
+`,
+			want: []wantErr{{15, "maintenance.retention.keep_errors", "(60d) is shorter than keep_dead (90d): dead letters would be deleted while they are meant to stay replayable; make it at least 90d"}},
+		},
+		{
+			name: "keep_errors not a window",
+			doc: `
+maintenance:
+  retention:
+    keep_errors: 0d
+`,
+			want: []wantErr{{13, "maintenance.retention.keep_errors", "must be > 0 (e.g. keep_errors: 30d)"}},
+		},
+		{
+			name: "keep_dead without keep_bodies",
+			doc: `
+maintenance:
+  retention:
+    keep_dead: 90d
+    keep_errors: 90d
+`,
+			want: []wantErr{{12, "maintenance.retention.keep_bodies", "is required with keep_dead"}},
 		},
 		{
 			name: "unknown key",

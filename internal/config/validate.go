@@ -133,6 +133,22 @@ func (l *loader) checkMLLPInbound(in *MLLPInbound, p path) {
 	}
 	l.positive(p, "read_timeout", in.ReadTimeout, defaultReadTimeout)
 	l.positive(p, "idle_timeout", in.IdleTimeout, defaultIdleTimeout)
+	if kp := p.key("keep_unparseable"); !l.failed(kp) {
+		switch {
+		case in.KeepUnparseable <= 0:
+			l.errorf(kp, "must be at least 1 byte (e.g. keep_unparseable: 64KiB): an unparseable frame is kept for inspection")
+		case in.KeepUnparseable > in.MaxFrameSize && l.given(kp) && in.MaxFrameSize > 0:
+			l.warnf(kp, "(%d bytes) is more than max_frame_size (%d bytes): no frame is that long, so every unparseable frame is kept whole",
+				in.KeepUnparseable, in.MaxFrameSize)
+		}
+	}
+	if mp := p.key("max_unparseable_in_a_row"); !l.failed(mp) && in.MaxUnparseableInARow <= 0 {
+		l.errorf(mp, "must be at least 1 (e.g. max_unparseable_in_a_row: %d)", defaultMaxUnparseableInARow)
+	}
+	if rp := p.key("max_messages_per_second"); !l.failed(rp) && l.given(rp) &&
+		(in.MaxMessagesPerSecond <= 0 || in.MaxMessagesPerSecond > maxMessagesPerSecond) {
+		l.errorf(rp, "must be more than 0 and at most %d (e.g. max_messages_per_second: 50), or left out for no limit", maxMessagesPerSecond)
+	}
 	l.checkInboundTLS(in, p)
 }
 

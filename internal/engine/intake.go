@@ -80,15 +80,16 @@ type Received struct {
 // for inspection); only a database failure returns an error, and then the
 // message is not stored and must not be acknowledged.
 func (in *Intake) Receive(ctx context.Context, channel, source, remote string, raw []byte) (Received, error) {
-	return in.receive(ctx, channel, source, remote, raw, "", "")
+	return in.receive(ctx, channel, source, remote, raw, "", "", 0)
 }
 
 // receive stores one message; identity is the subject of the sender's
-// verified client certificate, if any.
-func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner, identity string) (Received, error) {
+// verified client certificate, if any; keep, when positive, is how many
+// bytes of a message that does not parse are stored.
+func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner, identity string, keep int) (Received, error) {
 	msg, perr := hl7.Parse(raw)
 	inbound := pipeline.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner,
-		SourceIdentity: identity, Keys: in.Keys}
+		SourceIdentity: identity, Keys: in.Keys, KeepUnparseable: keep}
 	if perr != nil {
 		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()
 	} else {
@@ -115,9 +116,15 @@ func (in *Intake) receive(ctx context.Context, channel, source, remote string, r
 
 // MLLPHandler answers an MLLP listener of one channel: AA only after the
 // commit; AR with the reason for a message that does not parse (stored all
-// the same); and no answer at all, closing the connection, when the message
-// could not be stored, so the sender keeps it and sends again.
+// the same, its first keep_unparseable bytes, and marked rejected so that
+// the server closes a connection that sends nothing else); and no answer at
+// all, closing the connection, when the message could not be stored, so the
+// sender keeps it and sends again.
 func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
+	keep := 0
+	if ch.Inbound.MLLP != nil {
+		keep = int(ch.Inbound.MLLP.KeepUnparseable)
+	}
 	return mllp.HandlerFunc(func(ctx context.Context, raw []byte, conn mllp.ConnInfo) []byte {
 		remote := ""
 		if conn.RemoteAddr != nil {
@@ -136,7 +143,7 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 		// The sender waits on this answer, but a node that is stopping still
 		// commits what it accepted: do not let a cancelled connection
 		// context abort a commit mid-way.
-		rec, err := in.receive(context.WithoutCancel(ctx), ch.Name, "mllp", remote, raw, owner, conn.PeerSubject())
+		rec, err := in.receive(context.WithoutCancel(ctx), ch.Name, "mllp", remote, raw, owner, conn.PeerSubject(), keep)
 		if err != nil {
 			in.Logger.ErrorContext(ctx, "message not stored, closing connection without ACK",
 				"channel", ch.Name, "remote", remote, "size", len(raw), "error", err)
@@ -152,6 +159,7 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 			in.Logger.WarnContext(ctx, "rejected malformed message (stored for inspection)",
 				"channel", ch.Name, "message_id", rec.MessageID, "remote", remote, "size", len(raw), "error", rec.ParseErr)
 			in.Metrics.Rejected(ch.Name, metrics.RejectUnparseable)
+			mllp.Reject(ctx)
 			return hl7.NewACKForUnparsed(raw, hl7.AckReject,
 				fmt.Sprintf("message %d rejected: %v", rec.MessageID, rec.ParseErr), hl7.NewControlID(), now)
 		}
@@ -159,6 +167,21 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 			"type", rec.Msg.MessageType(), "size", len(raw))
 		return hl7.NewACK(rec.Msg, hl7.AckAccept, "", hl7.NewControlID(), now)
 	})
+}
+
+// UnparseableInARow is told of a connection of channel that sent limit
+// unparseable frames in a row, which the server then closes: logged once,
+// with the sender's address, and counted.
+func (in *Intake) UnparseableInARow(channel string, limit int) func(conn mllp.ConnInfo) {
+	return func(conn mllp.ConnInfo) {
+		remote := ""
+		if conn.RemoteAddr != nil {
+			remote = conn.RemoteAddr.String()
+		}
+		in.Logger.Warn("closing connection: too many unparseable frames in a row",
+			"channel", channel, "remote", remote, "max_unparseable_in_a_row", limit)
+		in.Metrics.ConnectionClosed(channel, metrics.CloseUnparseableInARow)
+	}
 }
 
 // OversizeACK answers a frame larger than channel allows.

@@ -597,9 +597,15 @@ func (n *Node) newServer(ch *config.Channel) *mllp.Server {
 		ReadTimeout:  in.ReadTimeout,
 		IdleTimeout:  in.IdleTimeout,
 		OnOversize:   n.intake.OversizeACK(ch.Name, int(in.MaxFrameSize)),
-		AckWritten:   func(d time.Duration) { n.metrics.AckWritten(ch.Name, d) },
-		TLSConfig:    n.serverTLS(ch.Name),
-		Logger:       n.logger.With("channel", ch.Name),
+
+		MaxRejectsInARow:   in.MaxUnparseableInARow,
+		OnRejectsInARow:    n.intake.UnparseableInARow(ch.Name, in.MaxUnparseableInARow),
+		MaxFramesPerSecond: in.MaxMessagesPerSecond,
+		Paced:              func(d time.Duration) { n.metrics.Paced(ch.Name, d) },
+
+		AckWritten: func(d time.Duration) { n.metrics.AckWritten(ch.Name, d) },
+		TLSConfig:  n.serverTLS(ch.Name),
+		Logger:     n.logger.With("channel", ch.Name),
 	}
 }
 

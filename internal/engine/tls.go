@@ -121,6 +121,7 @@ func (n *Node) recordTransport(ctx context.Context) {
 	if err := nodeinfo.RecordEncryption(ctx, n.opts.Pool, n.opts.NodeID, n.opts.Keys); err != nil {
 		n.logger.WarnContext(ctx, "could not record the encryption keys in use for mefor status", "error", err)
 	}
+	n.recordRetention(ctx)
 }
 
 // sameListener reports whether a reload may keep a listener bound with a

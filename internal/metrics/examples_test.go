@@ -30,6 +30,8 @@ func exposed(t *testing.T) map[string]bool {
 	// Vectors only show once they have a child.
 	m.Received("c")
 	m.Rejected("c", metrics.RejectUnparseable)
+	m.ConnectionClosed("c", metrics.CloseUnparseableInARow)
+	m.Paced("c", time.Millisecond)
 	m.AckWritten("c", time.Millisecond)
 	m.Delivered("d", metrics.OutcomeOK, true, time.Millisecond)
 	m.DeadLettered("d")

@@ -59,6 +59,14 @@ const (
 	RejectNotLeaseHolder = "not-lease-holder"
 )
 
+// Reasons of mefor_connections_closed_total.
+const (
+	// CloseUnparseableInARow: the listener's max_unparseable_in_a_row
+	// frames in a row on the connection did not parse; the last was
+	// answered AR, then the connection was closed.
+	CloseUnparseableInARow = "unparseable-in-a-row"
+)
+
 // intakeBuckets resolve the parts of an ACK well below a millisecond,
 // where a durable commit on a local disk lies.
 var intakeBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
@@ -80,6 +88,8 @@ type Metrics struct {
 
 	received         *prometheus.CounterVec
 	rejected         *prometheus.CounterVec
+	connsClosed      *prometheus.CounterVec
+	paced            *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
 	deliveryDuration *prometheus.HistogramVec
@@ -106,6 +116,12 @@ func New(opts Options) *Metrics {
 		rejected: counterVec("messages_rejected_total",
 			"Messages answered AR or left without an ACK, by channel and reason (unparseable, oversize, not-stored, not-lease-holder).",
 			"channel", "reason"),
+		connsClosed: counterVec("connections_closed_total",
+			"Connections this node's listeners closed because of what the sender sent, by channel and reason (unparseable-in-a-row).",
+			"channel", "reason"),
+		paced: counterVec("intake_paced_seconds_total",
+			"Time connections of this node's listeners waited before a frame was read, to keep to the listener's max_messages_per_second, by channel.",
+			"channel"),
 		deliveries: counterVec("deliveries_total",
 			"Delivery attempts made by this node, by destination and outcome (ok, AE, AR, timeout, refused, closed, tls, io-error).",
 			"destination", "outcome"),
@@ -146,7 +162,7 @@ func New(opts Options) *Metrics {
 			[]float64{1, 2, 4, 8, 16, 32, 64})),
 	}
 	m.registry.MustRegister(
-		m.received, m.rejected, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
+		m.received, m.rejected, m.connsClosed, m.paced, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
 		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs, m.failedTurns,
 		m.intakeWait, m.intakeCommit, m.intakeBatch, m.sharedReads,
 		collectors.NewGoCollector(),
@@ -201,6 +217,24 @@ func (m *Metrics) Received(channel string) {
 		return
 	}
 	m.received.WithLabelValues(channel).Inc()
+}
+
+// ConnectionClosed counts a connection of channel's listener closed for
+// reason, one of the Close reasons.
+func (m *Metrics) ConnectionClosed(channel, reason string) {
+	if m == nil {
+		return
+	}
+	m.connsClosed.WithLabelValues(channel, reason).Inc()
+}
+
+// Paced adds a wait a connection of channel's listener took before a frame
+// was read, to keep to max_messages_per_second.
+func (m *Metrics) Paced(channel string, wait time.Duration) {
+	if m == nil {
+		return
+	}
+	m.paced.WithLabelValues(channel).Add(wait.Seconds())
 }
 
 // Rejected counts a message of channel answered AR or left unacknowledged,

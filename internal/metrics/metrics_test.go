@@ -51,6 +51,8 @@ func TestNilMetrics(t *testing.T) {
 	var m *metrics.Metrics
 	m.Received("c")
 	m.Rejected("c", metrics.RejectOversize)
+	m.ConnectionClosed("c", metrics.CloseUnparseableInARow)
+	m.Paced("c", time.Millisecond)
 	m.AckWritten("c", time.Millisecond)
 	m.Delivered("d", metrics.OutcomeOK, true, time.Millisecond)
 	m.DeadLettered("d")

@@ -14,8 +14,9 @@ import (
 	"time"
 )
 
-// After rejecting an oversize frame the server keeps reading, and discarding,
-// for a while before closing. Closing a socket with unread data makes the
+// After rejecting an oversize frame, or the last of too many rejected frames
+// in a row, the server keeps reading, and discarding, for a while before
+// closing. Closing a socket with unread data makes the
 // kernel send a reset, and a reset can destroy the negative ACK before the
 // sender reads it.
 const (
@@ -86,6 +87,7 @@ func (c *conn) serve(ctx context.Context) {
 		return
 	}
 
+	rejects := 0 // frames in a row the handler rejected
 	for {
 		if !c.srv.setState(c, stateIdle) {
 			reason = "server shutting down"
@@ -104,6 +106,10 @@ func (c *conn) serve(ctx context.Context) {
 			return
 		}
 
+		if !c.pace(ctx) {
+			reason = "server shutting down"
+			return
+		}
 		started := time.Now()
 		if err := c.rwc.SetReadDeadline(deadlineAfter(c.readTimeout)); err != nil {
 			reason = "setting read deadline failed"
@@ -121,7 +127,7 @@ func (c *conn) serve(ctx context.Context) {
 		}
 
 		handlerStart := time.Now()
-		ack, ok := c.handle(ctx, msg)
+		ack, rejected, ok := c.handle(ctx, msg)
 		handled := time.Since(handlerStart)
 		if !ok {
 			reason = "handler panicked"
@@ -143,6 +149,47 @@ func (c *conn) serve(ctx context.Context) {
 		}
 		c.log.Debug("mllp frame handled", "bytes", len(msg), "ack_bytes", len(ack),
 			"handler_duration", handled, "duration", time.Since(started))
+		if rejected {
+			rejects++
+		} else {
+			rejects = 0
+		}
+		if limit := c.srv.MaxRejectsInARow; limit > 0 && rejects >= limit {
+			if c.srv.OnRejectsInARow != nil {
+				c.srv.OnRejectsInARow(c.info)
+			}
+			c.lingerClose()
+			reason = "too many rejected frames in a row"
+			return
+		}
+	}
+}
+
+// pace waits for this frame's turn under the server's MaxFramesPerSecond.
+// It returns false, the frame unread, when the server shuts down or the
+// connection's context ends meanwhile: the sender has no answer and sends
+// the message again.
+func (c *conn) pace(ctx context.Context) bool {
+	p := c.srv.pacer
+	if p == nil {
+		return true
+	}
+	wait := p.reserve(time.Now())
+	if wait <= 0 {
+		return true
+	}
+	if c.srv.Paced != nil {
+		c.srv.Paced(wait)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.srv.done:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -184,10 +231,12 @@ func (c *conn) readFailure(err error, started time.Time) string {
 // away: a sender that gave up will send the message again, so there is no
 // point finishing (and storing a duplicate of) this copy.
 //
-// ok is false if the handler panicked.
-func (c *conn) handle(ctx context.Context, msg []byte) (ack []byte, ok bool) {
+// rejected says the handler called Reject; ok is false if it panicked.
+func (c *conn) handle(ctx context.Context, msg []byte) (ack []byte, rejected, ok bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	marks := &frameMarks{}
+	ctx = context.WithValue(ctx, frameKey{}, marks)
 
 	// Nothing else reads while the handler runs, so the watcher may use the
 	// reader; it stops at the start of a next frame (a sender that did not
@@ -210,7 +259,8 @@ func (c *conn) handle(ctx context.Context, msg []byte) (ack []byte, ok bool) {
 		<-watchDone
 	}()
 
-	return c.call("handler", func() []byte { return c.srv.Handler.ServeMLLP(ctx, msg, c.info) })
+	ack, ok = c.call("handler", func() []byte { return c.srv.Handler.ServeMLLP(ctx, msg, c.info) })
+	return ack, marks.rejected.Load(), ok
 }
 
 // call runs fn, turning a panic into a logged error so that one bad message
@@ -244,6 +294,13 @@ func (c *conn) rejectOversize(prefix []byte) {
 			}
 		}
 	}
+	c.lingerClose()
+}
+
+// lingerClose closes the write side, then drains what the sender is still
+// sending for a bounded time, so that the last answer is not destroyed by
+// the reset that closing a socket with unread data sends.
+func (c *conn) lingerClose() {
 	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}

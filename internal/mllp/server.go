@@ -113,6 +113,28 @@ type Server struct {
 	// Defaults to DefaultHandshakeTimeout (10s).
 	HandshakeTimeout time.Duration
 
+	// MaxRejectsInARow closes a connection once this many frames in a row
+	// on it were rejected by the handler (see Reject), right after the
+	// last one's answer is written. A frame the handler does not reject
+	// resets the count. Zero means no limit.
+	MaxRejectsInARow int
+
+	// OnRejectsInARow, when set, is called once for each connection
+	// closed for MaxRejectsInARow, before it is closed.
+	OnRejectsInARow func(conn ConnInfo)
+
+	// MaxFramesPerSecond, when positive, paces the frames this server
+	// reads, all its connections together: once a frame has started to
+	// arrive, its connection waits for its turn before reading it, so the
+	// sender is slowed by TCP's flow control and nothing is refused. A
+	// second's worth may be read at once after a quiet spell. Zero means
+	// no limit.
+	MaxFramesPerSecond float64
+
+	// Paced, when set, is called with each wait MaxFramesPerSecond made a
+	// connection take before reading a frame.
+	Paced func(wait time.Duration)
+
 	// AckWritten, when set, is called after each ACK is written with the
 	// time from the end of the frame's read to the end of the ACK's write:
 	// what the sender waited for once its message was in.
@@ -130,6 +152,7 @@ type Server struct {
 	listeners  map[*net.Listener]struct{}
 	conns      map[*conn]connState
 	connWG     sync.WaitGroup
+	pacer      *pacer // nil without MaxFramesPerSecond
 }
 
 // connState is where a connection is in its cycle; Shutdown closes only
@@ -151,6 +174,7 @@ func (s *Server) lazyInit() {
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.listeners = make(map[*net.Listener]struct{})
 	s.conns = make(map[*conn]connState)
+	s.pacer = newPacer(s.MaxFramesPerSecond)
 }
 
 func (s *Server) logger() *slog.Logger {

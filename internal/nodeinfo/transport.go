@@ -1,6 +1,7 @@
 // Package nodeinfo owns what each node records about itself beyond its
-// membership: its listeners and certificates (mefor_node_transport) and
-// the keys it seals content with (mefor_node_encryption).
+// membership: its listeners and certificates (mefor_node_transport), the
+// keys it seals content with (mefor_node_encryption) and its retention
+// policy (mefor_node_retention).
 package nodeinfo
 
 import (

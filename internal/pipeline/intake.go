@@ -43,6 +43,11 @@ type Inbound struct {
 	// containing message content). The message is stored with status error
 	// for inspection and gets no stage work.
 	ParseError string
+	// KeepUnparseable, when positive, is how many bytes of Raw are stored
+	// for a message that did not parse: a longer body is cut there, with
+	// its full length as its size and the cut recorded (cut_at). Zero
+	// stores it whole.
+	KeepUnparseable int
 
 	// LeaseOwner, when set, makes the store refuse the message unless this
 	// node holds a live listener lease, checked in the same transaction: a
@@ -237,22 +242,26 @@ func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
 }
 
 // queueMalformed queues the statement storing a message that did not
-// parse, with status error and its raw body for inspection, its received
-// and failed events, and no stage work.
+// parse, with status error and its raw body (or its first KeepUnparseable
+// bytes) for inspection, its received and failed events, and no stage work.
 func queueMalformed(b *pgx.Batch, in Inbound, id *int64) {
 	sealedErr := in.Keys.SealString(ColError, in.ParseError)
+	raw, cutAt := in.Raw, 0
+	if in.KeepUnparseable > 0 && len(raw) > in.KeepUnparseable {
+		raw, cutAt = raw[:in.KeepUnparseable], in.KeepUnparseable
+	}
 	b.Queue(`
 		WITH m AS (
-			INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error, source_identity)
-			VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''))
+			INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error, source_identity, cut_at)
+			VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''), NULLIF($10, 0))
 			RETURNING id
 		)
 		INSERT INTO mefor_event (message_id, event, detail)
 		SELECT m.id, e.event, e.detail FROM m, (VALUES (1, $8, $2), (2, $9, $6)) AS e(k, event, detail)
 		ORDER BY e.k
 		RETURNING message_id`,
-		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Keys.Seal(ColRaw, in.Raw), sealedErr,
-		in.SourceIdentity, EventReceived, EventFailed).Query(func(rows pgx.Rows) error {
+		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Keys.Seal(ColRaw, raw), sealedErr,
+		in.SourceIdentity, EventReceived, EventFailed, cutAt).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
 			return err

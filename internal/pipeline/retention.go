@@ -80,6 +80,24 @@ func DeleteMessages(ctx context.Context, tx pgx.Tx, ids []int64, cut time.Time, 
 	return tag.RowsAffected(), nil
 }
 
+// DeleteErrorMessages deletes, with all their rows, the messages of ids
+// whose status is error, that have no pending row, and that failed before
+// cut: by their latest dead letter when they have dead rows, else by their
+// receipt (a message that did not parse). It returns how many it deleted.
+func DeleteErrorMessages(ctx context.Context, tx pgx.Tx, ids []int64, cut time.Time) (int64, error) {
+	tag, err := tx.Exec(ctx, `
+		DELETE FROM mefor_message m
+		WHERE id = ANY($1) AND status = '`+StatusError+`' AND received_at < $2
+		  AND NOT EXISTS (SELECT 1 FROM mefor_work w WHERE w.message_id = m.id AND w.status = `+PendingByID+`)
+		  AND coalesce((SELECT max(coalesce(w.finished_at, w.updated_at)) FROM mefor_work w
+				WHERE w.message_id = m.id AND w.status = `+DeadByID+`) < $2, true)`,
+		ids, cut)
+	if err != nil {
+		return 0, fmt.Errorf("delete error messages: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // PurgeBodies purges the content of the messages of ids that have no
 // pending row and are due: by their latest dead letter before dead when
 // they have dead rows, else by their receipt before bodies. It nulls the

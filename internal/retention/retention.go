@@ -28,7 +28,9 @@ import (
 // rows, the details of its events and its partners' replies, and stamps
 // body_purged_at; replay then refuses it (pipeline.ErrBodyPurged). DeleteAfter, when
 // set, deletes messages received before it outright, rows and all, except
-// those still inside their KeepDead window.
+// those still inside their KeepDead window. KeepErrors deletes messages
+// whose status is error (they did not parse, or were dead-lettered) that
+// long after they failed: their receipt, or their last dead letter.
 //
 // A message with a pending row is never touched, and neither is one whose
 // rows or finalize lock are held by someone else at that moment (a replay, a
@@ -45,6 +47,10 @@ type Policy struct {
 	KeepBodies  time.Duration
 	KeepDead    time.Duration
 	DeleteAfter time.Duration
+	// KeepErrors deletes messages whose status is error this long after
+	// they failed. Callers keep it at least KeepDead (config does), or a
+	// dead letter goes before its content's window ends.
+	KeepErrors time.Duration
 	// Batch is how many messages one transaction looks at. Defaults to
 	// 5000 when not positive.
 	Batch int
@@ -57,8 +63,12 @@ type Counts struct {
 	// DeadPayloadsNulled counts dead-letter rows whose payload was purged
 	// (a subset of the rows of the messages in BodiesNulled).
 	DeadPayloadsNulled int64 `json:"dead_payloads_nulled"`
-	// MessagesDeleted counts messages deleted with all their rows.
+	// MessagesDeleted counts messages deleted with all their rows (past
+	// DeleteAfter).
 	MessagesDeleted int64 `json:"messages_deleted"`
+	// ErrorsDeleted counts messages in error deleted with all their rows
+	// (past KeepErrors).
+	ErrorsDeleted int64 `json:"errors_deleted"`
 	// Skipped counts candidates left for a later run because they had a
 	// pending row, were locked by the pipeline or an operator, or (for
 	// deletion) were dead-lettered within keep_dead.
@@ -95,6 +105,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, p Policy, progress func(Counts
 	r := retention{pool: pool, batch: p.Batch, counts: &c, progress: progress}
 	if del := cut(p.DeleteAfter); !del.IsZero() {
 		if err := r.deletePass(ctx, del, cut(p.KeepDead)); err != nil {
+			return c, err
+		}
+	}
+	if errs := cut(p.KeepErrors); !errs.IsZero() {
+		if err := r.errorPass(ctx, errs); err != nil {
 			return c, err
 		}
 	}
@@ -156,6 +171,29 @@ func (r *retention) deletePass(ctx context.Context, cut, deadCut time.Time) erro
 				return err
 			}
 			r.counts.MessagesDeleted += n
+			r.counts.Skipped += int64(len(ids)) - n
+			return nil
+		})
+}
+
+// errorPass deletes the idle messages in error that failed before cut. A
+// message fails at or after its receipt, so only messages received before
+// cut are looked at.
+func (r *retention) errorPass(ctx context.Context, cut time.Time) error {
+	upTo, err := r.lastIDBefore(ctx, cut)
+	if err != nil || upTo == 0 {
+		return err
+	}
+	return r.walk(ctx, upTo, `
+		SELECT id FROM mefor_message
+		WHERE id > $1 AND id <= $2 AND status = '`+pipeline.StatusError+`' AND received_at < $4
+		ORDER BY id LIMIT $3`, []any{cut},
+		func(ctx context.Context, tx pgx.Tx, ids []int64) error {
+			n, err := pipeline.DeleteErrorMessages(ctx, tx, ids, cut)
+			if err != nil {
+				return err
+			}
+			r.counts.ErrorsDeleted += n
 			r.counts.Skipped += int64(len(ids)) - n
 			return nil
 		})

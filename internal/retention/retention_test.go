@@ -379,3 +379,56 @@ func TestRetentionIgnoresStatisticsOfNoPendingRows(t *testing.T) {
 		t.Errorf("retention read %d entries of the pending and dead indexes in %d batches, with %d rows of another message pending and as many dead: it walked them at each batch", n, c.Batches, backlog)
 	}
 }
+
+// unparseable stores a message that did not parse, received age ago: status
+// error, its body and the parse error, no rows.
+func (f *fixture) unparseable(age time.Duration) int64 {
+	f.t.Helper()
+	var id int64
+	if err := f.db.Pool.QueryRow(f.ctx, `
+		INSERT INTO mefor_message (channel, source, size, raw, status, received_at, error)
+		VALUES ('adt', 'mllp', 4, 'JUNK', 'error', now() - $1::interval, 'not a valid HL7 v2 message')
+		RETURNING id`, age).Scan(&id); err != nil {
+		f.t.Fatal(err)
+	}
+	f.exec(`INSERT INTO mefor_event (message_id, event, detail) VALUES ($1, 'received', 'mllp')`, id)
+	return id
+}
+
+// keep_errors deletes `error` messages, rows and all, that long after they
+// failed: a message that did not parse from its receipt, a dead-lettered one
+// from its last dead letter. Messages not in error, and an error message
+// with a row pending again (replayed), stay however old.
+func TestRetentionKeepErrorsDeletesOldErrors(t *testing.T) {
+	f := newFixture(t)
+	oldJunk := f.unparseable(40 * day)
+	deadLongAgo := f.message(100*day, 40*day, "dead")
+	deadRecently := f.message(100*day, 10*day, "done", "dead")
+	replayed := f.message(100*day, 40*day, "dead", "pending")
+	processed := f.message(100*day, 0, "done")
+	youngJunk := f.unparseable(10 * day)
+	f.exec(`UPDATE mefor_message SET status = 'error' WHERE id = ANY($1)`, []int64{deadLongAgo, deadRecently, replayed})
+
+	got := f.retain(retention.Policy{KeepErrors: 30 * day, Batch: 10})
+
+	for name, id := range map[string]int64{"unparseable 40 days ago": oldJunk, "dead-lettered 40 days ago": deadLongAgo} {
+		if c := f.content(id); c.Exists {
+			t.Errorf("%s (keep_errors 30d) still exists: %+v", name, c)
+		}
+		if n := f.int(`SELECT count(*) FROM mefor_work WHERE message_id = $1`, id) +
+			f.int(`SELECT count(*) FROM mefor_event WHERE message_id = $1`, id); n != 0 {
+			t.Errorf("%s: %d rows and events left", name, n)
+		}
+	}
+	for name, id := range map[string]int64{
+		"dead-lettered 10 days ago": deadRecently, "error with a pending row": replayed,
+		"processed 100 days ago": processed, "unparseable 10 days ago": youngJunk,
+	} {
+		if c := f.content(id); !c.Exists || !c.Raw {
+			t.Errorf("%s: %+v, want it kept whole", name, c)
+		}
+	}
+	if got.ErrorsDeleted != 2 || got.MessagesDeleted != 0 || got.BodiesNulled != 0 {
+		t.Errorf("counts = %+v, want 2 errors deleted and nothing else", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/nodeinfo"
 	"github.com/mefor/mefor/internal/pipeline"
 )
 
@@ -31,12 +32,20 @@ type Status struct {
 	OldestBodyAt *time.Time `json:"oldest_body_at,omitempty"`
 	// OldestBodyAgeSeconds is its age by the database clock.
 	OldestBodyAgeSeconds *float64 `json:"oldest_body_age_seconds,omitempty"`
+	// Policies are the retention policies the live nodes run with, the
+	// one most run first; one when they agree.
+	Policies []nodeinfo.RetentionInUse `json:"policies"`
 }
 
-// ReadStatus reads the oldest retained body and its age.
+// ReadStatus reads the live nodes' retention policies, and the oldest
+// retained body and its age.
 func ReadStatus(ctx context.Context, db pipeline.DBTX) (Status, error) {
 	var rs Status
-	err := db.QueryRow(ctx, `
+	var err error
+	if rs.Policies, err = nodeinfo.ReadRetentionStatus(ctx, db); err != nil {
+		return rs, err
+	}
+	err = db.QueryRow(ctx, `
 		SELECT received_at, extract(epoch FROM clock_timestamp() - received_at)::float8
 		FROM mefor_message WHERE body_purged_at IS NULL ORDER BY id LIMIT 1`).Scan(&rs.OldestBodyAt, &rs.OldestBodyAgeSeconds)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -37,7 +37,12 @@ type MessageSummary struct {
 	TriggerEvent string    `json:"trigger_event,omitempty"`
 	ControlID    string    `json:"control_id,omitempty"`
 	Status       string    `json:"status"`
-	Size         int       `json:"size"`
+	// Size is the message's length as received, in bytes.
+	Size int `json:"size"`
+	// CutAt, when not zero, is how many bytes of the body were kept: an
+	// unparseable frame longer than its listener's keep_unparseable is
+	// stored cut there.
+	CutAt int `json:"cut_at,omitempty"`
 }
 
 // Type is the message type as HL7 writes it, e.g. "ADT^A01"; empty when the
@@ -73,13 +78,13 @@ func GetMessage(ctx context.Context, q pipeline.DBTX, id int64, withBody bool) (
 	var m MessageDetail
 	err := q.QueryRow(ctx, `
 		SELECT id, received_at, channel, coalesce(message_type, ''), coalesce(trigger_event, ''),
-			coalesce(control_id, ''), status, size,
+			coalesce(control_id, ''), status, size, coalesce(cut_at, 0),
 			updated_at, source, coalesce(remote_addr, ''), coalesce(sending_app, ''),
 			coalesce(sending_facility, ''), body_purged_at, coalesce(error, ''),
 			`+contentColumn(withBody, "raw")+`, coalesce(source_identity, '')
 		FROM mefor_message WHERE id = $1`, id).Scan(
 		&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
-		&m.ControlID, &m.Status, &m.Size,
+		&m.ControlID, &m.Status, &m.Size, &m.CutAt,
 		&m.UpdatedAt, &m.Source, &m.RemoteAddr, &m.SendingApp,
 		&m.SendingFacility, &m.BodyPurgedAt, &m.Error, &m.Raw, &m.SourceIdentity)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -68,7 +68,7 @@ func ListMessages(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Mess
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageSummary, error) {
 		var m MessageSummary
 		err := r.Scan(&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
-			&m.ControlID, &m.Status, &m.Size)
+			&m.ControlID, &m.Status, &m.Size, &m.CutAt)
 		return m, err
 	})
 	if err != nil {
@@ -105,7 +105,7 @@ func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Messag
 		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
 			var c cand
 			err := r.Scan(&c.ID, &c.ReceivedAt, &c.Channel, &c.MessageType, &c.TriggerEvent,
-				&c.ControlID, &c.Status, &c.Size, &c.raw)
+				&c.ControlID, &c.Status, &c.Size, &c.CutAt, &c.raw)
 			return c, err
 		})
 		if err != nil {
@@ -134,7 +134,7 @@ func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Messag
 // it also reads the body, and continues after the last row of the
 // previous page in the listing's order.
 func textPageSQL(sql string, f MessageFilter, next bool) string {
-	sql = strings.Replace(sql, "m.status, m.size\n", "m.status, m.size, m.raw\n", 1)
+	sql = strings.Replace(sql, "m.status, m.size, coalesce(m.cut_at, 0)\n", "m.status, m.size, coalesce(m.cut_at, 0), m.raw\n", 1)
 	if next {
 		cond := "m.id < @after_id"
 		if !f.Until.IsZero() {
@@ -194,7 +194,7 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 	}
 	sql := `
 		SELECT m.id, m.received_at, m.channel, coalesce(m.message_type, ''), coalesce(m.trigger_event, ''),
-			coalesce(m.control_id, ''), m.status, m.size
+			coalesce(m.control_id, ''), m.status, m.size, coalesce(m.cut_at, 0)
 		FROM mefor_message m`
 	if len(where) > 0 {
 		sql += "\n\t\tWHERE " + strings.Join(where, "\n\t\t  AND ")

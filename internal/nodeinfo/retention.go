@@ -1,0 +1,87 @@
+package nodeinfo
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/leader"
+)
+
+// Retention is the retention policy a node runs with (maintenance.retention
+// of its file, defaults applied), each window in whole seconds, 0 for
+// never.
+type Retention struct {
+	KeepBodiesSeconds int64 `json:"keep_bodies_seconds"`
+	KeepDeadSeconds   int64 `json:"keep_dead_seconds"`
+	KeepErrorsSeconds int64 `json:"keep_errors_seconds"`
+	// KeepErrorsDefault: the file does not set keep_errors.
+	KeepErrorsDefault  bool  `json:"keep_errors_default"`
+	DeleteAfterSeconds int64 `json:"delete_after_seconds"`
+}
+
+// RecordRetention replaces what the node's row says about its retention
+// policy.
+func RecordRetention(ctx context.Context, q pipeline.DBTX, nodeID string, r Retention) error {
+	_, err := q.Exec(ctx, `
+		INSERT INTO mefor_node_retention (node_id, keep_bodies, keep_dead, keep_errors, keep_errors_default, delete_after)
+		VALUES ($1, NULLIF($2, 0), NULLIF($3, 0), NULLIF($4, 0), $5, NULLIF($6, 0))
+		ON CONFLICT (node_id) DO UPDATE SET keep_bodies = EXCLUDED.keep_bodies, keep_dead = EXCLUDED.keep_dead,
+			keep_errors = EXCLUDED.keep_errors, keep_errors_default = EXCLUDED.keep_errors_default,
+			delete_after = EXCLUDED.delete_after, recorded_at = clock_timestamp()`,
+		nodeID, r.KeepBodiesSeconds, r.KeepDeadSeconds, r.KeepErrorsSeconds, r.KeepErrorsDefault, r.DeleteAfterSeconds)
+	if err != nil {
+		return fmt.Errorf("record the retention policy of node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// RetentionInUse is a retention policy and the live nodes that run it.
+type RetentionInUse struct {
+	Retention
+	Nodes []string `json:"nodes"`
+}
+
+// ReadRetentionStatus returns the policies the live nodes recorded, the
+// one most nodes run first; one entry when they agree.
+func ReadRetentionStatus(ctx context.Context, q pipeline.DBTX) ([]RetentionInUse, error) {
+	live, err := leader.LiveNodes(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read retention policies: %w", err)
+	}
+	rows, err := q.Query(ctx, `
+		SELECT node_id, coalesce(keep_bodies, 0), coalesce(keep_dead, 0), coalesce(keep_errors, 0),
+			keep_errors_default, coalesce(delete_after, 0)
+		FROM mefor_node_retention WHERE node_id = ANY($1)
+		ORDER BY node_id`, live)
+	if err != nil {
+		return nil, fmt.Errorf("read retention policies: %w", err)
+	}
+	type nodeRow struct {
+		node string
+		r    Retention
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (nodeRow, error) {
+		var n nodeRow
+		err := row.Scan(&n.node, &n.r.KeepBodiesSeconds, &n.r.KeepDeadSeconds, &n.r.KeepErrorsSeconds,
+			&n.r.KeepErrorsDefault, &n.r.DeleteAfterSeconds)
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read retention policies: %w", err)
+	}
+	out := []RetentionInUse{}
+	for _, rec := range recs {
+		i := slices.IndexFunc(out, func(o RetentionInUse) bool { return o.Retention == rec.r })
+		if i < 0 {
+			out = append(out, RetentionInUse{Retention: rec.r})
+			i = len(out) - 1
+		}
+		out[i].Nodes = append(out[i].Nodes, rec.node)
+	}
+	slices.SortStableFunc(out, func(a, b RetentionInUse) int { return len(b.Nodes) - len(a.Nodes) })
+	return out, nil
+}
