@@ -30,8 +30,10 @@ expired certificate is an error (the node would refuse to start), and a
 certificate within tls_expiry_warning of its expiry is a warning. Run it as
 the user mefor runs as, or pass --no-tls-files where the files are absent.
 
-Plaintext listeners on an address other machines can reach are warnings;
-plaintext: true on the listener acknowledges one and silences it.
+A plaintext listener on an address other machines can reach is an error
+unless the listener says plaintext: true (a trusted network); a TLS
+listener there that asks for no client certificate (no client_ca_file) is
+a warning.
 
 Examples:
   mefor config check examples/quickstart/mefor.yaml
