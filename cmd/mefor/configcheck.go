@@ -129,8 +129,15 @@ func (res *configCheckResult) checkTLSFiles(cfg *config.Config, now time.Time) {
 	}
 	res.Certificates = set.Certificates()
 	for _, crt := range res.Certificates {
-		if tlsconf.RenewSoon(crt.NotAfter, now, cfg.TLSExpiryWarning) {
+		if tlsconf.RenewSoon(crt.NotAfter, now, crt.WarnWindow(cfg.TLSExpiryWarning)) {
 			left := crt.NotAfter.Sub(now)
+			if crt.CRL {
+				res.Warnings = append(res.Warnings, config.Error{File: cfg.File, Message: fmt.Sprintf(
+					"%s in %s (%s) was due for its next update on %s: certificates revoked since are not refused; "+
+						"install the CA's current CRL at the same path and run mefor reload",
+					crt.Subject, crt.File, strings.Join(crt.Uses, "; "), crt.NotAfter.UTC().Format(time.RFC3339))})
+				continue
+			}
 			res.Warnings = append(res.Warnings, config.Error{File: cfg.File, Message: fmt.Sprintf(
 				"certificate %q in %s (%s) expires on %s, in %d days; install a renewed one at the same path and run mefor reload",
 				crt.Subject, crt.File, strings.Join(crt.Uses, "; "), crt.NotAfter.UTC().Format(time.RFC3339), int(left.Hours()/24))})

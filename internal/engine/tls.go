@@ -113,7 +113,7 @@ func (n *Node) recordTransport(ctx context.Context) {
 	for _, c := range n.tls.set.Certificates() {
 		t.Certificates = append(t.Certificates, nodeinfo.NodeCertificate{
 			File: c.File, Subject: c.Subject, Issuer: c.Issuer, Serial: c.Serial, NotAfter: c.NotAfter,
-			WarnFrom: c.NotAfter.Add(-cfg.TLSExpiryWarning), Uses: c.Uses,
+			WarnFrom: c.NotAfter.Add(-c.WarnWindow(cfg.TLSExpiryWarning)), Uses: c.Uses,
 		})
 	}
 	if err := nodeinfo.RecordTransport(ctx, n.opts.Pool, n.opts.NodeID, t); err != nil {
