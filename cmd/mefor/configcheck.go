@@ -30,8 +30,10 @@ expired certificate is an error (the node would refuse to start), and a
 certificate within tls_expiry_warning of its expiry is a warning. Run it as
 the user mefor runs as, or pass --no-tls-files where the files are absent.
 
-Plaintext listeners on an address other machines can reach are warnings;
-plaintext: true on the listener acknowledges one and silences it.
+A plaintext listener on an address other machines can reach is an error
+unless the listener says plaintext: true (a trusted network); a TLS
+listener there that asks for no client certificate (no client_ca_file) is
+a warning.
 
 Examples:
   mefor config check examples/quickstart/mefor.yaml
@@ -127,8 +129,15 @@ func (res *configCheckResult) checkTLSFiles(cfg *config.Config, now time.Time) {
 	}
 	res.Certificates = set.Certificates()
 	for _, crt := range res.Certificates {
-		if tlsconf.RenewSoon(crt.NotAfter, now, cfg.TLSExpiryWarning) {
+		if tlsconf.RenewSoon(crt.NotAfter, now, crt.WarnWindow(cfg.TLSExpiryWarning)) {
 			left := crt.NotAfter.Sub(now)
+			if crt.CRL {
+				res.Warnings = append(res.Warnings, config.Error{File: cfg.File, Message: fmt.Sprintf(
+					"%s in %s (%s) was due for its next update on %s: certificates revoked since are not refused; "+
+						"install the CA's current CRL at the same path and run mefor reload",
+					crt.Subject, crt.File, strings.Join(crt.Uses, "; "), crt.NotAfter.UTC().Format(time.RFC3339))})
+				continue
+			}
 			res.Warnings = append(res.Warnings, config.Error{File: cfg.File, Message: fmt.Sprintf(
 				"certificate %q in %s (%s) expires on %s, in %d days; install a renewed one at the same path and run mefor reload",
 				crt.Subject, crt.File, strings.Join(crt.Uses, "; "), crt.NotAfter.UTC().Format(time.RFC3339), int(left.Hours()/24))})

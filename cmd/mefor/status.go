@@ -37,8 +37,9 @@ of the oldest message body retention has not purged yet ("retention" in JSON).
 Last, the certificates the live nodes loaded from their own files ("transport"
 in JSON): file, subject, expiry, what each serves as and which nodes use it,
 marked "renew soon" inside tls_expiry_warning and "EXPIRED" past it; and a
-warning for each channel listening in plaintext on an address other machines
-can reach, unless its config says plaintext: true. Each node records these
+warning for each channel listening on an address other machines can reach
+in plaintext (allowed there by plaintext: true, or by an older config), or
+over TLS without asking for a client certificate. Each node records these
 when it starts and at each reload, so the list is what is in use, not what a
 config file on this machine says ('mefor config check' reads the files).
 

@@ -11,7 +11,8 @@ import (
 )
 
 // printTransport lists the certificates the live nodes use, with their
-// expiry, and warns about plaintext listeners other machines can reach.
+// expiry, and warns about listeners other machines can reach that serve
+// plaintext, or TLS without asking for a client certificate.
 // It prints nothing for a cluster without TLS that listens on loopback.
 func printTransport(w io.Writer, ts *ops.TransportStatus, now time.Time) error {
 	if ts == nil {
@@ -30,7 +31,13 @@ func printTransport(w io.Writer, ts *ops.TransportStatus, now time.Time) error {
 		}
 	}
 	for _, l := range ts.Listeners {
-		if l.Flagged {
+		switch {
+		case !l.Flagged:
+		case l.TLS:
+			fmt.Fprintf(w, "warning: channel %q accepts TLS from any client, without a certificate, on %s, reachable from other machines (nodes %s): "+
+				"add inbound.mllp.tls.client_ca_file to require client certificates\n",
+				l.Channel, l.Listen, strings.Join(l.Nodes, ", "))
+		default:
 			fmt.Fprintf(w, "warning: channel %q listens for plaintext MLLP on %s, reachable from other machines (nodes %s): "+
 				"add inbound.mllp.tls, or plaintext: true to acknowledge a trusted network\n",
 				l.Channel, l.Listen, strings.Join(l.Nodes, ", "))

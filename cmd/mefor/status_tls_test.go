@@ -27,7 +27,8 @@ func TestPrintTransport(t *testing.T) {
 		Listeners: []nodeinfo.ListenerInUse{
 			{NodeListener: nodeinfo.NodeListener{Channel: "legacy", Listen: "0.0.0.0:2579", Exposed: true}, Flagged: true, Nodes: []string{"a"}},
 			{NodeListener: nodeinfo.NodeListener{Channel: "trusted", Listen: "10.0.0.1:2580", Exposed: true, Acknowledged: true}, Nodes: []string{"a"}},
-			{NodeListener: nodeinfo.NodeListener{Channel: "adt", Listen: "0.0.0.0:2575", TLS: true, Exposed: true}, Nodes: []string{"a"}},
+			{NodeListener: nodeinfo.NodeListener{Channel: "adt", Listen: "0.0.0.0:2575", TLS: true, ClientAuth: true, Exposed: true}, Nodes: []string{"a"}},
+			{NodeListener: nodeinfo.NodeListener{Channel: "anyone", Listen: "0.0.0.0:2581", TLS: true, Exposed: true}, Flagged: true, Nodes: []string{"a"}},
 		},
 	}
 	var b bytes.Buffer
@@ -55,8 +56,11 @@ func TestPrintTransport(t *testing.T) {
 	if !strings.Contains(out, `warning: channel "legacy" listens for plaintext MLLP on 0.0.0.0:2579`) {
 		t.Errorf("no warning for the exposed plaintext listener:\n%s", out)
 	}
-	if strings.Contains(out, `"trusted"`) || strings.Contains(out, `channel "adt" listens`) {
-		t.Errorf("flagged an acknowledged or TLS listener:\n%s", out)
+	if !strings.Contains(out, `warning: channel "anyone" accepts TLS from any client, without a certificate, on 0.0.0.0:2581`) {
+		t.Errorf("no warning for the exposed TLS listener without client certificates:\n%s", out)
+	}
+	if strings.Contains(out, `"trusted"`) || strings.Contains(out, `warning: channel "adt"`) {
+		t.Errorf("flagged an acknowledged or mutual TLS listener:\n%s", out)
 	}
 
 	b.Reset()

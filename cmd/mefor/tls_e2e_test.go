@@ -139,8 +139,10 @@ destinations:
 	}
 }
 
-// config check reads the TLS files as a starting node would, and flags a
-// plaintext listener open to the network.
+// config check reads the TLS files as a starting node would, refuses a
+// plaintext listener open to the network unless it says plaintext: true,
+// and flags a TLS listener open to the network that asks for no client
+// certificate.
 func TestConfigCheckTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -148,26 +150,27 @@ func TestConfigCheckTLS(t *testing.T) {
 	soonCrt, soonKey := ca.Issue(t, "soon", certtest.Options{NotAfter: time.Now().Add(10 * 24 * time.Hour)}).WriteFiles(t, dir, "soon")
 	goneCrt, goneKey := ca.Issue(t, "gone", certtest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}).
 		WriteFiles(t, dir, "gone")
-	write := func(name, crt, key string) string {
+	writeWith := func(name, crt, key, plain string) string {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 channels:
   adt:
     inbound:
       mllp:
-        listen: 127.0.0.1:2575
+        listen: 0.0.0.0:2575
         tls: {cert_file: %q, key_file: %q}
     routes: [{destinations: [out]}]
   plain:
-    inbound: {mllp: {listen: "0.0.0.0:2576"}}
+    inbound: {mllp: {listen: "0.0.0.0:2576"%s}}
     routes: [{destinations: [out]}]
 destinations:
   out: {type: file, file: {directory: out}}
-`, crt, key)), 0o600); err != nil {
+`, crt, key, plain)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return path
 	}
+	write := func(name, crt, key string) string { return writeWith(name, crt, key, ", plaintext: true") }
 	check := func(args ...string) (int, string) {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"config", "check"}, args...), &stdout, &stderr)
@@ -179,8 +182,17 @@ destinations:
 		!strings.Contains(out, "in 9 days") {
 		t.Errorf("a certificate expiring in 10 days: exit %d, want 0 with a warning:\n%s", code, out)
 	}
-	if !strings.Contains(out, `channel "plain": inbound.mllp.listen 0.0.0.0:2576 accepts plaintext MLLP from the network`) {
-		t.Errorf("no warning for the plaintext listener on 0.0.0.0:\n%s", out)
+	if !strings.Contains(out, `soon.yaml:7: channel "adt": inbound.mllp.tls accepts TLS from any client, without a certificate`) {
+		t.Errorf("no warning for the TLS listener on 0.0.0.0 without client_ca_file:\n%s", out)
+	}
+	if strings.Contains(out, `channel "plain"`) {
+		t.Errorf("the plaintext listener that says plaintext: true is flagged:\n%s", out)
+	}
+
+	code, out = check(writeWith("refused.yaml", soonCrt, soonKey, ""))
+	if code != 1 || !strings.Contains(out, `refused.yaml:10: channel "plain": inbound.mllp.listen 0.0.0.0:2576 would accept plaintext MLLP from the network`) ||
+		!strings.Contains(out, "set plaintext: true on this listener") {
+		t.Errorf("a plaintext listener on 0.0.0.0: exit %d, want 1 naming file, line, field and fix:\n%s", code, out)
 	}
 
 	gone := write("gone.yaml", goneCrt, goneKey)

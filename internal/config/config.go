@@ -161,10 +161,19 @@ type MLLPInbound struct {
 	// A second's worth may come at once after a quiet spell. Defaults to
 	// 0, no limit.
 	MaxMessagesPerSecond float64
-	// Plaintext acknowledges a plaintext listener on a non-loopback
-	// address, which is otherwise flagged by `mefor config check` and
-	// `mefor status`.
+	// Plaintext allows a plaintext listener on an address other machines
+	// can reach, which is otherwise refused.
 	Plaintext bool
+	// Allow lists the source addresses and networks (CIDR) that may
+	// connect; a connection from any other is closed before a byte of it
+	// is read. Empty means any source.
+	Allow []string
+	// MaxConnections caps the connections the listener holds at once.
+	// Defaults to 256.
+	MaxConnections int
+	// MaxConnectionsPerIP caps the connections it holds at once from one
+	// source address. Defaults to 16.
+	MaxConnectionsPerIP int
 }
 
 // AckAfter says when a channel acknowledges a message to its sender.

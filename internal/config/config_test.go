@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ cluster: {heartbeat: 500ms, fence_timeout: 2s, lease_ttl: 4s, node_timeout: 1m}
 channels:
   lab:
     inbound:
-      mllp: {listen: ":2577", max_frame_size: 512KiB, read_timeout: 10s, idle_timeout: 1h}
+      mllp: {listen: ":2577", max_frame_size: 512KiB, read_timeout: 10s, idle_timeout: 1h, plaintext: true, allow: [10.1.0.0/16, 10.9.9.9], max_connections: 40, max_connections_per_ip: 4}
     routes:
       - name: results
         match:
@@ -187,8 +188,13 @@ destinations:
 		t.Errorf("node_timeout = %v", c.Cluster.NodeTimeout)
 	}
 	lab := c.Channel("lab")
-	if lab.Inbound.MLLP.MaxFrameSize != 512<<10 || lab.Inbound.MLLP.IdleTimeout != time.Hour {
+	if in := lab.Inbound.MLLP; in.MaxFrameSize != 512<<10 || in.IdleTimeout != time.Hour || !in.Plaintext ||
+		!slices.Equal(in.Allow, []string{"10.1.0.0/16", "10.9.9.9"}) || in.MaxConnections != 40 || in.MaxConnectionsPerIP != 4 {
 		t.Errorf("inbound = %+v", lab.Inbound.MLLP)
+	}
+	if in := c.Channel("adt").Inbound.MLLP; in.Allow != nil || in.MaxConnections != 256 || in.MaxConnectionsPerIP != 16 {
+		t.Errorf("inbound defaults: allow %v, max_connections %d, max_connections_per_ip %d; want any source, 256 and 16",
+			in.Allow, in.MaxConnections, in.MaxConnectionsPerIP)
 	}
 	r := lab.Route("results")
 	if r == nil {
@@ -453,7 +459,7 @@ channels:
     inbound: {mllp: {listen: "127.0.0.2:2575"}}
     routes: [{destinations: [out]}]
   c:
-    inbound: {mllp: {listen: ":2575"}}
+    inbound: {mllp: {listen: ":2575", plaintext: true}}
     routes: [{destinations: [out]}]
   d:
     inbound: {mllp: {listen: "127.0.0.1:2575"}}
@@ -904,8 +910,8 @@ destinations:
 		},
 		{
 			name:   "set",
-			env:    map[string]string{"LISTEN_HOST": "0.0.0.0", "LISTEN_PORT": "3000", "READ_TIMEOUT": "5s", "ARCHIVE": "", "ATTEMPTS": "3"},
-			listen: "0.0.0.0:3000",
+			env:    map[string]string{"LISTEN_HOST": "127.0.0.5", "LISTEN_PORT": "3000", "READ_TIMEOUT": "5s", "ARCHIVE": "", "ATTEMPTS": "3"},
+			listen: "127.0.0.5:3000",
 			read:   5 * time.Second,
 			dir:    "",
 		},

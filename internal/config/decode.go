@@ -90,9 +90,12 @@ func (l *loader) decodeMLLPInbound(n *yaml.Node, p path) *MLLPInbound {
 
 		KeepUnparseable:      defaultKeepUnparseable,
 		MaxUnparseableInARow: defaultMaxUnparseableInARow,
+		MaxConnections:       defaultMaxConnections,
+		MaxConnectionsPerIP:  defaultMaxConnectionsPerIP,
 	}
 	m := l.mapping(n, p, "listen", "max_frame_size", "read_timeout", "idle_timeout", "tls", "plaintext",
-		"keep_unparseable", "max_unparseable_in_a_row", "max_messages_per_second")
+		"keep_unparseable", "max_unparseable_in_a_row", "max_messages_per_second",
+		"allow", "max_connections", "max_connections_per_ip")
 	decodeScalar(l, m, p, "listen", &in.Listen, asString)
 	decodeScalar(l, m, p, "max_frame_size", &in.MaxFrameSize, parseSize)
 	decodeScalar(l, m, p, "read_timeout", &in.ReadTimeout, parseDuration)
@@ -101,6 +104,9 @@ func (l *loader) decodeMLLPInbound(n *yaml.Node, p path) *MLLPInbound {
 	decodeScalar(l, m, p, "keep_unparseable", &in.KeepUnparseable, parseSize)
 	decodeScalar(l, m, p, "max_unparseable_in_a_row", &in.MaxUnparseableInARow, parseInt)
 	decodeScalar(l, m, p, "max_messages_per_second", &in.MaxMessagesPerSecond, parseFloat)
+	l.strings(m, p, "allow", &in.Allow)
+	decodeScalar(l, m, p, "max_connections", &in.MaxConnections, parseInt)
+	decodeScalar(l, m, p, "max_connections_per_ip", &in.MaxConnectionsPerIP, parseInt)
 	if tn, ok := m["tls"]; ok {
 		in.TLS = l.decodeServerTLS(tn, p.key("tls"))
 	}

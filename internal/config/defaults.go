@@ -23,6 +23,12 @@ const (
 	// (a wrong encoding, a stray test message) and well short of a flood.
 	defaultMaxUnparseableInARow = 20
 
+	// A listener's connection caps: a partner needs a few connections,
+	// and an interface engine in front of many senders a few dozen, while
+	// thousands of idle ones would only pin memory.
+	defaultMaxConnections      = 256
+	defaultMaxConnectionsPerIP = 16
+
 	defaultConnectTimeout = 5 * time.Second
 	defaultAckTimeout     = 30 * time.Second
 

@@ -16,9 +16,9 @@ import (
 // so `mefor config check` and `mefor reload` work where the key files are
 // not readable.
 //
-// ServerTLS is comparable: a reload that leaves it equal keeps the listener
-// and its connections, and renewed files at the same paths are picked up
-// for new handshakes.
+// A reload that leaves it equal keeps the listener and its connections,
+// and renewed files at the same paths (a CRL included) are picked up for
+// new handshakes.
 type ServerTLS struct {
 	Enabled bool
 	// CertFile holds the listener's certificate (PEM), followed by any
@@ -30,6 +30,16 @@ type ServerTLS struct {
 	// certificate signed by one of the CAs in this PEM file; a sender
 	// without one is refused during the handshake.
 	ClientCAFile string
+	// AllowNames, when set, are the client certificate names accepted: a
+	// certificate the client CAs signed is refused during the handshake
+	// unless its common name, one of its DNS names or one of its URIs is
+	// in the list. Requires ClientCAFile.
+	AllowNames []string
+	// CRLFile, when set, is a certificate revocation list (PEM or DER)
+	// from a CA of ClientCAFile: a client certificate it lists is refused
+	// during the handshake. It is read again at each reload. Requires
+	// ClientCAFile.
+	CRLFile string
 	// MinVersion is the oldest TLS version accepted. Defaults to TLS 1.2.
 	MinVersion uint16
 }
@@ -66,10 +76,12 @@ var refusedKeys = map[string]string{
 
 func (l *loader) decodeServerTLS(n *yaml.Node, p path) ServerTLS {
 	t := ServerTLS{Enabled: true, MinVersion: tls.VersionTLS12}
-	m := l.mapping(n, p, "cert_file", "key_file", "client_ca_file", "min_version")
+	m := l.mapping(n, p, "cert_file", "key_file", "client_ca_file", "allow_names", "crl_file", "min_version")
 	decodeScalar(l, m, p, "cert_file", &t.CertFile, asString)
 	decodeScalar(l, m, p, "key_file", &t.KeyFile, asString)
 	decodeScalar(l, m, p, "client_ca_file", &t.ClientCAFile, asString)
+	l.strings(m, p, "allow_names", &t.AllowNames)
+	decodeScalar(l, m, p, "crl_file", &t.CRLFile, asString)
 	decodeScalar(l, m, p, "min_version", &t.MinVersion, parseTLSVersion)
 	return t
 }
@@ -99,10 +111,13 @@ func parseTLSVersion(s string) (uint16, error) {
 	return 0, fmt.Errorf("%q is not a TLS version; use \"1.2\" (the default) or \"1.3\"", s)
 }
 
-// checkInboundTLS checks a listener's tls: block and flags a plaintext
-// listener reachable from the network.
+// checkInboundTLS checks a listener's tls: block, refuses a plaintext
+// listener reachable from the network unless it says plaintext: true, and
+// flags a TLS listener that lets in any client.
 func (l *loader) checkInboundTLS(in *MLLPInbound, p path) {
 	tp := p.key("tls")
+	lp := p.key("listen")
+	exposed := l.given(lp) && !l.failed(lp) && in.Exposed()
 	if in.TLS.Enabled {
 		if in.Plaintext && !l.failed(p.key("plaintext")) {
 			l.errorf(p.key("plaintext"), "is true but a tls: block is set too; remove plaintext: true to serve TLS, or the tls: block to serve plaintext")
@@ -113,16 +128,51 @@ func (l *loader) checkInboundTLS(in *MLLPInbound, p path) {
 		if in.TLS.KeyFile == "" {
 			l.errorf(tp.key("key_file"), "is required: the certificate's private key, PEM (e.g. key_file: /etc/mefor/tls/server.key)")
 		}
+		l.checkClientCertChecks(&in.TLS, tp)
+		if exposed && in.TLS.ClientCAFile == "" {
+			l.warnf(tp, "accepts TLS from any client, without a certificate: anyone who reaches %s may send; "+
+				"add client_ca_file to require client certificates from your partners' CA (and allow_names to name them)", in.Listen)
+		}
 		return
 	}
-	lp := p.key("listen")
-	if in.Plaintext || !l.given(lp) || l.failed(lp) {
+	if in.Plaintext || !exposed {
 		return
 	}
-	if _, _, err := net.SplitHostPort(in.Listen); err == nil && in.Exposed() {
-		l.warnf(lp, "%s accepts plaintext MLLP from the network: anyone on the path can read the messages; "+
+	if _, _, err := net.SplitHostPort(in.Listen); err == nil {
+		l.errorf(lp, "%s would accept plaintext MLLP from the network, where anyone on the path can read the messages; "+
 			"add a tls: block (cert_file, key_file, and client_ca_file to require client certificates), "+
-			"or set plaintext: true to acknowledge a trusted network", in.Listen)
+			"listen on a loopback address (127.0.0.1), or set plaintext: true on this listener to allow plaintext on a trusted network", in.Listen)
+	}
+}
+
+// checkClientCertChecks checks allow_names and crl_file, which refine the
+// check of client certificates and so need client_ca_file.
+func (l *loader) checkClientCertChecks(t *ServerTLS, tp path) {
+	np := tp.key("allow_names")
+	if l.given(np) && !l.failed(np) {
+		switch {
+		case t.ClientCAFile == "":
+			l.errorf(np, "needs client_ca_file: without client certificates there is no name to check; "+
+				"add client_ca_file (the CA that signs your partners' certificates), or remove allow_names")
+		case len(t.AllowNames) == 0:
+			l.errorf(np, "is empty, so no certificate could send; list the partners' certificate names "+
+				"(common name, DNS or URI name, e.g. allow_names: [lab.example.org]), or remove allow_names to accept any certificate client_ca_file's CAs signed")
+		}
+		for i, name := range t.AllowNames {
+			if strings.TrimSpace(name) == "" {
+				l.errorf(np.index(i), "is empty; write a certificate's common name, DNS name or URI (e.g. lab.example.org)")
+			}
+		}
+	}
+	cp := tp.key("crl_file")
+	if l.given(cp) && !l.failed(cp) {
+		switch {
+		case t.ClientCAFile == "":
+			l.errorf(cp, "needs client_ca_file: a revocation list checks client certificates, which only client_ca_file asks for; "+
+				"add client_ca_file (the CA that issued the CRL), or remove crl_file")
+		case t.CRLFile == "":
+			l.errorf(cp, "is empty; give the path of the CA's certificate revocation list, PEM or DER (e.g. crl_file: /etc/mefor/tls/partners.crl)")
+		}
 	}
 }
 

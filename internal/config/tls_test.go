@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"crypto/tls"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ channels:
           cert_file: /etc/mefor/tls/server.crt
           key_file: /etc/mefor/tls/server.key
           client_ca_file: /etc/mefor/tls/partners-ca.crt
+          allow_names: [lab.example.org, registration]
+          crl_file: /etc/mefor/tls/partners.crl
     routes: [{destinations: [lab, emr]}]
 destinations:
   lab:
@@ -49,8 +52,9 @@ destinations:
 	}
 	in := c.Channel("adt").Inbound.MLLP.TLS
 	want := config.ServerTLS{Enabled: true, CertFile: "/etc/mefor/tls/server.crt", KeyFile: "/etc/mefor/tls/server.key",
-		ClientCAFile: "/etc/mefor/tls/partners-ca.crt", MinVersion: tls.VersionTLS12}
-	if in != want {
+		ClientCAFile: "/etc/mefor/tls/partners-ca.crt", AllowNames: []string{"lab.example.org", "registration"},
+		CRLFile: "/etc/mefor/tls/partners.crl", MinVersion: tls.VersionTLS12}
+	if !reflect.DeepEqual(in, want) {
 		t.Errorf("inbound tls = %+v, want %+v", in, want)
 	}
 	lab := c.Destination("lab").MLLP.TLS
@@ -117,6 +121,43 @@ destinations:
 				{6, "channels.adt.inbound.mllp.tls.cert_file", "is required: the listener's certificate"},
 				{6, "channels.adt.inbound.mllp.tls.key_file", "is required: the certificate's private key"},
 			},
+		},
+		{
+			name: "allow_names and crl_file without client_ca_file",
+			doc: `
+channels:
+  adt:
+    inbound:
+      mllp:
+        listen: 0.0.0.0:2575
+        tls: {cert_file: s.crt, key_file: s.key, allow_names: [lab], crl_file: ca.crl}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+`,
+			want: []wantErr{
+				{6, "channels.adt.inbound.mllp.tls.allow_names", "needs client_ca_file: without client certificates there is no name to check"},
+				{6, "channels.adt.inbound.mllp.tls.crl_file", "needs client_ca_file"},
+			},
+		},
+		{
+			name: "allow_names empty",
+			doc: `
+channels:
+  adt:
+    inbound:
+      mllp:
+        listen: 0.0.0.0:2575
+        tls:
+          cert_file: s.crt
+          key_file: s.key
+          client_ca_file: ca.crt
+          allow_names: []
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+`,
+			want: []wantErr{{10, "channels.adt.inbound.mllp.tls.allow_names", "is empty, so no certificate could send"}},
 		},
 		{
 			name: "plaintext and tls",
@@ -190,9 +231,10 @@ destinations:
 	}
 }
 
-// A plaintext listener others can reach is allowed but flagged, unless
-// the file says it is meant.
-func TestPlaintextExposureWarning(t *testing.T) {
+// A plaintext listener others can reach is refused, unless the file says
+// it is meant; a TLS listener others can reach that asks for no client
+// certificate is flagged.
+func TestPlaintextExposure(t *testing.T) {
 	doc := func(listen, extra string) string {
 		return `
 channels:
@@ -205,36 +247,44 @@ destinations:
   out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
 `
 	}
+	const tlsNoClient = "\n        tls: {cert_file: s.crt, key_file: s.key}"
 	for _, tt := range []struct {
 		listen, extra string
-		warned        bool
+		refused       bool
+		flagged       bool
 	}{
-		{listen: "0.0.0.0:2575", warned: true},
-		{listen: ":2575", warned: true},
-		{listen: "[::]:2575", warned: true},
-		{listen: "10.1.2.3:2575", warned: true},
-		{listen: "mefor.example.org:2575", warned: true},
+		{listen: "0.0.0.0:2575", refused: true},
+		{listen: ":2575", refused: true},
+		{listen: "[::]:2575", refused: true},
+		{listen: "10.1.2.3:2575", refused: true},
+		{listen: "mefor.example.org:2575", refused: true},
 		{listen: "0.0.0.0:2575", extra: "\n        plaintext: true"},
 		{listen: "127.0.0.1:2575"},
 		{listen: "127.0.0.2:2575"},
 		{listen: "[::1]:2575"},
 		{listen: "localhost:2575"},
-		{listen: "0.0.0.0:2575", extra: "\n        tls: {cert_file: s.crt, key_file: s.key}"},
+		{listen: "0.0.0.0:2575", extra: tlsNoClient, flagged: true},
+		{listen: "127.0.0.1:2575", extra: tlsNoClient},
+		{listen: "0.0.0.0:2575", extra: "\n        tls: {cert_file: s.crt, key_file: s.key, client_ca_file: ca.crt}"},
 	} {
 		c, err := parse(t, doc(tt.listen, tt.extra), nil)
+		if tt.refused {
+			checkErrs(t, err, []wantErr{{5, "channels.adt.inbound.mllp.listen", "would accept plaintext MLLP from the network"}})
+			if err != nil && !strings.Contains(err.Error(), "set plaintext: true on this listener") {
+				t.Errorf("%s: the error does not say how to allow it: %v", tt.listen, err)
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatalf("%s%s: %v", tt.listen, tt.extra, err)
 		}
-		if !tt.warned {
+		if !tt.flagged {
 			if len(c.Warnings) != 0 {
 				t.Errorf("%s%s: unexpected warnings %v", tt.listen, tt.extra, config.Errors(c.Warnings))
 			}
 			continue
 		}
-		checkErrs(t, config.Errors(c.Warnings), []wantErr{{5, "channels.adt.inbound.mllp.listen", "accepts plaintext MLLP from the network"}})
-		if !strings.Contains(c.Warnings[0].Message, "plaintext: true") {
-			t.Errorf("warning does not say how to silence it: %s", c.Warnings[0].Message)
-		}
+		checkErrs(t, config.Errors(c.Warnings), []wantErr{{6, "channels.adt.inbound.mllp.tls", "accepts TLS from any client, without a certificate"}})
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mefor/mefor/internal/admission"
 )
 
 // Validation checks what decoding can't: ranges, relations between fields
@@ -150,6 +152,33 @@ func (l *loader) checkMLLPInbound(in *MLLPInbound, p path) {
 		l.errorf(rp, "must be more than 0 and at most %d (e.g. max_messages_per_second: 50), or left out for no limit", maxMessagesPerSecond)
 	}
 	l.checkInboundTLS(in, p)
+	l.checkAllow(in, p)
+	if k := p.key("max_connections"); !l.failed(k) && in.MaxConnections < 1 {
+		l.errorf(k, "must be at least 1: how many connections the listener holds at once (e.g. max_connections: %d, the default)", defaultMaxConnections)
+	}
+	if k := p.key("max_connections_per_ip"); !l.failed(k) && in.MaxConnectionsPerIP < 1 {
+		l.errorf(k, "must be at least 1: how many connections the listener holds at once from one address (e.g. max_connections_per_ip: %d, the default)",
+			defaultMaxConnectionsPerIP)
+	}
+}
+
+// checkAllow checks a listener's allow list: addresses and CIDR networks,
+// never host names.
+func (l *loader) checkAllow(in *MLLPInbound, p path) {
+	ap := p.key("allow")
+	if !l.given(ap) || l.failed(ap) {
+		return
+	}
+	if len(in.Allow) == 0 {
+		l.errorf(ap, "is empty, so no sender could connect; list the senders' addresses or networks (e.g. allow: [10.1.2.3, 10.20.0.0/16]), "+
+			"or remove allow to accept any source")
+		return
+	}
+	for i, entry := range in.Allow {
+		if _, err := admission.ParseSource(entry); err != nil {
+			l.errorf(ap.index(i), "%v", err)
+		}
+	}
 }
 
 // checkListenersUnique reports channels that would listen on the same port.

@@ -3,6 +3,7 @@ package engine
 import (
 	"net/http"
 
+	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/metrics"
 )
 
@@ -22,9 +23,33 @@ func newMetrics(n *Node) *metrics.Metrics {
 				age, ok := n.membership.HeartbeatAge()
 				return age.Seconds(), ok
 			},
-			CPUContended: n.contended,
+			CPUContended:    n.contended,
+			OpenConnections: n.openConnections,
 		},
 	})
+}
+
+// openConnections is how many connections each bound listener holds.
+func (n *Node) openConnections() map[string]int {
+	gates := n.gates.Load()
+	if gates == nil {
+		return nil
+	}
+	out := make(map[string]int, len(*gates))
+	for ch, g := range *gates {
+		out[ch] = g.Open()
+	}
+	return out
+}
+
+// publishGatesLocked makes the bound listeners' gates what the gauge
+// reads. Callers hold n.mu.
+func (n *Node) publishGatesLocked() {
+	gates := make(map[string]*admission.Gate, len(n.listeners))
+	for _, bl := range n.listeners {
+		gates[bl.channel] = bl.gate
+	}
+	n.gates.Store(&gates)
 }
 
 // Metrics is the node's metrics registry.

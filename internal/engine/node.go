@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mefor/mefor/internal/admission"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -143,7 +145,11 @@ type Node struct {
 
 	mu        sync.Mutex
 	listeners []*boundListener
-	pollers   []*filePoller // file channels' pollers (filesource.go)
+	// gates are the bound listeners' admission gates by channel, for the
+	// open connections gauge, which must not wait for n.mu (held while
+	// listeners drain).
+	gates   atomic.Pointer[map[string]*admission.Gate]
+	pollers []*filePoller // file channels' pollers (filesource.go)
 	// bound is set while the listeners are bound and the directories
 	// polled, which is while the node holds the listener lease.
 	bound bool
@@ -163,8 +169,11 @@ type Node struct {
 type boundListener struct {
 	channel string
 	server  *mllp.Server
-	ln      net.Listener
-	done    chan error
+	// gate admits the listener's connections (allow, the caps) and counts
+	// and logs every refusal, the TLS handshake's included.
+	gate *admission.Gate
+	ln   net.Listener
+	done chan error
 }
 
 // New builds a node: the graph from the config and the River client with the
@@ -564,12 +573,9 @@ func (n *Node) bindLocked(ctx context.Context) error {
 			n.unbindLocked(ctx)
 			return fmt.Errorf("channel %q: listen on %s: %w", ch.Name, in.Listen, err)
 		}
-		srv := n.newServer(ch)
-		bl := &boundListener{channel: ch.Name, server: srv, ln: ln, done: make(chan error, 1)}
-		go func() { bl.done <- srv.Serve(ln) }()
-		n.listeners = append(n.listeners, bl)
-		n.logger.InfoContext(ctx, "listening", "channel", ch.Name, "addr", ln.Addr().String())
+		n.listeners = append(n.listeners, n.serveListener(ctx, ch, ln))
 	}
+	n.publishGatesLocked()
 	if err := n.startPollersLocked(ctx, cfg); err != nil {
 		n.unbindLocked(ctx)
 		return err
@@ -599,6 +605,7 @@ func (n *Node) unbindLocked(ctx context.Context) {
 		n.logger.InfoContext(ctx, "stopped listening", "channel", bl.channel)
 	}
 	n.listeners = nil
+	n.publishGatesLocked()
 	n.stopPollersLocked(ctx)
 	n.bound = false
 }

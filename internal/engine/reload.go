@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
@@ -26,10 +28,12 @@ import (
 // node's own file (the path it was started with), validates it, and swaps
 // the graph atomically: drainers pick the new graph up at their next batch,
 // so a row already in hand finishes under the config it started with and
-// nothing in flight is dropped. Listeners whose settings changed are
-// drained (messages being received are stored and acknowledged) and bound
-// again; senders whose destination changed are replaced at the lane's next
-// send (connector.Pool.Get).
+// nothing in flight is dropped. Listeners whose settings changed, or whose
+// certificate revocation list did, are drained (messages being received
+// are stored and acknowledged) and bound again, so a narrower allow list
+// or a revoked certificate also ends the connections already open;
+// senders whose destination changed are replaced at the lane's next send
+// (connector.Pool.Get).
 //
 // Cluster convergence: an operator reload (`mefor reload`, or Reload on one
 // node after SIGHUP) bumps the cluster config version. Every node watches
@@ -329,8 +333,27 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	if err != nil {
 		return nil, fmt.Errorf("not applied: %w", err)
 	}
+	// A listener whose revocation list changed is bound again, like one
+	// whose settings changed: a connection made with a certificate now
+	// revoked must not outlive the reload.
+	revoked := crlRenewed(next, certs.Renewed())
 	if next.Hash() == cur.Hash() {
+		if len(revoked) == 0 {
+			res.Renewed = n.commitTLS(ctx, certs)
+			n.recordTransport(ctx)
+			return res, nil
+		}
+		n.mu.Lock()
+		plan, err := n.planListeners(cur, next, revoked)
+		if err != nil {
+			n.mu.Unlock()
+			return nil, err
+		}
 		res.Renewed = n.commitTLS(ctx, certs)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
+		res.Listeners = n.swapListeners(sctx, plan)
+		cancel()
+		n.mu.Unlock()
 		n.recordTransport(ctx)
 		return res, nil
 	}
@@ -343,7 +366,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	}
 
 	n.mu.Lock()
-	plan, err := n.planListeners(cur, next)
+	plan, err := n.planListeners(cur, next, revoked)
 	if err != nil {
 		n.mu.Unlock()
 		return nil, err
@@ -473,6 +496,18 @@ func knownOf(cfg *config.Config) pipeline.Known {
 	return known
 }
 
+// crlRenewed lists the channels of cfg whose crl_file is among the
+// renewed files.
+func crlRenewed(cfg *config.Config, renewed []string) map[string]bool {
+	out := map[string]bool{}
+	for _, ch := range cfg.Channels {
+		if in := ch.Inbound.MLLP; in != nil && in.TLS.CRLFile != "" && slices.Contains(renewed, in.TLS.CRLFile) {
+			out[ch.Name] = true
+		}
+	}
+	return out
+}
+
 // listenerPlan is how a reload changes the bound listeners.
 type listenerPlan struct {
 	keep  []*boundListener
@@ -489,10 +524,11 @@ type pendingListener struct {
 
 // planListeners decides which bound listeners next changes, and binds new
 // addresses before anything is changed, so an address that cannot be bound
-// refuses the reload instead of leaving a channel deaf. A node that has no
+// refuses the reload instead of leaving a channel deaf. The channels in
+// rebind are bound again even when unchanged. A node that has no
 // listeners bound (it does not hold the listener lease) plans nothing: it
 // binds from the current config when it takes the lease. Callers hold n.mu.
-func (n *Node) planListeners(cur, next *config.Config) (*listenerPlan, error) {
+func (n *Node) planListeners(cur, next *config.Config, rebind map[string]bool) (*listenerPlan, error) {
 	plan := &listenerPlan{}
 	if !n.bound {
 		return plan, nil
@@ -502,16 +538,18 @@ func (n *Node) planListeners(cur, next *config.Config) (*listenerPlan, error) {
 	for _, bl := range n.listeners {
 		bound[bl.channel] = true
 		was, now := cur.Channel(bl.channel), next.Channel(bl.channel)
+		same := was != nil && was.Inbound.MLLP != nil && now != nil && now.Inbound.MLLP != nil &&
+			sameListener(was.Inbound.MLLP, now.Inbound.MLLP) && !rebind[bl.channel]
 		switch {
 		case now == nil || now.Inbound.MLLP == nil:
 			plan.close = append(plan.close, bl)
-		case was != nil && was.Inbound.MLLP != nil && sameListener(was.Inbound.MLLP, now.Inbound.MLLP):
+		case same:
 			plan.keep = append(plan.keep, bl)
 		default:
 			plan.close = append(plan.close, bl)
 			plan.open = append(plan.open, pendingListener{ch: now})
 		}
-		if was != nil && was.Inbound.MLLP != nil && (now == nil || now.Inbound.MLLP == nil || !sameListener(was.Inbound.MLLP, now.Inbound.MLLP)) {
+		if was != nil && was.Inbound.MLLP != nil && !same {
 			freed[was.Inbound.MLLP.Listen] = true
 		}
 	}
@@ -568,6 +606,7 @@ func (n *Node) swapListeners(ctx context.Context, plan *listenerPlan) []string {
 		}
 	}
 	n.listeners = listeners
+	n.publishGatesLocked()
 	return changed
 }
 
@@ -579,17 +618,39 @@ func (n *Node) closeListener(ctx context.Context, bl *boundListener) {
 	n.logger.InfoContext(ctx, "stopped listening", "channel", bl.channel)
 }
 
-// serveListener serves ch's messages on ln, as BindListeners does.
+// serveListener serves ch's messages on ln, behind ch's admission gate.
 func (n *Node) serveListener(ctx context.Context, ch *config.Channel, ln net.Listener) *boundListener {
-	bl := &boundListener{channel: ch.Name, server: n.newServer(ch), ln: ln, done: make(chan error, 1)}
-	go func() { bl.done <- bl.server.Serve(ln) }()
+	gate := n.newGate(ch)
+	bl := &boundListener{channel: ch.Name, server: n.newServer(ch, gate), gate: gate, ln: ln, done: make(chan error, 1)}
+	go func() { bl.done <- bl.server.Serve(gate.Listener(ln)) }()
 	n.logger.InfoContext(ctx, "listening", "channel", ch.Name, "addr", ln.Addr().String())
 	return bl
 }
 
-// newServer builds ch's MLLP server, with the same settings BindListeners
-// uses.
-func (n *Node) newServer(ch *config.Channel) *mllp.Server {
+// newGate builds ch's admission gate from its listener's allow list and
+// caps, counting refusals in mefor_connections_refused_total.
+func (n *Node) newGate(ch *config.Channel) *admission.Gate {
+	in := ch.Inbound.MLLP
+	p := admission.Policy{MaxConnections: in.MaxConnections, MaxConnectionsPerIP: in.MaxConnectionsPerIP}
+	if len(in.Allow) > 0 {
+		sources, err := admission.NewSources(in.Allow)
+		if err != nil {
+			// config.Load checked every entry, so this is a bug; an empty
+			// list refuses everyone rather than let anyone in.
+			n.logger.Error("allow list does not parse; refusing every connection", "channel", ch.Name, "error", err)
+			sources = &admission.Sources{}
+		}
+		p.Allow = sources
+	}
+	return admission.NewGate(p, admission.Options{
+		Refused: func(r admission.Reason) { n.metrics.ConnectionRefused(ch.Name, string(r)) },
+		Logger:  n.logger.With("channel", ch.Name),
+	})
+}
+
+// newServer builds ch's MLLP server; gate counts and logs the TLS
+// handshakes it refuses.
+func (n *Node) newServer(ch *config.Channel, gate *admission.Gate) *mllp.Server {
 	in := ch.Inbound.MLLP
 	return &mllp.Server{
 		Handler:      n.intake.MLLPHandler(ch),
@@ -605,7 +666,15 @@ func (n *Node) newServer(ch *config.Channel) *mllp.Server {
 
 		AckWritten: func(d time.Duration) { n.metrics.AckWritten(ch.Name, d) },
 		TLSConfig:  n.serverTLS(ch.Name),
-		Logger:     n.logger.With("channel", ch.Name),
+		HandshakeRefused: func(remote net.Addr, err *mllp.HandshakeError) {
+			reason, detail := admission.TLSHandshake, err.Reason
+			var r *admission.Refusal
+			if errors.As(err, &r) {
+				reason, detail = r.Reason, r.Detail
+			}
+			gate.Refused(remote, reason, "detail", detail, "error", err.Error())
+		},
+		Logger: n.logger.With("channel", ch.Name),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -112,7 +113,7 @@ func (n *Node) recordTransport(ctx context.Context) {
 	for _, c := range n.tls.set.Certificates() {
 		t.Certificates = append(t.Certificates, nodeinfo.NodeCertificate{
 			File: c.File, Subject: c.Subject, Issuer: c.Issuer, Serial: c.Serial, NotAfter: c.NotAfter,
-			WarnFrom: c.NotAfter.Add(-cfg.TLSExpiryWarning), Uses: c.Uses,
+			WarnFrom: c.NotAfter.Add(-c.WarnWindow(cfg.TLSExpiryWarning)), Uses: c.Uses,
 		})
 	}
 	if err := nodeinfo.RecordTransport(ctx, n.opts.Pool, n.opts.NodeID, t); err != nil {
@@ -125,13 +126,15 @@ func (n *Node) recordTransport(ctx context.Context) {
 }
 
 // sameListener reports whether a reload may keep a listener bound with a
-// as it is for b. plaintext: true only silences a warning, so acknowledging
-// a plaintext listener does not rebind it (which would close its idle
-// connections).
+// as it is for b. plaintext: true only allows what the listener already
+// does, so acknowledging a plaintext listener does not rebind it (which
+// would close its idle connections). Any other change rebinds it, so a
+// narrower allow list, lower caps or allow_names apply to the connections
+// already open too.
 func sameListener(a, b *config.MLLPInbound) bool {
 	x, y := *a, *b
 	x.Plaintext, y.Plaintext = false, false
-	return x == y
+	return reflect.DeepEqual(x, y)
 }
 
 // listenersOf says how each channel of cfg listens.

@@ -41,14 +41,15 @@ func newPKI(t *testing.T) *pki {
 }
 
 // tlsListenYAML is a config whose channel adt listens with mutual TLS,
-// and whose channel plain listens in plaintext on listenPlain (if set).
-func (p *pki) tlsListenYAML(listen, listenPlain, partner string) string {
+// and whose channel open listens with TLS, asking no client certificate,
+// on listenOpen (if set).
+func (p *pki) tlsListenYAML(listen, listenOpen, partner string) string {
 	plain := ""
-	if listenPlain != "" {
+	if listenOpen != "" {
 		plain = fmt.Sprintf(`
-  plain:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [down]}]`, listenPlain)
+  open:
+    inbound: {mllp: {listen: %q, tls: {cert_file: %q, key_file: %q}}}
+    routes: [{destinations: [down]}]`, listenOpen, p.serverCrt, p.serverKey)
 	}
 	return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
@@ -110,8 +111,8 @@ func messagesStored(t *testing.T, db *testcontainers.DB) int {
 
 // A partner with a certificate the node's CA signed gets AA, and the
 // message records who sent it. Senders the handshake refuses store
-// nothing. Status lists the certificates in use and flags the plaintext
-// listener open to the network.
+// nothing. Status lists the certificates in use and flags the listener
+// open to the network that asks for no client certificate.
 func TestTLSIntake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -177,8 +178,8 @@ func TestTLSIntake(t *testing.T) {
 	for _, l := range st.Transport.Listeners {
 		flagged[l.Channel] = l.Flagged
 	}
-	if len(flagged) != 2 || flagged["adt"] || !flagged["plain"] {
-		t.Errorf("listeners flagged %v, want only the plaintext one on 0.0.0.0", flagged)
+	if len(flagged) != 2 || flagged["adt"] || !flagged["open"] {
+		t.Errorf("listeners flagged %v, want only the one on 0.0.0.0 that asks for no client certificate", flagged)
 	}
 	_ = n
 }

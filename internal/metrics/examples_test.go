@@ -22,16 +22,18 @@ const examples = "../../examples/monitoring"
 func exposed(t *testing.T) map[string]bool {
 	t.Helper()
 	m := metrics.New(metrics.Options{Node: &metrics.NodeGauges{
-		HoldsLease:    func() bool { return true },
-		ConfigVersion: func() int64 { return 1 },
-		HeartbeatAge:  func() (float64, bool) { return 0.5, true },
-		CPUContended:  func() bool { return false },
+		HoldsLease:      func() bool { return true },
+		ConfigVersion:   func() int64 { return 1 },
+		HeartbeatAge:    func() (float64, bool) { return 0.5, true },
+		CPUContended:    func() bool { return false },
+		OpenConnections: func() map[string]int { return map[string]int{"c": 1} },
 	}})
 	// Vectors only show once they have a child.
 	m.Received("c")
 	m.Rejected("c", metrics.RejectUnparseable)
 	m.ConnectionClosed("c", metrics.CloseUnparseableInARow)
 	m.Paced("c", time.Millisecond)
+	m.ConnectionRefused("c", "not_allowed")
 	m.AckWritten("c", time.Millisecond)
 	m.Delivered("d", metrics.OutcomeOK, true, time.Millisecond)
 	m.DeadLettered("d")
@@ -91,7 +93,7 @@ func TestMonitoringExamples(t *testing.T) {
 		"mefor_lease_holder", "mefor_river_leader", "mefor_config_version", "mefor_node_heartbeat_age_seconds",
 		"mefor_reference_sync_failures_total", "mefor_maintenance_runs_total", "mefor_drainer_gathers_total", "mefor_handoffs_shared_total", "mefor_handoff_turns_failed_total",
 		"mefor_cpu_contended", "mefor_intake_commit_wait_seconds", "mefor_intake_commit_seconds", "mefor_intake_commit_messages",
-		"mefor_lane_reads_shared_total",
+		"mefor_lane_reads_shared_total", "mefor_connections_refused_total", "mefor_connections_open",
 	} {
 		if !known[want] {
 			t.Errorf("metric %s is not exposed", want)

@@ -90,6 +90,7 @@ type Metrics struct {
 	rejected         *prometheus.CounterVec
 	connsClosed      *prometheus.CounterVec
 	paced            *prometheus.CounterVec
+	connsRefused     *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
 	deliveryDuration *prometheus.HistogramVec
@@ -122,6 +123,9 @@ func New(opts Options) *Metrics {
 		paced: counterVec("intake_paced_seconds_total",
 			"Time connections of this node's listeners waited before a frame was read, to keep to the listener's max_messages_per_second, by channel.",
 			"channel"),
+		connsRefused: counterVec("connections_refused_total",
+			"Connections this node's listeners closed unread, by channel and reason (not_allowed: source not in allow; max_connections, max_connections_per_ip: over a cap; tls_name: certificate name not in allow_names; tls_revoked: certificate in crl_file; tls_handshake: any other failed TLS handshake).",
+			"channel", "reason"),
 		deliveries: counterVec("deliveries_total",
 			"Delivery attempts made by this node, by destination and outcome (ok, AE, AR, timeout, refused, closed, tls, io-error).",
 			"destination", "outcome"),
@@ -162,7 +166,7 @@ func New(opts Options) *Metrics {
 			[]float64{1, 2, 4, 8, 16, 32, 64})),
 	}
 	m.registry.MustRegister(
-		m.received, m.rejected, m.connsClosed, m.paced, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
+		m.received, m.rejected, m.connsClosed, m.paced, m.connsRefused, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
 		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs, m.failedTurns,
 		m.intakeWait, m.intakeCommit, m.intakeBatch, m.sharedReads,
 		collectors.NewGoCollector(),
@@ -244,6 +248,15 @@ func (m *Metrics) Rejected(channel, reason string) {
 		return
 	}
 	m.rejected.WithLabelValues(channel, reason).Inc()
+}
+
+// ConnectionRefused counts a connection to channel's listener closed
+// unread, with one of the admission reasons.
+func (m *Metrics) ConnectionRefused(channel, reason string) {
+	if m == nil {
+		return
+	}
+	m.connsRefused.WithLabelValues(channel, reason).Inc()
 }
 
 // AckWritten observes the time from a frame of channel fully received to

@@ -53,6 +53,7 @@ func TestNilMetrics(t *testing.T) {
 	m.Rejected("c", metrics.RejectOversize)
 	m.ConnectionClosed("c", metrics.CloseUnparseableInARow)
 	m.Paced("c", time.Millisecond)
+	m.ConnectionRefused("c", "not_allowed")
 	m.AckWritten("c", time.Millisecond)
 	m.Delivered("d", metrics.OutcomeOK, true, time.Millisecond)
 	m.DeadLettered("d")

@@ -17,6 +17,9 @@ type NodeGauges struct {
 	// CPUContended reports whether the host's CPUs are contended, as the
 	// node's drainers see it (they gather only then).
 	CPUContended func() bool
+	// OpenConnections is how many connections each bound listener holds,
+	// by channel.
+	OpenConnections func() map[string]int
 }
 
 var (
@@ -26,6 +29,9 @@ var (
 		"The cluster config version this node applied (raised by each mefor reload).", nil, nil)
 	heartbeatAgeDesc = prometheus.NewDesc("mefor_node_heartbeat_age_seconds",
 		"Seconds since this node's last heartbeat the database confirmed.", nil, nil)
+	openConnectionsDesc = prometheus.NewDesc("mefor_connections_open",
+		"Connections this node's listener of a channel holds now (bounded by its max_connections); none while the node does not hold the listener lease.",
+		[]string{"channel"}, nil)
 	cpuContendedDesc = prometheus.NewDesc("mefor_cpu_contended",
 		"1 while this node's host is short of CPU by its pressure stall information (drainers of dense lanes then gather rows before a hand-off), else 0; always 0 where /proc/pressure/cpu cannot be read.", nil, nil)
 )
@@ -36,6 +42,7 @@ func (g *NodeGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- configVersionDesc
 	ch <- heartbeatAgeDesc
 	ch <- cpuContendedDesc
+	ch <- openConnectionsDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -61,5 +68,10 @@ func (g *NodeGauges) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(cpuContendedDesc, prometheus.GaugeValue, v)
+	}
+	if g.OpenConnections != nil {
+		for channel, n := range g.OpenConnections() {
+			ch <- prometheus.MustNewConstMetric(openConnectionsDesc, prometheus.GaugeValue, float64(n), channel)
+		}
 	}
 }

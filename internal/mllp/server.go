@@ -135,6 +135,13 @@ type Server struct {
 	// connection take before reading a frame.
 	Paced func(wait time.Duration)
 
+	// HandshakeRefused, when set, is told of each TLS handshake the server
+	// refused, with the peer's address, instead of the server logging it:
+	// the caller counts it and decides how often to log. A peer that
+	// closes before its first byte (a port probe) or a handshake cut short
+	// by Shutdown is not a refusal.
+	HandshakeRefused func(remote net.Addr, err *HandshakeError)
+
 	// AckWritten, when set, is called after each ACK is written with the
 	// time from the end of the frame's read to the end of the ACK's write:
 	// what the sender waited for once its message was in.

@@ -168,6 +168,8 @@ func (c *conn) handshake() bool {
 			// A port probe (a load balancer's TCP check) connects and
 			// closes without a word: nothing was refused.
 			c.log.Debug("mllp connection closed before the TLS handshake")
+		case c.srv.HandshakeRefused != nil:
+			c.srv.HandshakeRefused(c.info.RemoteAddr, newHandshakeError(err))
 		default:
 			he := newHandshakeError(err)
 			c.log.Warn("mllp TLS handshake refused; closing connection", "reason", he.Reason, "error", err)

@@ -331,3 +331,55 @@ func TestTLSProbeIsNotARefusal(t *testing.T) {
 		t.Fatalf("a connect-and-close probe was logged as refused: %v", r)
 	}
 }
+
+// With HandshakeRefused set, each refused handshake is handed to it, with
+// the peer's address, instead of being logged; a port probe that closes
+// without a word is not a refusal.
+func TestTLSHandshakeRefusedHook(t *testing.T) {
+	t.Parallel()
+	f := newTLSFixture(t)
+	type refusal struct {
+		remote string
+		reason string
+	}
+	got := make(chan refusal, 4)
+	logs := &logRecorder{t: t}
+	srv := &Server{
+		Handler:          echoHandler,
+		TLSConfig:        f.mutualServer(),
+		HandshakeTimeout: 2 * time.Second,
+		Logger:           slog.New(logs),
+		HandshakeRefused: func(remote net.Addr, err *HandshakeError) { got <- refusal{remote.String(), err.Reason} },
+	}
+	addr, _ := startServer(t, srv)
+
+	probe, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Close()
+	c := tlsClient(addr, &tls.Config{RootCAs: f.ca.Pool()})
+	defer c.Close()
+	if _, err := c.Send(context.Background(), []byte("MSH|1")); err == nil {
+		t.Fatal("a sender without a certificate was accepted")
+	}
+	r := recv(t, got, "the refusal")
+	if r.reason != ReasonNoCertificate || !strings.HasPrefix(r.remote, "127.0.0.1:") {
+		t.Errorf("refusal %+v, want no client certificate from 127.0.0.1", r)
+	}
+	deadline := time.Now().Add(testWait)
+	for len(logs.find("mllp connection closed before the TLS handshake")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(logs.find("mllp connection closed before the TLS handshake")) != 1 {
+		t.Fatal("the server did not see the probe close")
+	}
+	select {
+	case r := <-got:
+		t.Errorf("a second refusal %+v: the probe counted as one", r)
+	default:
+	}
+	if n := len(logs.find("mllp TLS handshake refused; closing connection")); n != 0 {
+		t.Errorf("the server logged %d refusals itself", n)
+	}
+}

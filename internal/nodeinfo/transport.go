@@ -44,9 +44,18 @@ type NodeListener struct {
 	Acknowledged bool `json:"acknowledged"`
 }
 
-// Flagged reports whether the listener serves plaintext to the network
-// without the config saying it is meant to.
-func (l NodeListener) Flagged() bool { return !l.TLS && l.Exposed && !l.Acknowledged }
+// Flagged reports whether the listener, reachable from other machines,
+// serves plaintext without the config saying it is meant to, or serves
+// TLS to any client, without asking for a certificate.
+func (l NodeListener) Flagged() bool {
+	if !l.Exposed {
+		return false
+	}
+	if l.TLS {
+		return !l.ClientAuth
+	}
+	return !l.Acknowledged
+}
 
 // Transport is a node's transport security: its certificates and
 // listeners.

@@ -20,6 +20,18 @@ func RenewSoon(notAfter, now time.Time, window time.Duration) bool {
 	return notAfter.Sub(now) <= window
 }
 
+// WarnWindow is how long before c's NotAfter to warn about it, given the
+// config's tls_expiry_warning: a certificate revocation list is warned
+// about only once its next update has passed, since CAs publish a new
+// one days before (a window of weeks would warn about every list all the
+// time).
+func (c Certificate) WarnWindow(window time.Duration) time.Duration {
+	if c.CRL {
+		return 0
+	}
+	return window
+}
+
 // ExpiryWarner logs, at most once a day per certificate, the certificates
 // that expire within Window, and those that have expired (which a renewal
 // followed by a reload cures; a restart would be refused). Each node warns
@@ -43,7 +55,7 @@ func (w *ExpiryWarner) Check(ctx context.Context, certs []Certificate, now time.
 	}
 	n := 0
 	for _, c := range certs {
-		if !RenewSoon(c.NotAfter, now, w.Window) {
+		if !RenewSoon(c.NotAfter, now, c.WarnWindow(w.Window)) {
 			continue
 		}
 		left := c.NotAfter.Sub(now)
@@ -55,6 +67,13 @@ func (w *ExpiryWarner) Check(ctx context.Context, certs []Certificate, now time.
 		n++
 		attrs := []any{"file", c.File, "subject", c.Subject, "uses", strings.Join(c.Uses, "; "),
 			"expires_at", c.NotAfter.UTC().Format(time.RFC3339)}
+		if c.CRL {
+			// A stale list still refuses what it lists; what it misses is
+			// what the CA revoked since.
+			w.Logger.WarnContext(ctx, "revocation list in use is due for its next update: certificates revoked since are not refused; "+
+				"install the CA's current CRL at the same path and run mefor reload", attrs...)
+			continue
+		}
 		if left <= 0 {
 			w.Logger.ErrorContext(ctx, "certificate in use has expired: peers refuse it; install a renewed one at the same path and run mefor reload", attrs...)
 			continue

@@ -17,6 +17,7 @@
 package tlsconf
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -32,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/config"
 )
 
@@ -47,6 +49,10 @@ type Certificate struct {
 	// Uses says what the certificate serves as, e.g. `channel "adt" server
 	// certificate` or `destination "lab" CA`; one file may serve several.
 	Uses []string `json:"uses"`
+	// CRL marks a certificate revocation list (a listener's crl_file),
+	// listed here for its next update, by when it needs replacing as a
+	// certificate does by its expiry (NotAfter).
+	CRL bool `json:"crl,omitempty"`
 }
 
 // Server is one listener's TLS configuration.
@@ -200,13 +206,27 @@ func (st *Staged) Commit() (renewed []string) {
 			delete(s.clients, name)
 		}
 	}
+	renewed = st.renewedLocked()
+	s.sums, s.certs = st.sums, st.certs
+	return renewed
+}
+
+// Renewed lists the files whose content differs from the last commit,
+// sorted: what Commit will report.
+func (st *Staged) Renewed() []string {
+	st.set.mu.Lock()
+	defer st.set.mu.Unlock()
+	return st.renewedLocked()
+}
+
+func (st *Staged) renewedLocked() []string {
+	var renewed []string
 	for f, sum := range st.sums {
-		if old, ok := s.sums[f]; ok && old != sum {
+		if old, ok := st.set.sums[f]; ok && old != sum {
 			renewed = append(renewed, f)
 		}
 	}
 	slices.Sort(renewed)
-	s.sums, s.certs = st.sums, st.certs
 	return renewed
 }
 
@@ -242,9 +262,21 @@ func (l *loader) server(channel string, t config.ServerTLS) *tls.Config {
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	if t.ClientCAFile != "" {
-		pool := l.caPool(field{"channels", channel, base + "client_ca_file"}, t.ClientCAFile, use+" client CA")
+		pool, cas := l.caPoolCerts(field{"channels", channel, base + "client_ca_file"}, t.ClientCAFile, use+" client CA")
 		tc.ClientAuth, tc.ClientCAs = tls.RequireAndVerifyClientCert, pool
 		ok = ok && pool != nil
+		check := &admission.PeerCheck{}
+		if len(t.AllowNames) > 0 {
+			check.Names = admission.NewNames(t.AllowNames)
+		}
+		if t.CRLFile != "" {
+			crls := l.revocationLists(field{"channels", channel, base + "crl_file"}, t.CRLFile, cas, use+" CRL")
+			check.Revoked = admission.NewRevocations(crls)
+			ok = ok && crls != nil
+		}
+		if check.Names != nil || check.Revoked != nil {
+			tc.VerifyConnection = check.VerifyConnection
+		}
 	}
 	if !ok {
 		return nil
@@ -367,13 +399,20 @@ func (l *loader) keyPair(cf, kf field, certFile, keyFile, use string) (tls.Certi
 // caPool reads a CA file. A bundle may hold expired CAs next to valid
 // ones, but one that holds nothing valid would make every handshake fail.
 func (l *loader) caPool(f field, file, use string) *x509.CertPool {
+	pool, _ := l.caPoolCerts(f, file, use)
+	return pool
+}
+
+// caPoolCerts is caPool that also returns the CA certificates, or nil
+// when the file is unusable.
+func (l *loader) caPoolCerts(f field, file, use string) (*x509.CertPool, []*x509.Certificate) {
 	data, ok := l.read(f, file)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	certs, ok := l.certificates(f, file, data)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	pool := x509.NewCertPool()
 	valid := 0
@@ -387,10 +426,94 @@ func (l *loader) caPool(f field, file, use string) *x509.CertPool {
 	if valid == 0 {
 		l.problem(f, "%s: every CA certificate in it has expired (the last on %s), so no peer can be verified; install the partner's current CA certificate",
 			file, certs[0].NotAfter.UTC().Format(time.RFC3339))
+		return nil, nil
+	}
+	return pool, certs
+}
+
+// revocationLists reads a CRL file: one or more lists, PEM ("X509 CRL"
+// blocks) or a single DER list, each signed by one of cas (the listener's
+// client CAs; nil when their file did not read, which is reported
+// already). A list past its next update is still used, since the
+// certificates it revokes stay revoked; it is listed with the
+// certificates (its next update as its expiry), so the node, `mefor
+// config check` and `mefor status` warn about it as about a certificate
+// that needs renewing.
+func (l *loader) revocationLists(f field, file string, cas []*x509.Certificate, use string) []*x509.RevocationList {
+	data, ok := l.read(f, file)
+	if !ok || cas == nil {
 		return nil
 	}
-	return pool
+	var ders [][]byte
+	if bytes.Contains(data, []byte("-----BEGIN")) {
+		for rest := data; ; {
+			var block *pem.Block
+			block, rest = pem.Decode(rest)
+			if block == nil {
+				break
+			}
+			if block.Type == "X509 CRL" {
+				ders = append(ders, block.Bytes)
+			}
+		}
+		if len(ders) == 0 {
+			l.problem(f, "%s holds no PEM revocation list (a block starting -----BEGIN X509 CRL-----)", file)
+			return nil
+		}
+	} else {
+		ders = [][]byte{data}
+	}
+	var lists []*x509.RevocationList
+	for i, der := range ders {
+		crl, err := x509.ParseRevocationList(der)
+		if err != nil {
+			l.problem(f, "%s: revocation list %d does not parse: %v (give the CA's CRL, PEM or DER)", file, i+1, err)
+			return nil
+		}
+		signed := false
+		for _, ca := range cas {
+			if bytes.Equal(ca.RawSubject, crl.RawIssuer) && crl.CheckSignatureFrom(ca) == nil {
+				signed = true
+				break
+			}
+		}
+		if !signed {
+			l.problem(f, "%s: the revocation list of %q is not signed by a CA in client_ca_file, so it cannot be trusted; "+
+				"give the CRL that CA publishes", file, crl.Issuer.String())
+			return nil
+		}
+		l.recordCRL(file, crl, use)
+		lists = append(lists, crl)
+	}
+	return lists
 }
+
+// recordCRL lists a revocation list with the certificates: its next
+// update is when it needs replacing, as a certificate's expiry is.
+func (l *loader) recordCRL(file string, crl *x509.RevocationList, use string) {
+	serial := "crl"
+	if crl.Number != nil {
+		serial = "crl-" + crl.Number.Text(16)
+	}
+	key := file + "\x00" + serial
+	inv, ok := l.inv[key]
+	if !ok {
+		next := crl.NextUpdate
+		if next.IsZero() {
+			next = farFuture
+		}
+		inv = &Certificate{File: file, Subject: "revocation list of " + crl.Issuer.String(), Issuer: crl.Issuer.String(),
+			Serial: serial, NotAfter: next, CRL: true}
+		l.inv[key] = inv
+	}
+	if !slices.Contains(inv.Uses, use) {
+		inv.Uses = append(inv.Uses, use)
+	}
+}
+
+// farFuture stands for a revocation list without a next update: it never
+// needs replacing by its own account.
+var farFuture = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
 func (l *loader) record(file string, c *x509.Certificate, use string) {
 	serial := c.SerialNumber.Text(16)
