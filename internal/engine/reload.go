@@ -56,6 +56,10 @@ import (
 //     has expired (tls.go); the files are re-read at every reload, so a
 //     renewal needs no change to the config file.
 //
+// Every reload, of an unchanged file too, builds the egress policy again
+// (egress.go): the host names the config connects to are resolved and
+// pinned anew, which is how a host's new address is accepted.
+//
 // What a reload removes: rows still queued for a channel, route, handler or
 // destination the new file no longer has are dead-lettered with the reason,
 // exactly as a restart with that file does, so they show in `mefor dead
@@ -329,8 +333,10 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	if err != nil {
 		return nil, fmt.Errorf("not applied: %w", err)
 	}
+	policy := n.buildEgress(ctx, next)
 	if next.Hash() == cur.Hash() {
 		res.Renewed = n.commitTLS(ctx, certs)
+		n.egress.Store(policy)
 		n.recordTransport(ctx)
 		return res, nil
 	}
@@ -351,6 +357,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	// Before the graph and the listeners: a destination or listener the
 	// new config adds must find its TLS configuration.
 	res.Renewed = n.commitTLS(ctx, certs)
+	n.egress.Store(policy)
 	n.graph.Store(g)
 	res.Changed = true
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
