@@ -248,7 +248,7 @@ func classifySendError(addr string, err error) Result {
 	var refused *egress.RefusedError
 	switch {
 	case errors.As(err, &refused):
-		return Result{Outcome: OutcomeEgress, Error: fmt.Sprintf("%s: %v; nothing was delivered", OutcomeEgress, refused)}
+		return Result{Outcome: OutcomeEgress, Error: fmt.Sprintf("%s: %s; nothing was delivered", OutcomeEgress, refused.Detail())}
 	case errors.As(err, &hs):
 		return Result{Outcome: OutcomeTLS, Error: fmt.Sprintf("%s: TLS handshake with %s failed, %s; nothing was delivered (%v)",
 			OutcomeTLS, addr, hs.Reason, hs.Err)}

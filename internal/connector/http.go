@@ -175,7 +175,7 @@ func (s *HTTPSender) classify(err error) Result {
 	)
 	switch {
 	case errors.As(err, &refused):
-		return Result{Outcome: OutcomeEgress, Error: fmt.Sprintf("%s: %v; nothing was delivered", OutcomeEgress, refused)}
+		return Result{Outcome: OutcomeEgress, Error: fmt.Sprintf("%s: %s; nothing was delivered", OutcomeEgress, refused.Detail())}
 	case errors.As(err, &hs):
 		return Result{Outcome: OutcomeTLS, Error: fmt.Sprintf("%s: TLS handshake with %s failed, %s; nothing was delivered (%v)",
 			OutcomeTLS, s.shown, hs.Reason, hs.Err)}

@@ -138,13 +138,17 @@ type RefusedError struct {
 	listed bool
 }
 
-func (e *RefusedError) Error() string {
+func (e *RefusedError) Error() string { return "egress: " + e.Detail() }
+
+// Detail is the error without its "egress: " prefix, for a message that
+// already says egress.
+func (e *RefusedError) Detail() string {
 	where := e.Addr
 	if e.Host != "" && !strings.HasPrefix(e.Addr, e.Host+":") && !strings.HasPrefix(e.Addr, "["+e.Host+"]:") {
 		where += " (" + e.Host + ")"
 	}
 	if !e.listed {
-		return fmt.Sprintf("egress: %s may not connect to %s: it is not in egress.allow", e.Target, where)
+		return fmt.Sprintf("%s may not connect to %s: it is not in egress.allow", e.Target, where)
 	}
 	pinned := "none, it did not resolve"
 	if len(e.Pinned) > 0 {
@@ -154,7 +158,7 @@ func (e *RefusedError) Error() string {
 		}
 		pinned = strings.Join(s, ", ")
 	}
-	return fmt.Sprintf("egress: %s may not connect to %s: the address is not one %s had when the config was loaded (%s) "+
+	return fmt.Sprintf("%s may not connect to %s: the address is not one %s had when the config was loaded (%s) "+
 		"nor inside a listed CIDR; if the host moved, run mefor reload, and if its addresses rotate, list their network in egress.allow",
 		e.Target, where, e.Host, pinned)
 }
