@@ -53,6 +53,10 @@ type (
 	NodeCertificate = nodeinfo.NodeCertificate
 	// EncryptionStatus is how many bodies each key encrypts.
 	EncryptionStatus = nodeinfo.EncryptionStatus
+	// EgressStatus is where the live nodes let data go.
+	EgressStatus = nodeinfo.EgressStatus
+	// PlaintextOutbound is a connection in plaintext to another machine.
+	PlaintextOutbound = nodeinfo.PlaintextOutbound
 )
 
 // Message statuses (a message's status field).
@@ -274,7 +278,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*search.Status, error) {
 		if st.Transport, err = nodeinfo.ReadTransportStatus(ctx, tx); err != nil {
 			return err
 		}
-		st.Encryption, err = nodeinfo.ReadEncryptionStatus(ctx, tx)
+		if st.Encryption, err = nodeinfo.ReadEncryptionStatus(ctx, tx); err != nil {
+			return err
+		}
+		st.Egress, err = nodeinfo.ReadEgressStatus(ctx, tx)
 		return err
 	})
 	return st, err

@@ -3,6 +3,7 @@ package workers
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -31,9 +33,11 @@ type AlertNotifyWorker struct {
 	Pool   *pgxpool.Pool
 	Config func() *config.Config
 	Logger *slog.Logger
-	// Client sends the webhooks; nil means a client of the worker's own.
-	// Each sink's timeout bounds each POST on top of it.
-	Client *http.Client
+	// Client returns the client a sink's webhook POSTs with (a node's:
+	// WebhookClient under its egress policy, with the sink's TLS
+	// configuration); nil means WebhookClient without a policy or a tls:
+	// block. Each sink's timeout bounds each POST.
+	Client func(sink *config.AlertSink) *http.Client
 	// RetryBase is the wait before the first retry; each retry doubles it,
 	// up to RetryMax. Defaults to 1s and 5m.
 	RetryBase, RetryMax time.Duration
@@ -74,6 +78,14 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 		return river.JobSnooze(waitForEarlier)
 	}
 	sink := w.Config().Alerts.Sink(a.Sink)
+	var client *http.Client
+	switch {
+	case sink == nil || sink.Webhook == nil:
+	case w.Client != nil:
+		client = w.Client(sink)
+	default:
+		client = WebhookClient(nil, nil, sink)
+	}
 	if sink == nil {
 		w.Logger.WarnContext(ctx, "alert notification dropped: its sink is no longer in the config", "rule", a.Rule, "sink", a.Sink, "state", a.State)
 		return alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "sink no longer in the config; not sent")
@@ -82,7 +94,7 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 	case sink.Log != nil:
 		w.logNotification(ctx, sink, a)
 	case sink.Webhook != nil:
-		if err := w.post(ctx, sink.Webhook, a.Payload); err != nil {
+		if err := w.post(ctx, client, sink.Webhook, a.Payload); err != nil {
 			err = fmt.Errorf("alert %s %s to sink %s, attempt %d of %d: %w", a.Rule, a.State, a.Sink, job.Attempt, job.MaxAttempts, err)
 			final := job.Attempt >= job.MaxAttempts
 			note := err.Error()
@@ -98,6 +110,27 @@ func (w *AlertNotifyWorker) Work(ctx context.Context, job *river.Job[jobs.AlertN
 		}
 	}
 	return alert.RecordNotification(ctx, w.Pool, a.Rule, a.Sink, a.State, "")
+}
+
+// WebhookTarget is how an alert sink is named in egress refusals and in
+// mefor_egress_refused_total.
+func WebhookTarget(sink string) string { return "alert_sink:" + sink }
+
+// WebhookClient is the client sink's webhook POSTs with under policy p
+// (nil: anywhere): egress.Policy.HTTPClient with tc, the sink's TLS
+// configuration (nil: the system's roots), and its proxy, if it names
+// one. It is nil when the proxy does not parse (config refuses such a
+// file), so the POST fails rather than go direct.
+func WebhookClient(p *egress.Policy, tc *tls.Config, sink *config.AlertSink) *http.Client {
+	o := egress.HTTPOptions{TLS: tc}
+	if proxy := sink.Webhook.Proxy; proxy != "" {
+		u, err := url.Parse(proxy)
+		if err != nil {
+			return nil
+		}
+		o.Proxy = u
+	}
+	return p.HTTPClient(WebhookTarget(sink.Name), o)
 }
 
 // earlierPending reports whether a notification of the same rule to the
@@ -132,7 +165,10 @@ func (w *AlertNotifyWorker) logNotification(ctx context.Context, sink *config.Al
 // post sends payload to the webhook. Errors name the host and what went
 // wrong, never the URL's path or query (they may carry a token) nor any
 // header.
-func (w *AlertNotifyWorker) post(ctx context.Context, hook *config.WebhookSink, payload []byte) error {
+func (w *AlertNotifyWorker) post(ctx context.Context, client *http.Client, hook *config.WebhookSink, payload []byte) error {
+	if client == nil {
+		return errors.New("no HTTP client for the webhook (its proxy does not parse)")
+	}
 	u, err := url.Parse(hook.URL)
 	if err != nil {
 		return errors.New("the webhook URL does not parse")
@@ -147,10 +183,6 @@ func (w *AlertNotifyWorker) post(ctx context.Context, hook *config.WebhookSink, 
 	req.Header.Set("User-Agent", "mefor-alerts")
 	for _, h := range hook.Headers {
 		req.Header.Set(h.Name, h.Value)
-	}
-	client := w.Client
-	if client == nil {
-		client = http.DefaultClient
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -33,7 +33,14 @@ the user mefor runs as, or pass --no-tls-files where the files are absent.
 A plaintext listener on an address other machines can reach is an error
 unless the listener says plaintext: true (a trusted network); a TLS
 listener there that asks for no client certificate (no client_ca_file) is
-a warning.
+a warning. Outbound connections in plaintext to another machine (an MLLP
+destination without tls:, an http:// destination, reference source or
+webhook) are warnings, each silenced by plaintext: true beside its address
+or url.
+
+With an egress: section, every destination, reference source, webhook and
+proxy must be in egress.allow: each one outside it is an error naming where
+it is written and what to add. The last line says where data may go.
 
 Examples:
   mefor config check examples/quickstart/mefor.yaml
@@ -53,6 +60,8 @@ type configCheckResult struct {
 	Hash         string         `json:"hash,omitempty"`
 	// Encryption names the keys' variable and their ids, never a key.
 	Encryption string `json:"encryption,omitempty"`
+	// Egress says where data may go: unrestricted, or egress.allow.
+	Egress string `json:"egress,omitempty"`
 	// Certificates lists the certificates the TLS settings name, when
 	// their files were read.
 	Certificates []tlsconf.Certificate `json:"certificates,omitempty"`
@@ -74,6 +83,11 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 			res.AlertRules = len(cfg.Alerts.Rules)
 		}
 		res.Hash = cfg.Hash()
+		var allow []string
+		if cfg.Egress != nil {
+			allow = cfg.Egress.Allow.Strings()
+		}
+		res.Egress = egressSummary(cfg.Egress != nil, allow)
 		if cfg.Encryption != nil {
 			res.Encryption = fmt.Sprintf("keys from ${%s}: %s", cfg.Encryption.KeysVar, cfg.Encryption.Keys)
 			if _, err := g.configKeyring(cfg); err != nil {
@@ -106,6 +120,7 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 			if res.Encryption != "" {
 				fmt.Fprintf(g.stdout, "encryption at rest: %s\n", res.Encryption)
 			}
+			fmt.Fprintf(g.stdout, "egress: %s\n", res.Egress)
 		}
 	}
 	if !res.OK {

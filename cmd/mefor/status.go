@@ -43,6 +43,12 @@ over TLS without asking for a client certificate. Each node records these
 when it starts and at each reload, so the list is what is in use, not what a
 config file on this machine says ('mefor config check' reads the files).
 
+Then whether content is encrypted at rest, and where data may go ("egress"):
+"unrestricted" when the config has no egress: section, else the entries of
+egress.allow, with a warning for each destination, reference source or
+webhook reached in plaintext on another machine unless its config says
+plaintext: true, and when the live nodes run different lists.
+
 Examples:
   mefor status
   mefor status --json | jq '.destinations[] | select(.dead > 0)'`
@@ -112,6 +118,7 @@ func (c *statusCmd) printTail(w io.Writer, st *ops.StatusReport) error {
 		return err
 	}
 	printEncryption(w, st.Encryption, c.keys)
+	printEgress(w, st.Egress)
 	return nil
 }
 

@@ -48,6 +48,16 @@ type WebhookSink struct {
 	Headers []Header
 	// Timeout bounds one POST. Defaults to 10s.
 	Timeout time.Duration
+	// TLS configures an https:// URL: the CAs the receiver must chain to
+	// (the system's roots without it), a client certificate. The same
+	// block as a destination's.
+	TLS ClientTLS
+	// Proxy is the URL of the HTTP proxy POSTs go through; empty connects
+	// directly. The environment's proxy variables are never used.
+	Proxy string
+	// Plaintext acknowledges an http:// URL to another machine, which is
+	// otherwise flagged by `mefor config check` and `mefor status`.
+	Plaintext bool
 }
 
 // Header is one HTTP header of a webhook.
@@ -150,9 +160,14 @@ func (l *loader) decodeAlertSink(name string, n *yaml.Node, p path) AlertSink {
 	if wn, ok := m["webhook"]; ok {
 		wp := p.key("webhook")
 		s.Webhook = &WebhookSink{Timeout: defaultWebhookTimeout}
-		wm := l.mapping(wn, wp, "url", "headers", "timeout")
+		wm := l.mapping(wn, wp, "url", "headers", "timeout", "tls", "proxy", "plaintext")
 		decodeScalar(l, wm, wp, "url", &s.Webhook.URL, asString)
 		decodeScalar(l, wm, wp, "timeout", &s.Webhook.Timeout, parseDuration)
+		decodeScalar(l, wm, wp, "proxy", &s.Webhook.Proxy, asString)
+		decodeScalar(l, wm, wp, "plaintext", &s.Webhook.Plaintext, parseBool)
+		if tn, ok := wm["tls"]; ok {
+			s.Webhook.TLS = l.decodeClientTLS(tn, wp.key("tls"))
+		}
 		hp := wp.key("headers")
 		if hn := wm["headers"]; !isNull(hn) {
 			if hn.Kind != yaml.MappingNode {
@@ -331,6 +346,8 @@ func (l *loader) checkAlertSink(s *AlertSink, p path) {
 		} else if u, err := url.Parse(w.URL); !l.failed(up) && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 			// The value is not quoted: a query string may hold a token.
 			l.errorf(up, "must be an http:// or https:// URL with a host (e.g. url: https://hooks.example.org/mefor)")
+		} else if !l.failed(up) {
+			l.checkHTTPClient(wp, u, &w.TLS, w.Proxy, w.Plaintext)
 		}
 		l.positive(wp, "timeout", w.Timeout, defaultWebhookTimeout)
 		for _, h := range w.Headers {

@@ -36,12 +36,18 @@ type Config struct {
 	// Encryption names the keys content is sealed under at rest; nil when
 	// the file has no encryption: section (MEFOR_ENCRYPTION_KEYS decides).
 	Encryption *Encryption
+	// Egress lists where mefor may connect; nil when the file has no
+	// egress: section, and mefor connects wherever the config points.
+	Egress *Egress
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.
 	Warnings []Error
 
 	sum [sha256.Size]byte
+	// outbound is every connection to another machine the file asks for
+	// (egress.go).
+	outbound []Outbound
 	// pos says where each field given in the file is written, for Problem.
 	pos map[path]position
 }
@@ -354,6 +360,10 @@ type MLLPDestination struct {
 	// TLS, when enabled, makes every connection to the receiver TLS,
 	// verified before anything is sent.
 	TLS ClientTLS
+	// Plaintext acknowledges that a receiver on another machine is reached
+	// without TLS, which is otherwise flagged by `mefor config check` and
+	// `mefor status`.
+	Plaintext bool
 }
 
 // OrderingMode says how strictly a destination preserves message order.

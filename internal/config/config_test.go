@@ -1006,7 +1006,7 @@ channels:
 handlers:
   spare: {type: map, map: [{clear: {path: PID-19}}]}
 destinations:
-  out: {type: mllp, mllp: {address: "h:1"}}
+  out: {type: mllp, mllp: {address: "localhost:1"}}
   extra: {type: file, file: {directory: x}}
 `, nil)
 	if err != nil {

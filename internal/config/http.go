@@ -33,6 +33,9 @@ type HTTPDestination struct {
 	// to (the system's roots without it), a client certificate. The same
 	// block as an MLLP destination's.
 	TLS ClientTLS
+	// Plaintext acknowledges an http:// URL to another machine, which is
+	// otherwise flagged by `mefor config check` and `mefor status`.
+	Plaintext bool
 }
 
 // HTTPHeader is one header of every request.
@@ -64,8 +67,9 @@ var refusedHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Co
 
 func decodeHTTPDestination(l *loader, n *yaml.Node, p path, d *Destination) {
 	d.HTTP = &HTTPDestination{Method: http.MethodPost, Timeout: defaultHTTPTimeout}
-	m := l.mapping(n, p, "url", "method", "headers", "timeout", "tls")
+	m := l.mapping(n, p, "url", "method", "headers", "timeout", "tls", "plaintext")
 	decodeScalar(l, m, p, "url", &d.HTTP.URL, asString)
+	decodeScalar(l, m, p, "plaintext", &d.HTTP.Plaintext, parseBool)
 	decodeScalar(l, m, p, "method", &d.HTTP.Method, asString)
 	decodeScalar(l, m, p, "timeout", &d.HTTP.Timeout, parseDuration)
 	if hn, ok := m["headers"]; ok {
@@ -171,6 +175,9 @@ func checkHTTPDestination(l *loader, d *Destination, p path) {
 		host = u.Hostname()
 		if d.HTTP.TLS.Enabled && u.Scheme != "https" {
 			l.errorf(hp.key("tls"), "applies to https:// URLs only; change the url to https:// or remove the tls: block")
+		}
+		if d.HTTP.Plaintext && u.Scheme == "https" && !l.failed(hp.key("plaintext")) {
+			l.errorf(hp.key("plaintext"), "is true but the url is https://; remove plaintext: true")
 		}
 	}
 	if mp := hp.key("method"); !l.failed(mp) && d.HTTP.Method != http.MethodPost && d.HTTP.Method != http.MethodPut {

@@ -179,8 +179,9 @@ func decodeMLLPDestination(l *loader, n *yaml.Node, p path, d *Destination) {
 		AckTimeout:     defaultAckTimeout,
 		AEIsFailure:    true,
 	}
-	m := l.mapping(n, p, "address", "connect_timeout", "ack_timeout", "ae_is_failure", "tls")
+	m := l.mapping(n, p, "address", "connect_timeout", "ack_timeout", "ae_is_failure", "tls", "plaintext")
 	decodeScalar(l, m, p, "address", &d.MLLP.Address, asString)
+	decodeScalar(l, m, p, "plaintext", &d.MLLP.Plaintext, parseBool)
 	decodeScalar(l, m, p, "connect_timeout", &d.MLLP.ConnectTimeout, parseDuration)
 	decodeScalar(l, m, p, "ack_timeout", &d.MLLP.AckTimeout, parseDuration)
 	decodeScalar(l, m, p, "ae_is_failure", &d.MLLP.AEIsFailure, parseBool)

@@ -113,6 +113,20 @@ type HTTPSource struct {
 	Format string
 	// Timeout bounds one sync's request and its answer. Defaults to 30s.
 	Timeout time.Duration
+	// Headers are sent with every request, in file order (a bearer
+	// token, say). Their values never appear in logs or errors.
+	Headers []HTTPHeader
+	// TLS configures an https:// URL: the CAs the server must chain to
+	// (the system's roots without it), a client certificate. The same
+	// block as a destination's.
+	TLS ClientTLS
+	// Proxy is the URL of the HTTP proxy requests go through; empty
+	// connects directly. The environment's proxy variables are never
+	// used.
+	Proxy string
+	// Plaintext acknowledges an http:// URL to another machine, which is
+	// otherwise flagged by `mefor config check` and `mefor status`.
+	Plaintext bool
 }
 
 // Reference source formats of an HTTP source.
@@ -159,10 +173,19 @@ func (l *loader) decodeReferenceSet(name string, n *yaml.Node, p path) Reference
 	if hn, ok := sm["http"]; ok {
 		hp := sp.key("http")
 		s.Source.HTTP = &HTTPSource{Timeout: defaultSourceTimeout}
-		hm := l.mapping(hn, hp, "url", "format", "timeout")
-		decodeScalar(l, hm, hp, "url", &s.Source.HTTP.URL, asString)
-		decodeScalar(l, hm, hp, "format", &s.Source.HTTP.Format, asString)
-		decodeScalar(l, hm, hp, "timeout", &s.Source.HTTP.Timeout, parseDuration)
+		hm := l.mapping(hn, hp, "url", "format", "timeout", "headers", "tls", "proxy", "plaintext")
+		h := s.Source.HTTP
+		decodeScalar(l, hm, hp, "url", &h.URL, asString)
+		decodeScalar(l, hm, hp, "format", &h.Format, asString)
+		decodeScalar(l, hm, hp, "timeout", &h.Timeout, parseDuration)
+		decodeScalar(l, hm, hp, "proxy", &h.Proxy, asString)
+		decodeScalar(l, hm, hp, "plaintext", &h.Plaintext, parseBool)
+		if n, ok := hm["headers"]; ok {
+			h.Headers = l.decodeHeaders(n, hp.key("headers"))
+		}
+		if n, ok := hm["tls"]; ok {
+			h.TLS = l.decodeClientTLS(n, hp.key("tls"))
+		}
 	}
 	return s
 }
@@ -236,6 +259,8 @@ func (l *loader) checkReferenceSource(s *ReferenceSet, p path) {
 			l.errorf(up, "is required: the address returning CSV or JSON, e.g. url: https://terminology.example.org/lab-codes.csv")
 		} else if u, err := url.Parse(src.HTTP.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			l.errorf(up, "must be an http:// or https:// URL with a host (e.g. url: https://terminology.example.org/lab-codes.csv)")
+		} else {
+			l.checkHTTPClient(hp, u, &src.HTTP.TLS, src.HTTP.Proxy, src.HTTP.Plaintext)
 		}
 		if f := src.HTTP.Format; f != "" && f != FormatCSV && f != FormatJSON {
 			l.errorf(hp.key("format"), "%q is not a format; use csv or json, or leave it out to go by the response's Content-Type", f)
@@ -250,18 +275,12 @@ func (l *loader) checkReferenceSource(s *ReferenceSet, p path) {
 // parse: pgx would read the files, and config check must work where they
 // are absent.
 func (l *loader) checkSourceTLS(p path, raw string) {
-	u, err := url.Parse(raw)
-	if err != nil {
+	cfg, err := parseSourceURL(raw)
+	if errors.Is(err, errNotURL) {
 		// url.Parse's error quotes the URL, password included.
 		l.errorf(p, "is not a valid URL; want postgres://user:password@host:port/dbname?sslmode=verify-full&sslrootcert=/path/to/db-ca.crt")
 		return
 	}
-	q := u.Query()
-	for _, k := range []string{"sslrootcert", "sslcert", "sslkey", "sslpassword"} {
-		q.Del(k)
-	}
-	u.RawQuery = q.Encode()
-	cfg, err := pgconn.ParseConfig(u.String())
 	if err != nil {
 		l.errorf(p, "is not a PostgreSQL URL pgx can use (check its host, port and sslmode); want postgres://user:password@host:port/dbname?sslmode=verify-full&sslrootcert=/path/to/db-ca.crt")
 		return
@@ -270,6 +289,28 @@ func (l *loader) checkSourceTLS(p path, raw string) {
 	if err := dbtls.Check(cfg, raw); errors.As(err, &ie) {
 		l.errorf(p, "%v; %s, or set allow_insecure_database: true beside it if the network to that database is trusted", ie, ie.Fix())
 	}
+}
+
+var errNotURL = errors.New("not a URL")
+
+// parseSourceURL parses a SQL source's URL as pgx does, without its
+// certificate file parameters: pgx would read the files, and config check
+// must work where they are absent. Errors never quote the URL.
+func parseSourceURL(raw string) (*pgconn.Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, errNotURL
+	}
+	q := u.Query()
+	for _, k := range []string{"sslrootcert", "sslcert", "sslkey", "sslpassword"} {
+		q.Del(k)
+	}
+	u.RawQuery = q.Encode()
+	cfg, err := pgconn.ParseConfig(u.String())
+	if err != nil {
+		return nil, errors.New("not a PostgreSQL URL")
+	}
+	return cfg, nil
 }
 
 func (l *loader) checkReferenceColumns(s *ReferenceSet, p path) {

@@ -179,6 +179,9 @@ func (l *loader) checkClientCertChecks(t *ServerTLS, tp path) {
 // checkOutboundTLS checks a destination's tls: block and fills in the
 // server name from the address.
 func (l *loader) checkOutboundTLS(d *MLLPDestination, p path) {
+	if d.TLS.Enabled && d.Plaintext && !l.failed(p.key("plaintext")) {
+		l.errorf(p.key("plaintext"), "is true but a tls: block is set too; remove plaintext: true to connect over TLS, or the tls: block to connect in plaintext")
+	}
 	host := ""
 	if h, _, err := net.SplitHostPort(d.Address); err == nil {
 		host = h
@@ -230,11 +233,12 @@ func (l *loader) checkTLSExpiryWarning(c *Config) {
 
 // Problem builds an Error about a field of a named entity (section is
 // channels or destinations, rel a key path below it such as
-// inbound.mllp.tls.cert_file), located like a loading error. It is for
+// inbound.mllp.tls.cert_file), or of a section when name is empty (alerts,
+// sinks.ops.webhook.tls.ca_file), located like a loading error. It is for
 // problems found after loading, such as a certificate file that does not
 // read or has expired.
 func (c *Config) Problem(section, name, rel, format string, args ...any) Error {
-	p := path{section: section, named: true, name: name, rel: rel}
+	p := path{section: section, named: name != "", name: name, rel: rel}
 	at := position{line: 1, column: 1}
 	for q := p; ; {
 		if pos, ok := c.pos[q]; ok {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/tlsconf"
@@ -29,6 +30,7 @@ const (
 	OutcomeAR        = "AR"       // application reject ACK
 	OutcomeBadAck    = "bad-ack"  // the reply was not a readable ACK
 	OutcomeTLS       = "tls"      // the TLS handshake failed: nothing was sent
+	OutcomeEgress    = "egress"   // egress.allow refused the address reached (its DNS answer changed): nothing was sent
 	OutcomeIOError   = "io-error" // writing a file failed
 	// OutcomeBadName: the file name built for the message cannot be
 	// written (too long, a symlink or a non-directory in its path, no free
@@ -82,6 +84,7 @@ type Pool struct {
 	senders map[string]Sender
 	built   map[string]senderKey // the settings each lane's sender was built from
 	tls     *tlsconf.Set
+	egress  *egress.Gate
 }
 
 // NewPool returns an empty pool.
@@ -95,6 +98,15 @@ func (p *Pool) UseTLS(set *tlsconf.Set) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.tls = set
+}
+
+// UseEgress makes the pool's MLLP and HTTP senders connect through the
+// egress policy in force in g, read at each new connection, so a reload
+// applies to the lane's next connection. Call it before the first Get.
+func (p *Pool) UseEgress(g *egress.Gate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.egress = g
 }
 
 // Get returns the lane's sender, creating it for dest on first use. A
@@ -117,7 +129,11 @@ func (p *Pool) Get(lane string, dest *config.Destination) (Sender, error) {
 	if p.tls != nil {
 		tc = p.tls.Client(dest.Name)
 	}
-	s, err := New(dest, tc)
+	var dial egress.DialFunc
+	if p.egress != nil {
+		dial = p.egress.Dialer(EgressTarget(dest.Name))
+	}
+	s, err := New(dest, tc, dial)
 	if err != nil {
 		return nil, err
 	}
@@ -160,27 +176,33 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
+// EgressTarget is how a destination is named in egress refusals and in
+// mefor_egress_refused_total.
+func EgressTarget(destination string) string { return "destination:" + destination }
+
 // New builds the sender for a destination. tc is the destination's TLS
-// configuration, required when its settings enable TLS.
-func New(dest *config.Destination, tc *tlsconf.Client) (Sender, error) {
+// configuration, required when its settings enable TLS. dial opens its
+// connections (an egress policy's); nil dials directly.
+func New(dest *config.Destination, tc *tlsconf.Client, dial egress.DialFunc) (Sender, error) {
 	switch dest.Type {
 	case config.DestinationMLLP:
 		client := &mllp.Client{
 			Addr:        dest.MLLP.Address,
 			DialTimeout: dest.MLLP.ConnectTimeout,
 			AckTimeout:  dest.MLLP.AckTimeout,
+			Dialer:      dial,
 		}
 		if dest.MLLP.TLS.Enabled {
 			if tc == nil {
 				return nil, fmt.Errorf("destination %q: TLS is configured but its certificates were not loaded", dest.Name)
 			}
-			client.Dialer = mllp.TLSDialer(tc.Config)
+			client.Dialer = mllp.TLSDialerVia(dial, tc.Config)
 		}
 		return &MLLPSender{client: client, aeIsFailure: dest.MLLP.AEIsFailure}, nil
 	case config.DestinationFile:
 		return &FileSender{dest: dest.File}, nil
 	case config.DestinationHTTP:
-		return newHTTPSender(dest, tc)
+		return newHTTPSender(dest, tc, dial)
 	}
 	return nil, fmt.Errorf("destination %q: unsupported type %q", dest.Name, dest.Type)
 }
@@ -223,7 +245,10 @@ func (s *MLLPSender) Send(ctx context.Context, d Delivery) Result {
 func classifySendError(addr string, err error) Result {
 	var dial *mllp.DialError
 	var hs *mllp.HandshakeError
+	var refused *egress.RefusedError
 	switch {
+	case errors.As(err, &refused):
+		return Result{Outcome: OutcomeEgress, Error: fmt.Sprintf("%s: %s; nothing was delivered", OutcomeEgress, refused.Detail())}
 	case errors.As(err, &hs):
 		return Result{Outcome: OutcomeTLS, Error: fmt.Sprintf("%s: TLS handshake with %s failed, %s; nothing was delivered (%v)",
 			OutcomeTLS, addr, hs.Reason, hs.Err)}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/tlsconf"
 )
@@ -46,7 +47,7 @@ type HTTPSender struct {
 	client  *http.Client
 }
 
-func newHTTPSender(dest *config.Destination, tc *tlsconf.Client) (*HTTPSender, error) {
+func newHTTPSender(dest *config.Destination, tc *tlsconf.Client, dial egress.DialFunc) (*HTTPSender, error) {
 	h := dest.HTTP
 	u, err := url.Parse(h.URL)
 	if err != nil {
@@ -67,13 +68,16 @@ func newHTTPSender(dest *config.Destination, tc *tlsconf.Client) (*HTTPSender, e
 		}
 		tlsConfig = tc.Config
 	}
-	dialTLS := mllp.TLSDialer(tlsConfig)
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	dialTLS := mllp.TLSDialerVia(dial, tlsConfig)
 	s.tr = &http.Transport{
 		// Messages go straight to the partner: a proxy from the
 		// environment would see them.
 		Proxy: nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			c, err := dial(ctx, network, addr)
 			if err != nil {
 				return nil, &mllp.DialError{Addr: addr, Err: err}
 			}
@@ -164,11 +168,14 @@ func (s *HTTPSender) Send(ctx context.Context, d Delivery) Result {
 
 func (s *HTTPSender) classify(err error) Result {
 	var (
-		dial *mllp.DialError
-		hs   *mllp.HandshakeError
-		ne   net.Error
+		dial    *mllp.DialError
+		hs      *mllp.HandshakeError
+		ne      net.Error
+		refused *egress.RefusedError
 	)
 	switch {
+	case errors.As(err, &refused):
+		return Result{Outcome: OutcomeEgress, Error: fmt.Sprintf("%s: %s; nothing was delivered", OutcomeEgress, refused.Detail())}
 	case errors.As(err, &hs):
 		return Result{Outcome: OutcomeTLS, Error: fmt.Sprintf("%s: TLS handshake with %s failed, %s; nothing was delivered (%v)",
 			OutcomeTLS, s.shown, hs.Reason, hs.Err)}

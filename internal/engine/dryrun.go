@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -134,7 +133,7 @@ func (d *DryRun) readReferenceSets(ctx context.Context) handler.Lookup {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		snap, err := reference.Read(rctx, set, http.DefaultClient)
+		snap, err := reference.Read(rctx, set, reference.Egress{}) // a CSV file: nothing to reach
 		cancel()
 		if err != nil {
 			l.sets[set.Name] = dryLookupSet{err: fmt.Errorf("reference set %q: %w", set.Name, err)}

@@ -23,6 +23,7 @@ import (
 	"github.com/mefor/mefor/internal/cpupressure"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/dbpool"
+	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/pipeline"
@@ -96,6 +97,11 @@ type Options struct {
 	StageQueuePoll time.Duration
 	// NoSnoozeWake turns the snooze waker off (snoozewake.go), for tests.
 	NoSnoozeWake bool
+	// EgressResolver resolves the host names the egress policy pins
+	// (egress.go). Defaults to the system's resolver, which connections
+	// use too; tests give another to pin addresses a connection then does
+	// not reach, as a DNS answer that changed would.
+	EgressResolver egress.Resolver
 }
 
 // Node is one running mefor node.
@@ -157,6 +163,7 @@ type Node struct {
 	reload reloadState  // config reload and the cluster config version watcher (reload.go)
 	refs   *references  // reference-set cache, its watcher and the sync worker (reference.go)
 	tls    transport    // certificates in use and their expiry watch (tls.go)
+	egress egress.Gate  // the egress policy in force (egress.go)
 	state  *state.Cache // transform state as this node last saw it (script.go)
 	// agreeMu guards disagreement: why the cluster does not agree on this
 	// node's config ("" when it does), as last logged.
@@ -205,7 +212,10 @@ func New(opts Options) (*Node, error) {
 		pool.Close()
 		return nil, err
 	}
+	n.egress.Store(n.buildEgress(context.Background(), opts.Config))
+	n.senders.UseEgress(&n.egress)
 	n.refs = newReferences(opts)
+	n.refs.syncer.Egress = n.referenceEgress
 	n.state = state.NewCache(0)
 	g, err := NewGraph(opts.Config, n.graphOptions()...)
 	if err != nil {
@@ -308,7 +318,7 @@ func New(opts Options) (*Node, error) {
 		Policy: func() *config.Retention { return n.Config().Maintenance.Retention }})
 	river.AddWorker(w, &workers.AlertEvalWorker{Deps: deps, Config: n.Config})
 	river.AddWorker(w, &workers.AlertNotifyWorker{Pool: opts.Pool, Config: n.Config, Logger: opts.Logger,
-		RetryBase: opts.AlertRetryBase})
+		RetryBase: opts.AlertRetryBase, Client: n.webhookClient})
 	maintenance := workers.MaintenanceJobs(opts.Config)
 	if opts.ReclaimInterval > 0 {
 		maintenance[0].Schedule = config.Every(opts.ReclaimInterval) // reclaim is always first

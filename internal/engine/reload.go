@@ -60,6 +60,10 @@ import (
 //     has expired (tls.go); the files are re-read at every reload, so a
 //     renewal needs no change to the config file.
 //
+// Every reload, of an unchanged file too, builds the egress policy again
+// (egress.go): the host names the config connects to are resolved and
+// pinned anew, which is how a host's new address is accepted.
+//
 // What a reload removes: rows still queued for a channel, route, handler or
 // destination the new file no longer has are dead-lettered with the reason,
 // exactly as a restart with that file does, so they show in `mefor dead
@@ -337,9 +341,11 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	// whose settings changed: a connection made with a certificate now
 	// revoked must not outlive the reload.
 	revoked := crlRenewed(next, certs.Renewed())
+	policy := n.buildEgress(ctx, next)
 	if next.Hash() == cur.Hash() {
 		if len(revoked) == 0 {
 			res.Renewed = n.commitTLS(ctx, certs)
+			n.egress.Store(policy)
 			n.recordTransport(ctx)
 			return res, nil
 		}
@@ -350,6 +356,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 			return nil, err
 		}
 		res.Renewed = n.commitTLS(ctx, certs)
+		n.egress.Store(policy)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
 		res.Listeners = n.swapListeners(sctx, plan)
 		cancel()
@@ -374,6 +381,7 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	// Before the graph and the listeners: a destination or listener the
 	// new config adds must find its TLS configuration.
 	res.Renewed = n.commitTLS(ctx, certs)
+	n.egress.Store(policy)
 	n.graph.Store(g)
 	res.Changed = true
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)

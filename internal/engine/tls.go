@@ -122,6 +122,9 @@ func (n *Node) recordTransport(ctx context.Context) {
 	if err := nodeinfo.RecordEncryption(ctx, n.opts.Pool, n.opts.NodeID, n.opts.Keys); err != nil {
 		n.logger.WarnContext(ctx, "could not record the encryption keys in use for mefor status", "error", err)
 	}
+	if err := nodeinfo.RecordEgress(ctx, n.opts.Pool, n.opts.NodeID, egressOf(cfg)); err != nil {
+		n.logger.WarnContext(ctx, "could not record the egress in force for mefor status", "error", err)
+	}
 	n.recordRetention(ctx)
 }
 

@@ -43,6 +43,7 @@ func exposed(t *testing.T) map[string]bool {
 	m.HandoffShared("routed")
 	m.HandoffTurnFailed()
 	m.LaneReadShared("outbound")
+	m.EgressRefused("destination:d")
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func TestMonitoringExamples(t *testing.T) {
 		"mefor_lease_holder", "mefor_river_leader", "mefor_config_version", "mefor_node_heartbeat_age_seconds",
 		"mefor_reference_sync_failures_total", "mefor_maintenance_runs_total", "mefor_drainer_gathers_total", "mefor_handoffs_shared_total", "mefor_handoff_turns_failed_total",
 		"mefor_cpu_contended", "mefor_intake_commit_wait_seconds", "mefor_intake_commit_seconds", "mefor_intake_commit_messages",
-		"mefor_lane_reads_shared_total", "mefor_connections_refused_total", "mefor_connections_open",
+		"mefor_lane_reads_shared_total", "mefor_connections_refused_total", "mefor_connections_open", "mefor_egress_refused_total",
 	} {
 		if !known[want] {
 			t.Errorf("metric %s is not exposed", want)

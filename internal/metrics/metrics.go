@@ -104,6 +104,7 @@ type Metrics struct {
 	intakeWait       prometheus.Histogram
 	intakeCommit     prometheus.Histogram
 	intakeBatch      prometheus.Histogram
+	egressRefused    *prometheus.CounterVec
 }
 
 // New builds a node's metrics on a registry of its own, with the Go runtime
@@ -164,11 +165,14 @@ func New(opts Options) *Metrics {
 		intakeBatch: prometheus.NewHistogram(histogramOpts("intake_commit_messages",
 			"Messages stored by each intake commit (messages arriving together on any of the node's connections share one).",
 			[]float64{1, 2, 4, 8, 16, 32, 64})),
+		egressRefused: counterVec("egress_refused_total",
+			"Connections this node refused to make because egress.allow does not allow the address they would reach (a DNS answer changed since the config was loaded), by target (destination:NAME, reference_set:NAME, alert_sink:NAME).",
+			"target"),
 	}
 	m.registry.MustRegister(
 		m.received, m.rejected, m.connsClosed, m.paced, m.connsRefused, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
 		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs, m.failedTurns,
-		m.intakeWait, m.intakeCommit, m.intakeBatch, m.sharedReads,
+		m.intakeWait, m.intakeCommit, m.intakeBatch, m.sharedReads, m.egressRefused,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -297,6 +301,15 @@ func (m *Metrics) Delivered(destination, outcome string, answered bool, d time.D
 	if answered {
 		m.deliveryDuration.WithLabelValues(destination).Observe(d.Seconds())
 	}
+}
+
+// EgressRefused counts a connection of target that the egress policy
+// refused.
+func (m *Metrics) EgressRefused(target string) {
+	if m == nil {
+		return
+	}
+	m.egressRefused.WithLabelValues(target).Inc()
 }
 
 // Gathered counts a drainer of stage that waited to gather rows before it

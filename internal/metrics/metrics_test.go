@@ -19,6 +19,7 @@ func TestOutcomeOf(t *testing.T) {
 		{connector.OutcomeAR, "CR", "AR"},
 		{connector.OutcomeTimeout, "", "timeout"},
 		{connector.OutcomeRefused, "", "refused"},
+		{connector.OutcomeEgress, "", "refused"},
 		{connector.OutcomeClosed, "", "closed"},
 		{connector.OutcomeTLS, "", "tls"},
 		{connector.OutcomeIOError, "", "io-error"},
@@ -59,4 +60,5 @@ func TestNilMetrics(t *testing.T) {
 	m.DeadLettered("d")
 	m.ReferenceSyncFailed("s")
 	m.MaintenanceRun("j", "ok")
+	m.EgressRefused("destination:d")
 }

@@ -13,6 +13,7 @@ import "github.com/mefor/mefor/internal/connector"
 //	AR                        AR
 //	timeout                   timeout
 //	refused                   refused
+//	egress                    refused (egress.allow refused the address)
 //	closed                    closed
 //	tls                       tls
 //	http-5xx, http-429        AE   (the partner answered with an error; retried)
@@ -33,7 +34,7 @@ func OutcomeOf(outcome, ackCode string) string {
 		return OutcomeAR
 	case connector.OutcomeTimeout:
 		return OutcomeTimeout
-	case connector.OutcomeRefused:
+	case connector.OutcomeRefused, connector.OutcomeEgress:
 		return OutcomeRefused
 	case connector.OutcomeClosed:
 		return OutcomeClosed

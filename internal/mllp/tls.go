@@ -122,6 +122,17 @@ func isRemoteAlert(err error, op **net.OpError) bool {
 // ServerName gets the host of the address dialed. A failed handshake is
 // returned as a *HandshakeError.
 func TLSDialer(config func() *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return TLSDialerVia(nil, config)
+}
+
+// TLSDialerVia is TLSDialer over the connections dial opens (an egress
+// policy's, say); nil dials with a net.Dialer. A dial error is returned as
+// dial returned it.
+func TLSDialerVia(dial func(ctx context.Context, network, addr string) (net.Conn, error),
+	config func() *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		cfg := config()
 		if cfg.ServerName == "" {
@@ -132,7 +143,7 @@ func TLSDialer(config func() *tls.Config) func(ctx context.Context, network, add
 			cfg = cfg.Clone()
 			cfg.ServerName = host
 		}
-		raw, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		raw, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}

@@ -1,7 +1,8 @@
 // Package nodeinfo owns what each node records about itself beyond its
 // membership: its listeners and certificates (mefor_node_transport), the
-// keys it seals content with (mefor_node_encryption) and its retention
-// policy (mefor_node_retention).
+// keys it seals content with (mefor_node_encryption), its retention
+// policy (mefor_node_retention) and where its config lets data go
+// (mefor_node_egress).
 package nodeinfo
 
 import (

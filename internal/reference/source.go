@@ -11,6 +11,7 @@ package reference
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -19,14 +20,17 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/dbtls"
+	"github.com/mefor/mefor/internal/egress"
 )
 
 // maxSourceBytes bounds what an HTTP source may return: every node holds
@@ -43,9 +47,49 @@ type table struct {
 	rowName func(i int) string
 }
 
-// Read reads set's source and returns its rows as a snapshot. Errors name
-// the source and the row or column at fault, never a value from the rows.
-func Read(ctx context.Context, set *config.ReferenceSet, client *http.Client) (ReferenceSnapshot, error) {
+// Egress is how a read reaches a source on another machine.
+type Egress struct {
+	// HTTP is the client of an http source; an http source is not read
+	// without one.
+	HTTP *http.Client
+	// Dial opens a sql source's connections; nil dials directly.
+	Dial egress.DialFunc
+}
+
+// EgressTarget is how a reference set is named in egress refusals and in
+// mefor_egress_refused_total.
+func EgressTarget(set string) string { return "reference_set:" + set }
+
+// EgressOf is how set's source is reached under policy p (nil: anywhere):
+// an http source's client is p's (egress.Policy.HTTPClient) with tc, the
+// source's TLS configuration (nil: the system's roots), and its proxy, if
+// it names one; a sql source's connections are dialled through p, checked
+// against the pins of the hosts of its URL.
+func EgressOf(p *egress.Policy, tc *tls.Config, set *config.ReferenceSet) Egress {
+	target := EgressTarget(set.Name)
+	var e Egress
+	if h := set.Source.HTTP; h != nil {
+		o := egress.HTTPOptions{TLS: tc}
+		var err error
+		if h.Proxy != "" {
+			// Checked by config; one that does not parse leaves the source
+			// without a client, so the read fails rather than go direct.
+			o.Proxy, err = url.Parse(h.Proxy)
+		}
+		if err == nil {
+			e.HTTP = p.HTTPClient(target, o)
+		}
+	}
+	if s := set.Source.SQL; s != nil {
+		e.Dial = p.Dialer(target, config.SQLHosts(s.DatabaseURL)...)
+	}
+	return e
+}
+
+// Read reads set's source, reached as e says, and returns its rows as a
+// snapshot. Errors name the source and the row or column at fault, never
+// a value from the rows, nor a header.
+func Read(ctx context.Context, set *config.ReferenceSet, e Egress) (ReferenceSnapshot, error) {
 	var t table
 	var err error
 	src := set.Source
@@ -53,9 +97,9 @@ func Read(ctx context.Context, set *config.ReferenceSet, client *http.Client) (R
 	case src.CSV != nil:
 		t, err = readCSVFile(src.CSV.Path)
 	case src.SQL != nil:
-		t, err = readSQL(ctx, src.SQL)
+		t, err = readSQL(ctx, src.SQL, e.Dial)
 	case src.HTTP != nil:
-		t, err = readHTTP(ctx, src.HTTP, set, client)
+		t, err = readHTTP(ctx, src.HTTP, set, e.HTTP)
 	default:
 		err = errors.New("the set has no source")
 	}
@@ -186,7 +230,7 @@ func csvError(err error) error {
 	return err
 }
 
-func readSQL(ctx context.Context, src *config.SQLSource) (table, error) {
+func readSQL(ctx context.Context, src *config.SQLSource, dial egress.DialFunc) (table, error) {
 	ctx, cancel := context.WithTimeout(ctx, src.Timeout)
 	defer cancel()
 	cc, err := pgx.ParseConfig(src.DatabaseURL)
@@ -202,8 +246,17 @@ func readSQL(ctx context.Context, src *config.SQLSource) (table, error) {
 			return table{}, fmt.Errorf("refused: database_url %v; %s, or set allow_insecure_database: true on the source", ie, ie.Fix())
 		}
 	}
+	if dial != nil {
+		// pgx resolves the URL's hosts and dials their addresses; the
+		// policy checks each against the hosts' pins.
+		cc.DialFunc = pgconn.DialFunc(dial)
+	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
+	var refused *egress.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return table{}, fmt.Errorf("connect: %w", refused)
+	case err != nil:
 		return table{}, fmt.Errorf("connect: %w", redactConnError(err))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -254,7 +307,7 @@ func redactConnError(err error) error {
 
 func readHTTP(ctx context.Context, src *config.HTTPSource, set *config.ReferenceSet, client *http.Client) (table, error) {
 	if client == nil {
-		client = http.DefaultClient
+		return table{}, errors.New("GET: no HTTP client was given for this source")
 	}
 	ctx, cancel := context.WithTimeout(ctx, src.Timeout)
 	defer cancel()
@@ -263,6 +316,9 @@ func readHTTP(ctx context.Context, src *config.HTTPSource, set *config.Reference
 		return table{}, errors.New("bad URL")
 	}
 	req.Header.Set("Accept", "text/csv, application/json;q=0.9")
+	for _, h := range src.Headers {
+		req.Header.Set(h.Name, h.Value)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		var uerr interface{ Unwrap() error }

@@ -3,7 +3,6 @@ package reference
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,9 +27,10 @@ type SyncResult struct {
 type Syncer struct {
 	Pool   *pgxpool.Pool
 	NodeID string
-	// HTTP is the client for http sources; nil means http.DefaultClient.
-	// Each source's timeout applies on top of the client's.
-	HTTP *http.Client
+	// Egress says how a set's source is reached (see EgressOf); nil
+	// reaches it anywhere, with EgressOf's safe client and no TLS block.
+	// Each source's timeout bounds its read.
+	Egress func(set *config.ReferenceSet) Egress
 	// Now is the clock of the audit; nil means time.Now.
 	Now func() time.Time
 	// Keys seals the rows' values; nil stores them in clear.
@@ -51,7 +51,11 @@ func (s *Syncer) now() time.Time {
 // the source and where it failed, never row contents.
 func (s *Syncer) Sync(ctx context.Context, set *config.ReferenceSet) (SyncResult, error) {
 	started := s.now()
-	snap, err := Read(ctx, set, s.HTTP)
+	e := EgressOf(nil, nil, set)
+	if s.Egress != nil {
+		e = s.Egress(set)
+	}
+	snap, err := Read(ctx, set, e)
 	if err != nil {
 		return SyncResult{}, s.fail(ctx, set, started, err)
 	}

@@ -309,6 +309,8 @@ type Status struct {
 	// Encryption is what the live nodes seal content with (filled by
 	// ops.Status).
 	Encryption *nodeinfo.EncryptionStatus `json:"encryption,omitempty"`
+	// Egress is where the live nodes let data go (filled by ops.Status).
+	Egress *nodeinfo.EgressStatus `json:"egress,omitempty"`
 }
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a

@@ -1,5 +1,6 @@
 // Package tlsconf turns a config's TLS settings into the crypto/tls
-// configurations a node's MLLP listeners and MLLP and HTTP senders use, and keeps them
+// configurations a node's MLLP listeners, its MLLP and HTTP senders, its
+// HTTP reference sources and its alert webhooks use, and keeps them
 // current.
 //
 // The certificate, key and CA files are read when a node starts (New) and
@@ -85,12 +86,12 @@ type Client struct {
 // Config returns the configuration for a new connection.
 func (c *Client) Config() *tls.Config { return c.cur.Load() }
 
-// Set is every TLS configuration of a node, by channel and destination.
-// It is safe for concurrent use.
+// Set is every TLS configuration of a node, by channel, destination,
+// reference set and alert sink. It is safe for concurrent use.
 type Set struct {
 	mu      sync.Mutex
 	servers map[string]*Server
-	clients map[string]*Client
+	clients map[clientKey]*Client
 	certs   []Certificate
 	sums    map[string]string // file → hash of its content at the last commit
 }
@@ -98,7 +99,7 @@ type Set struct {
 // New reads every certificate, key and CA file cfg names, as of now.
 // The error is a config.Errors naming each problem's field and file.
 func New(cfg *config.Config, now time.Time) (*Set, error) {
-	s := &Set{servers: map[string]*Server{}, clients: map[string]*Client{}, sums: map[string]string{}}
+	s := &Set{servers: map[string]*Server{}, clients: map[clientKey]*Client{}, sums: map[string]string{}}
 	st, err := s.Prepare(cfg, now)
 	if err != nil {
 		return nil, err
@@ -115,12 +116,29 @@ func (s *Set) Server(channel string) *Server {
 	return s.servers[channel]
 }
 
+// clientKey names what a client configuration is for: a config section
+// (destinations, reference_sets, alerts) and a name in it.
+type clientKey struct{ section, name string }
+
 // Client returns the destination's configuration, or nil when it connects
 // in plaintext.
 func (s *Set) Client(destination string) *Client {
+	return s.client(clientKey{"destinations", destination})
+}
+
+// ReferenceClient returns the configuration of the reference set's HTTP
+// source, or nil when it has no tls: block (an https:// URL is then
+// verified against the system's roots).
+func (s *Set) ReferenceClient(set string) *Client { return s.client(clientKey{"reference_sets", set}) }
+
+// WebhookClient returns the configuration of the alert sink's webhook, or
+// nil when it has no tls: block.
+func (s *Set) WebhookClient(sink string) *Client { return s.client(clientKey{"alerts", sink}) }
+
+func (s *Set) client(k clientKey) *Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.clients[destination]
+	return s.clients[k]
 }
 
 // Certificates lists the certificates in use, soonest to expire first.
@@ -134,7 +152,7 @@ func (s *Set) Certificates() []Certificate {
 type Staged struct {
 	set     *Set
 	servers map[string]*tls.Config
-	clients map[string]*tls.Config
+	clients map[clientKey]*tls.Config
 	certs   []Certificate
 	sums    map[string]string
 }
@@ -144,7 +162,7 @@ type Staged struct {
 // problem's field and file.
 func (s *Set) Prepare(cfg *config.Config, now time.Time) (*Staged, error) {
 	l := &loader{cfg: cfg, now: now, files: map[string][]byte{}, inv: map[string]*Certificate{}}
-	st := &Staged{set: s, servers: map[string]*tls.Config{}, clients: map[string]*tls.Config{}}
+	st := &Staged{set: s, servers: map[string]*tls.Config{}, clients: map[clientKey]*tls.Config{}}
 	for _, ch := range cfg.Channels {
 		if ch.Inbound.MLLP == nil || !ch.Inbound.MLLP.TLS.Enabled {
 			continue
@@ -153,13 +171,28 @@ func (s *Set) Prepare(cfg *config.Config, now time.Time) (*Staged, error) {
 			st.servers[ch.Name] = tc
 		}
 	}
+	client := func(k clientKey, t config.ClientTLS, base, use string) {
+		if !t.Enabled {
+			return
+		}
+		if tc := l.client(k, t, base, use); tc != nil {
+			st.clients[k] = tc
+		}
+	}
 	for _, d := range cfg.Destinations {
 		t, base := d.ClientTLS()
-		if !t.Enabled {
-			continue
+		client(clientKey{"destinations", d.Name}, t, base, fmt.Sprintf("destination %q", d.Name))
+	}
+	for _, rs := range cfg.ReferenceSets {
+		if h := rs.Source.HTTP; h != nil {
+			client(clientKey{"reference_sets", rs.Name}, h.TLS, "source.http.tls.", fmt.Sprintf("reference set %q", rs.Name))
 		}
-		if tc := l.client(d.Name, t, base); tc != nil {
-			st.clients[d.Name] = tc
+	}
+	if cfg.Alerts != nil {
+		for _, sink := range cfg.Alerts.Sinks {
+			if w := sink.Webhook; w != nil {
+				client(clientKey{"alerts", sink.Name}, w.TLS, "sinks."+sink.Name+".webhook.tls.", fmt.Sprintf("alert sink %q", sink.Name))
+			}
 		}
 	}
 	if len(l.errs) > 0 {
@@ -284,18 +317,23 @@ func (l *loader) server(channel string, t config.ServerTLS) *tls.Config {
 	return tc
 }
 
-// client builds a destination's configuration; base is the key of its tls:
-// block, e.g. "mllp.tls.".
-func (l *loader) client(dest string, t config.ClientTLS, base string) *tls.Config {
-	use := fmt.Sprintf("destination %q", dest)
+// client builds the configuration of a destination, reference source or
+// webhook; base is the key of its tls: block below the entity (e.g.
+// "mllp.tls."), or below the section when the entity has no name of its
+// own in the file's paths (alert sinks: "sinks.ops.webhook.tls.").
+func (l *loader) client(k clientKey, t config.ClientTLS, base, use string) *tls.Config {
+	name := k.name
+	if k.section == "alerts" {
+		name = ""
+	}
 	tc := &tls.Config{MinVersion: t.MinVersion, ServerName: t.ServerName}
 	ok := true
 	if t.CAFile != "" {
-		tc.RootCAs = l.caPool(field{"destinations", dest, base + "ca_file"}, t.CAFile, use+" CA")
+		tc.RootCAs = l.caPool(field{k.section, name, base + "ca_file"}, t.CAFile, use+" CA")
 		ok = tc.RootCAs != nil
 	}
 	if t.CertFile != "" {
-		pair, pok := l.keyPair(field{"destinations", dest, base + "cert_file"}, field{"destinations", dest, base + "key_file"},
+		pair, pok := l.keyPair(field{k.section, name, base + "cert_file"}, field{k.section, name, base + "key_file"},
 			t.CertFile, t.KeyFile, use+" client certificate")
 		if pok {
 			tc.Certificates = []tls.Certificate{pair}

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"strings"
+
+	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/egress"
+	"github.com/mefor/mefor/internal/nodeinfo"
+	"github.com/mefor/mefor/internal/reference"
+	"github.com/mefor/mefor/workers"
+)
+
+// Where data may go.
+//
+// A node builds the egress policy of its config when it is built and at
+// each reload, even of an unchanged file: the policy pins the addresses of
+// the host names the config connects to as they resolve then
+// (egress.NewPolicy), so a reload is how an operator accepts a host's new
+// address. Every outbound connection (destinations, reference sources,
+// alert webhooks) dials through the policy in force (n.egress), read at
+// each connection. A connection refused is counted in
+// mefor_egress_refused_total and logged with its target and addresses.
+// The file itself was checked against egress.allow when it was loaded, so
+// a config naming a host outside the list never runs.
+
+// buildEgress returns cfg's policy, nil when it has no egress: section,
+// logging each name that did not resolve (it is pinned at its first
+// connection).
+func (n *Node) buildEgress(ctx context.Context, cfg *config.Config) *egress.Policy {
+	if cfg.Egress == nil {
+		return nil
+	}
+	p, errs := egress.NewPolicy(ctx, cfg.Egress.Allow, cfg.OutboundHosts(), egress.Options{
+		Resolver: n.opts.EgressResolver,
+		OnRefuse: n.egressRefused,
+	})
+	for _, err := range errs {
+		n.logger.WarnContext(ctx, "egress: a host the config connects to did not resolve; its addresses are pinned at its first connection",
+			"error", err)
+	}
+	return p
+}
+
+// egressRefused counts and logs a connection the policy refused. Nothing
+// of what it would have carried is known here, let alone logged.
+func (n *Node) egressRefused(r *egress.RefusedError) {
+	n.metrics.EgressRefused(r.Target)
+	pinned := make([]string, len(r.Pinned))
+	for i, a := range r.Pinned {
+		pinned[i] = a.String()
+	}
+	n.logger.Warn("egress: connection refused, nothing was sent", "target", r.Target, "host", r.Host, "addr", r.Addr,
+		"pinned", strings.Join(pinned, ","), "error", r.Error())
+}
+
+// referenceEgress is how a sync reaches set's source.
+func (n *Node) referenceEgress(set *config.ReferenceSet) reference.Egress {
+	var tc *tls.Config
+	if c := n.tls.set.ReferenceClient(set.Name); c != nil {
+		tc = c.Config()
+	}
+	return reference.EgressOf(n.egress.Load(), tc, set)
+}
+
+// webhookClient is the client an alert sink's webhook POSTs with.
+func (n *Node) webhookClient(sink *config.AlertSink) *http.Client {
+	var tc *tls.Config
+	if c := n.tls.set.WebhookClient(sink.Name); c != nil {
+		tc = c.Config()
+	}
+	return workers.WebhookClient(n.egress.Load(), tc, sink)
+}
+
+// egressOf is what `mefor status` shows of cfg's egress: its list and the
+// connections in plaintext.
+func egressOf(cfg *config.Config) nodeinfo.NodeEgress {
+	e := nodeinfo.NodeEgress{Restricted: cfg.Egress != nil, Allow: []string{}, Plaintext: []nodeinfo.PlaintextOutbound{}}
+	if cfg.Egress != nil {
+		e.Allow = cfg.Egress.Allow.Strings()
+	}
+	for _, o := range cfg.Outbound() {
+		if o.Plaintext {
+			e.Plaintext = append(e.Plaintext, nodeinfo.PlaintextOutbound{Target: o.Target, Address: o.Address(), Protocol: o.Protocol})
+		}
+	}
+	return e
+}
