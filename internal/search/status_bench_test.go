@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // BenchmarkStatusBacklog1M measures what an operator waits for while a
@@ -45,24 +45,11 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 		b.Fatalf("build mefor: %v\n%s", err, out)
 	}
 	for range b.N {
-		b.StopTimer()
-		db := testcontainers.NewDB(b)
-		start := time.Now()
-		loadBacklog(b, db, n)
-		b.Logf("loaded a backlog of %d deliveries in %s", n, time.Since(start).Round(time.Second))
+		db := fixtures.BenchDB(b, func(db *testcontainers.DB) string {
+			loadBacklog(b, db, n)
+			return fmt.Sprintf("loaded a backlog of %d deliveries", n)
+		})
 
-		median := func(f func() error) float64 {
-			var times []time.Duration
-			for range 5 {
-				t0 := time.Now()
-				if err := f(); err != nil {
-					b.Fatal(err)
-				}
-				times = append(times, time.Since(t0))
-			}
-			slices.Sort(times)
-			return float64(times[len(times)/2].Microseconds()) / 1000
-		}
 		cli := func(args ...string) func() error {
 			return func() error {
 				cmd := exec.Command(bin, args...)
@@ -75,22 +62,22 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 		}
 		b.StartTimer()
 		var queued int64
-		statusMS := median(func() error {
+		statusMS := medianMS(b, func() error {
 			st, err := ops.Status(ctx, db.Pool)
 			if err == nil && len(st.Destinations) > 0 {
 				queued = st.Destinations[0].Queued
 			}
 			return err
 		})
-		listMS := median(func() error {
+		listMS := medianMS(b, func() error {
 			got, err := search.ListMessages(ctx, db.Pool, search.MessageFilter{Status: pipeline.StatusError})
 			if err == nil && len(got) != search.DefaultListLimit {
 				err = fmt.Errorf("list --status error found %d, want %d", len(got), search.DefaultListLimit)
 			}
 			return err
 		})
-		statusCLI := median(cli("status"))
-		listCLI := median(cli("messages", "list", "--status", "error"))
+		statusCLI := medianMS(b, cli("status"))
+		listCLI := medianMS(b, cli("messages", "list", "--status", "error"))
 		b.StopTimer()
 		var want int64
 		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE status = 'pending'`).Scan(&want); err != nil {
@@ -102,10 +89,10 @@ func BenchmarkStatusBacklog1M(b *testing.B) {
 		fmt.Printf("BENCH status-backlog-1m queued=%d status_ms=%.2f status_cli_ms=%.2f list_error_ms=%.2f list_error_cli_ms=%.2f\n",
 			queued, statusMS, statusCLI, listMS, listCLI)
 		for _, q := range search.StatusSQL() {
-			b.Logf("%s", explainAnalyze(b, db, q))
+			b.Logf("%s\n%s", strings.TrimSpace(q), explain(b, db.Pool, "(ANALYZE, BUFFERS)", q))
 		}
 		sql, args := search.ListMessagesSQL(search.MessageFilter{Status: pipeline.StatusError})
-		b.Logf("%s", explainAnalyze(b, db, sql, args))
+		b.Logf("%s\n%s", strings.TrimSpace(sql), explain(b, db.Pool, "(ANALYZE, BUFFERS)", sql, args))
 
 		heapBase, heapPeak, attempts := runNodeOnBacklog(b, db, 20*time.Second)
 		fmt.Printf("BENCH status-backlog-1m-node heap_base_mb=%.1f heap_peak_mb=%.1f head_attempts=%d\n",
@@ -235,24 +222,4 @@ func loadBacklog(b *testing.B, db *testcontainers.DB, n int) {
 			b.Fatalf("load backlog: %v\n%s", err, s)
 		}
 	}
-}
-
-// explainAnalyze runs sql under EXPLAIN (ANALYZE, BUFFERS) and returns the
-// plan.
-func explainAnalyze(b *testing.B, db *testcontainers.DB, sql string, args ...any) string {
-	b.Helper()
-	rows, err := db.Pool.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
-	if err != nil {
-		b.Fatalf("explain: %v\n%s", err, sql)
-	}
-	defer rows.Close()
-	plan := []string{strings.TrimSpace(sql)}
-	for rows.Next() {
-		var l string
-		if err := rows.Scan(&l); err != nil {
-			b.Fatal(err)
-		}
-		plan = append(plan, "  "+l)
-	}
-	return strings.Join(plan, "\n")
 }

@@ -38,22 +38,18 @@ func TestStatusPlansReadNoWholeTable(t *testing.T) {
 	}
 	plan := func(sql string, args ...any) string {
 		t.Helper()
-		var lines []string
+		var p string
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
-			if err != nil {
-				return err
-			}
-			lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
+			p = explain(t, tx, "", sql, args...)
+			return nil
 		})
 		if err != nil {
 			t.Fatalf("explain: %v\n%s", err, sql)
 		}
-		return strings.Join(lines, "\n")
+		return p
 	}
 	bigTable := regexp.MustCompile(`(Scan|Scan Backward) (using \S+ )?on mefor_(message|work)( |$)`)
 	for _, sql := range search.StatusSQL() {
