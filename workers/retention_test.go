@@ -120,6 +120,32 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], tim
 	return maintenance.MaintenanceRun{}
 }
 
+// sendUntil stores ADT messages through in from four senders at once until
+// stop closes, and returns when every sender has stopped. Each Receive's
+// result, with how long it took, goes to stored; a sender stops early when
+// stored returns false.
+func sendUntil(ctx context.Context, in *engine.Intake, stop <-chan struct{}, stored func(r engine.Received, took time.Duration, err error) bool) {
+	var wg sync.WaitGroup
+	for s := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				raw := fmt.Appendf(nil, "MSH|^~\\&|ADT|HOSP|EHR|HOSP|20260101120000||ADT^A01|S%dN%d|P|2.5\rPID|1||%d\r", s, i, i)
+				t0 := time.Now()
+				r, err := in.Receive(ctx, "adt", "mllp", "127.0.0.1:1", raw)
+				if !stored(r, time.Since(t0), err) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // Retention over tens of thousands of old messages runs in short batches
 // while intake keeps storing (and so acknowledging) new messages: every
 // message of the concurrent traffic is stored and keeps its body, the old
@@ -140,30 +166,23 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 	stop := make(chan struct{})
 	var acked sync.Map // message id -> time the ACK could go out
 	var failures atomic.Int64
-	var wg sync.WaitGroup
-	for s := range 4 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		sendUntil(ctx, in, stop, func(r engine.Received, _ time.Duration, err error) bool {
+			if err != nil {
+				if failures.Add(1) == 1 {
+					t.Errorf("intake failed: %v", err)
 				}
-				raw := fmt.Appendf(nil, "MSH|^~\\&|ADT|HOSP|EHR|HOSP|20260101120000||ADT^A01|S%dN%d|P|2.5\rPID|1||%d\r", s, i, i)
-				r, err := in.Receive(ctx, "adt", "mllp", "127.0.0.1:1", raw)
-				if err != nil {
-					if failures.Add(1) == 1 {
-						t.Errorf("intake failed: %v", err)
-					}
-					continue
-				}
-				acked.Store(r.MessageID, time.Now())
+				return true
 			}
+			acked.Store(r.MessageID, time.Now())
+			return true
 		})
-	}
+	}()
 	run := runRetention(t, db.Pool, client, 5*time.Minute)
 	close(stop)
-	wg.Wait()
+	<-sent
 
 	if run.Outcome != maintenance.RunOK {
 		t.Fatalf("retention run %s: %s", run.Outcome, run.Error)
