@@ -57,16 +57,12 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 
 	// Operator writes: replay of a processed message, replay-dead, cancel.
 	e.deliver("outbound:x#1", done[1])
-	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, done[1]); err != nil {
-		t.Fatal(err)
-	}
+	e.replay(done[1])
 	if _, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Channel: "orm"}, ops.BulkOptions{BatchSize: 2}); err != nil {
 		t.Fatal(err)
 	}
 	check("replays")
-	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "x"}, ops.BulkOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.cancel(pipeline.CancelFilter{Destination: "x"}, ops.BulkOptions{})
 	e.fail(lab, dead[0], true, 0)
 	check("cancel")
 
