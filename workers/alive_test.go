@@ -31,22 +31,7 @@ func TestDrainerDoesNotSendWhileNodeNotAlive(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, err := config.Parse("alive.yaml", []byte(fmt.Sprintf(`
-channels:
-  c:
-    inbound:
-      mllp: {listen: "127.0.0.1:1"}  # never bound here
-    routes:
-      - name: r
-        destinations: [d]
-destinations:
-  d:
-    type: file
-    file: {directory: %q}
-`, dir)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := fileRouteConfig(t, "d", dir)
 	var alive atomic.Bool
 	deps := outboundDeps(t, db, cfg)
 	deps.Alive = alive.Load
@@ -68,7 +53,7 @@ destinations:
 
 	// Alive again (or another node): the lane is served.
 	alive.Store(true)
-	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
 			return err
 		}
@@ -91,22 +76,7 @@ destinations:
 func TestUnknownDestinationWaitsUntilClusterAgrees(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
-	cfg, err := config.Parse("behind.yaml", []byte(fmt.Sprintf(`
-channels:
-  c:
-    inbound:
-      mllp: {listen: "127.0.0.1:1"}  # never bound here
-    routes:
-      - name: r
-        destinations: [other]
-destinations:
-  other:
-    type: file
-    file: {directory: %q}
-`, t.TempDir())), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := fileRouteConfig(t, "other", t.TempDir())
 	var agreed atomic.Bool
 	deps := outboundDeps(t, db, cfg)
 	deps.ConfigAgreed = func(context.Context) bool { return agreed.Load() }
@@ -139,6 +109,30 @@ destinations:
 }
 
 // startOutbound runs a River client with only the outbound drainer, on deps.
+// fileRouteConfig is a node's config whose one channel, c, routes
+// everything (route r) to the file destination dest writing into dir. The
+// channel's listener is never bound: these tests queue rows themselves.
+func fileRouteConfig(t *testing.T, dest, dir string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("mefor.yaml", []byte(fmt.Sprintf(`
+channels:
+  c:
+    inbound:
+      mllp: {listen: "127.0.0.1:1"}
+    routes:
+      - name: r
+        destinations: [%s]
+destinations:
+  %s:
+    type: file
+    file: {directory: %q}
+`, dest, dest, dir)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func startOutbound(t *testing.T, db *testcontainers.DB, deps *workers.Deps) *river.Client[pgx.Tx] {
 	t.Helper()
 	w := river.NewWorkers()
