@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,23 +51,13 @@ func TestScriptStateExactlyOnceSIGKILL(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var delivered []delivery
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	partner := &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
-		m, err := hl7.Parse(raw)
-		if err != nil {
-			return nil
-		}
+	partner := cluster.ServeMLLP(t, "127.0.0.1:0", func(_ context.Context, m *hl7.Message) []byte {
 		n, _ := strconv.Atoi(m.Get("ZVC-1"))
 		mu.Lock()
 		delivered = append(delivered, delivery{m.ControlID(), n})
 		mu.Unlock()
-		return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
-	})}
-	go partner.Serve(ln)
-	t.Cleanup(func() { _ = partner.Shutdown(context.Background()) })
+		return cluster.ACK(m, hl7.AckAccept, "")
+	})
 
 	script := filepath.Join(dir, "count.js")
 	// The busy loop keeps each transform running for a moment, so the
@@ -99,7 +88,7 @@ destinations:
     type: mllp
     mllp: {address: %q}
     retry: {max_attempts: 0, backoff: 100ms, max_backoff: 1s}
-`, listen, script, ln.Addr().String())), 0o600); err != nil {
+`, listen, script, partner)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
@@ -255,20 +244,12 @@ func TestPoisonMessageCountsItsCrashes(t *testing.T) {
 	var received []string
 	ready := make(chan struct{}) // the messages are all stored
 	crash := make(chan struct{}, 10)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	partner := &mllp.Server{Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, _ mllp.ConnInfo) []byte {
-		m, err := hl7.Parse(raw)
-		if err != nil {
-			return nil
-		}
+	partner := cluster.ServeMLLP(t, "127.0.0.1:0", func(ctx context.Context, m *hl7.Message) []byte {
 		id := m.ControlID()
 		if id != "POISON" && id != "AFTER1" && id != "AFTER2" {
 			// Another test's node pointed at a port this partner got from
 			// the kernel later: not ours.
-			return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
+			return cluster.ACK(m, hl7.AckAccept, "")
 		}
 		mu.Lock()
 		first := !slices.Contains(received, id)
@@ -281,12 +262,10 @@ func TestPoisonMessageCountsItsCrashes(t *testing.T) {
 			<-ctx.Done()
 			return nil
 		case id == "AFTER1" && first:
-			return hl7.NewACK(m, hl7.AckError, "try again", hl7.NewControlID(), time.Now())
+			return cluster.ACK(m, hl7.AckError, "try again")
 		}
-		return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
-	})}
-	go func() { _ = partner.Serve(ln) }()
-	t.Cleanup(func() { _ = partner.Shutdown(context.Background()) })
+		return cluster.ACK(m, hl7.AckAccept, "")
+	})
 
 	cfg := filepath.Join(dir, "mefor.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
@@ -300,7 +279,7 @@ destinations:
     type: mllp
     mllp: {address: %q, ack_timeout: 1m}
     retry: {max_attempts: 3, backoff: 100ms, max_backoff: 100ms}
-`, listen, ln.Addr().String())), 0o600); err != nil {
+`, listen, partner)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {

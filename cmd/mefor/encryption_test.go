@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -64,7 +63,6 @@ func cli(t *testing.T, dbURL, keys string, args ...string) (int, string, string)
 // quotes the patient (MSA-3), as some partners' do: the reply is content.
 type replyingPartner struct {
 	addr string
-	srv  *mllp.Server
 	mu   sync.Mutex
 	got  [][]byte
 }
@@ -76,23 +74,13 @@ func newReplyingPartner(t *testing.T) *replyingPartner {
 
 func newReplyingPartnerAt(t *testing.T, addr string) *replyingPartner {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyingPartner{addr: ln.Addr().String()}
-	p.srv = &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
-		msg, err := hl7.Parse(raw)
-		if err != nil {
-			return hl7.NewACKForUnparsed(raw, hl7.AckReject, "unparseable", hl7.NewControlID(), time.Now())
-		}
+	p := &replyingPartner{}
+	p.addr = cluster.ServeMLLP(t, addr, func(_ context.Context, msg *hl7.Message) []byte {
 		p.mu.Lock()
-		p.got = append(p.got, bytes.Clone(raw))
+		p.got = append(p.got, msg.Encode()) // Parse then Encode is byte for byte
 		p.mu.Unlock()
-		return hl7.NewACK(msg, hl7.AckAccept, "filed for "+msg.Get("PID-5.1")+" "+msg.Get("PID-3.1"), hl7.NewControlID(), time.Now())
-	})}
-	go p.srv.Serve(ln)
-	t.Cleanup(func() { _ = p.srv.Shutdown(context.Background()) })
+		return cluster.ACK(msg, hl7.AckAccept, "filed for "+msg.Get("PID-5.1")+" "+msg.Get("PID-3.1"))
+	})
 	return p
 }
 
