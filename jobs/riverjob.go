@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // Every statement of mefor's on River's river_job table, and on the lane
@@ -18,11 +18,7 @@ import (
 // call for it (RescueDeadNodeDrainers).
 
 // DB is what the reads here need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = dbpool.DBTX
 
 // FenceSQL finds a drainer's river_job row only while the execution ($1 the
 // job id, $2 its attempted_at) is the running one, and locks it until the

@@ -7,16 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // DB is what the table functions need: a pool, a connection or a
 // transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = dbpool.DBTX
 
 // What a node's row says about it, judged on the database clock against the
 // timings the node itself recorded (Membership.Join), so every reader
