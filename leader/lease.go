@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/internal/tick"
 )
 
 // ListenerLeaseKey names the lease whose holder binds the inbound listeners.
@@ -148,17 +149,8 @@ func (l *Lease) Run(ctx context.Context) {
 		defer close(done)
 		l.watchdog(ctx)
 	}()
-	t := time.NewTicker(l.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		l.Tick(ctx)
-		select {
-		case <-ctx.Done():
-			<-done
-			return
-		case <-t.C:
-		}
-	}
+	tick.Now(ctx, l.cfg.Heartbeat, l.Tick)
+	<-done
 }
 
 // fenceTick is how often the watchdog looks: small against the fence
@@ -171,23 +163,20 @@ func (l *Lease) fenceTick() time.Duration {
 // FenceTimeout. It never touches the database, so a hung connection cannot
 // keep it from fencing.
 func (l *Lease) watchdog(ctx context.Context) {
-	t := time.NewTicker(l.fenceTick())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !l.held.Load() {
-			continue
-		}
-		since := time.Duration(l.mono() - l.lastOK.Load())
-		if since > l.cfg.FenceTimeout && l.held.CompareAndSwap(true, false) {
-			l.cfg.Logger.WarnContext(ctx, "listener lease fenced",
-				"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.cfg.FenceTimeout, "lease_ttl", l.cfg.TTL)
-			l.cfg.Changed()
-		}
+	tick.Every(ctx, l.fenceTick(), l.fenceIfStale)
+}
+
+// fenceIfStale closes the gate of a holder whose last confirmed renewal is
+// older than FenceTimeout.
+func (l *Lease) fenceIfStale(ctx context.Context) {
+	if !l.held.Load() {
+		return
+	}
+	since := time.Duration(l.mono() - l.lastOK.Load())
+	if since > l.cfg.FenceTimeout && l.held.CompareAndSwap(true, false) {
+		l.cfg.Logger.WarnContext(ctx, "listener lease fenced",
+			"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.cfg.FenceTimeout, "lease_ttl", l.cfg.TTL)
+		l.cfg.Changed()
 	}
 }
 

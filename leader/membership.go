@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/internal/tick"
 )
 
 // MembershipConfig configures a Membership.
@@ -130,16 +131,7 @@ func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
 // its maintenance lock held, its statement failing), so an idle node pays
 // one write a heartbeat for both.
 func (m *Membership) Run(ctx context.Context) {
-	t := time.NewTicker(m.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m.tick(ctx)
-	}
+	tick.Every(ctx, m.cfg.Heartbeat, func(ctx context.Context) { m.tick(ctx) })
 }
 
 // tick beats unless a beat was confirmed within the last heartbeat, and
