@@ -2,6 +2,7 @@ package dbpool
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,4 +15,18 @@ type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Column runs sql on q and returns the one column it selects, a value a
+// row. what says what the query is for; any error is wrapped with it.
+func Column[T any](ctx context.Context, q DBTX, what, sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	vals, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return vals, nil
 }
