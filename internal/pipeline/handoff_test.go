@@ -29,10 +29,7 @@ const handoffBody = "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ADT^A01|C1|P|2.5
 // not also go on to the next stage, or a later replay would deliver it
 // twice.
 func TestHandoffProducesOnlyForConsumedRows(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
+	ctx, db, ins := laneTest(t)
 	inTx := func(t *testing.T, fn func(tx pgx.Tx) error) {
 		t.Helper()
 		if err := pgx.BeginFunc(ctx, db.Pool, fn); err != nil {
@@ -122,10 +119,7 @@ func count(t *testing.T, db *testcontainers.DB, sql string, args ...any) int {
 // cancelled) routes nothing, so a reply is never stored twice and never
 // for a delivery that was not recorded.
 func TestReplyOnlyWithTheDeliveryRecorded(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
+	ctx, db, ins := laneTest(t)
 	fixtures.Queue(t, db, ins, "outbound:d")
 	fixtures.Queue(t, db, ins, "outbound:d")
 	rows, err := pipeline.PendingRows(ctx, db.Pool, "outbound:d", 10)
@@ -182,21 +176,9 @@ func TestReplyOnlyWithTheDeliveryRecorded(t *testing.T) {
 // everyone's hand-offs, and writes nothing; a hand-off with transform state
 // is refused a shared transaction.
 func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
-	ctx := context.Background()
+	ctx, db, ins := laneTest(t)
 
-	msg := func(channel, status string) int64 {
-		var id int64
-		if err := db.Pool.QueryRow(ctx, `
-			INSERT INTO mefor_message (channel, source, size, raw, status) VALUES ($1, 'test', 1, 'x', $2)
-			RETURNING id`, channel, status).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	m1, m2, m3 := msg("c1", "received"), msg("c2", "received"), msg("c3", "routed")
+	m1, m2, m3 := message(t, db, "c1", "received"), message(t, db, "c2", "received"), message(t, db, "c3", "routed")
 	fixtures.Exec(t, db, `
 		INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler) VALUES
 			($1, 'ingress', 'ingress:c1', 'c1', NULL, NULL),
@@ -301,22 +283,13 @@ func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 // nothing of any of them is written; a record with a failed attempt is
 // refused a shared transaction.
 func TestSharedRecordsAnswerEachLane(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
-	ctx := context.Background()
+	ctx, db, ins := laneTest(t)
 
 	for _, lane := range []string{"outbound:a", "outbound:a", "outbound:b", "outbound:b"} {
 		fixtures.Queue(t, db, ins, lane)
 	}
 	exA, exB := start(t, db, fixtures.Queue(t, db, ins, "outbound:a")), start(t, db, fixtures.Queue(t, db, ins, "outbound:b"))
-	var m1 int64
-	if err := db.Pool.QueryRow(ctx, `
-		INSERT INTO mefor_message (channel, source, size, raw, status) VALUES ('c1', 'test', 1, 'x', 'received')
-		RETURNING id`).Scan(&m1); err != nil {
-		t.Fatal(err)
-	}
-	fixtures.Exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel) VALUES ($1, 'ingress', 'ingress:c1', 'c1')`, m1)
+	received(t, db, "c1")
 	ex1 := start(t, db, fixtures.Queue(t, db, ins, "outbound:job1"))
 	rows := func(lane string, n int) []pipeline.Row {
 		rows, err := pipeline.PendingRows(ctx, db.Pool, lane, n)

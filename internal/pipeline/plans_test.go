@@ -30,10 +30,7 @@ import (
 // first five executions of each are custom), and their plans, made while
 // the tables were empty, must not scan them.
 func TestPipelineStatementsPlanOnce(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
+	ctx, db, ins := laneTest(t)
 	c, err := db.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -197,10 +194,7 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'
 // few rows, never a backlog. The operator's statements are planned for their values each
 // time, and their plans made the same choice.
 func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
+	ctx, db, ins := laneTest(t)
 
 	// The statistics stay as this test makes them.
 	fixtures.Exec(t, db, `ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)
