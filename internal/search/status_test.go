@@ -27,6 +27,9 @@ import (
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
+// These hold the status reads to what a large store needs: plans that read
+// no whole table, and a benchmark of status on a million queued deliveries.
+
 // What `mefor status`, the gauges and `messages list --status error` run
 // never reads the messages or rows tables whole, however many are kept or
 // queued: the counts come from the summary tables, the oldest pending row
