@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,6 +117,24 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], tim
 	}
 	t.Fatalf("retention run not audited within %s", timeout)
 	return maintenance.MaintenanceRun{}
+}
+
+// adtToOut is a config whose channel adt routes everything to the MLLP
+// destination out, with extra (top-level sections) after them.
+func adtToOut(t *testing.T, extra string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("t.yaml", []byte(`
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+`+extra), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // sendUntil stores ADT messages through in from four senders at once until
@@ -236,20 +253,10 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 // retention block) and a sync per reference set, and the node's periodic
 // jobs come from the same list.
 func TestMaintenanceRegistry(t *testing.T) {
-	doc := `
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+	cfg := adtToOut(t, `
 maintenance:
   retention: {keep_bodies: 30d, schedule: "0 3 * * *"}
-`
-	cfg, err := config.Parse("t.yaml", []byte(doc), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	list := workers.MaintenanceJobs(cfg)
 	if len(list) != 2 || list[0].Name != "reclaim" || list[1].Name != "retention" {
 		t.Fatalf("jobs = %+v, want reclaim and retention", list)
@@ -268,11 +275,7 @@ maintenance:
 	}
 	var _ rivertype.JobArgs = jobs.RetentionArgs{}
 
-	bare, err := config.Parse("t.yaml", []byte(strings.Replace(doc, "maintenance:\n  retention: {keep_bodies: 30d, schedule: \"0 3 * * *\"}\n", "", 1)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	list = workers.MaintenanceJobs(bare)
+	list = workers.MaintenanceJobs(adtToOut(t, ""))
 	if len(list) != 2 || list[1].Name != "retention" || list[1].Schedule.String() != "1h0m0s" {
 		t.Fatalf("jobs without a retention block = %+v, want reclaim and an hourly retention", list)
 	}
@@ -285,17 +288,7 @@ func TestRetentionWithoutBlockDeletesOldErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	cfg, err := config.Parse("t.yaml", []byte(`
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
-`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := adtToOut(t, "")
 	insert := func(status string, age time.Duration) (id int64) {
 		if err := db.Pool.QueryRow(ctx, `
 			INSERT INTO mefor_message (channel, source, size, raw, status, received_at)
