@@ -27,20 +27,7 @@ func exposed(t *testing.T) map[string]bool {
 		HeartbeatAge:  func() (float64, bool) { return 0.5, true },
 		CPUContended:  func() bool { return false },
 	}})
-	// Vectors only show once they have a child.
-	m.Received("c")
-	m.Rejected("c", metrics.RejectUnparseable)
-	m.ConnectionClosed("c", metrics.CloseUnparseableInARow)
-	m.Paced("c", time.Millisecond)
-	m.AckWritten("c", time.Millisecond)
-	m.Delivered("d", metrics.OutcomeOK, true, time.Millisecond)
-	m.DeadLettered("d")
-	m.ReferenceSyncFailed("s")
-	m.MaintenanceRun("reclaim", "ok")
-	m.Gathered("ingress")
-	m.HandoffShared("routed")
-	m.HandoffTurnFailed()
-	m.LaneReadShared("outbound")
+	recordOneOfEach(m) // vectors only show once they have a child
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
