@@ -2,9 +2,8 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // The reads of the lane registry (mefor_lane) other packages need; lane.go
@@ -26,13 +25,5 @@ const LayoutBarrierSQL = `
 
 // LaneNames are the names of every lane ever activated, sorted.
 func LaneNames(ctx context.Context, db DB) ([]string, error) {
-	rows, err := db.Query(ctx, `SELECT name FROM mefor_lane ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("read lanes: %w", err)
-	}
-	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read lanes: %w", err)
-	}
-	return lanes, nil
+	return dbpool.Column[string](ctx, db, "read lanes", `SELECT name FROM mefor_lane ORDER BY name`)
 }

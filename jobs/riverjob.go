@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // Every statement of mefor's on River's river_job table, and on the lane
@@ -18,11 +18,7 @@ import (
 // call for it (RescueDeadNodeDrainers).
 
 // DB is what the reads here need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = dbpool.DBTX
 
 // FenceSQL finds a drainer's river_job row only while the execution ($1 the
 // job id, $2 its attempted_at) is the running one, and locks it until the
@@ -100,36 +96,20 @@ func ScheduledDrainers(ctx context.Context, tx pgx.Tx, lanes []string) ([]int64,
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `
+	return dbpool.Column[int64](ctx, tx, "find snoozed drainers", `
 		SELECT j.id FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
 		WHERE l.name = ANY($1) AND j.state = 'scheduled'
 		ORDER BY j.id
 		FOR UPDATE OF j`, lanes)
-	if err != nil {
-		return nil, fmt.Errorf("find snoozed drainers: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("find snoozed drainers: %w", err)
-	}
-	return ids, nil
 }
 
 // StrandedLanes are the lanes with a pending row and no live drainer.
 func StrandedLanes(ctx context.Context, db DB) ([]string, error) {
-	rows, err := db.Query(ctx, `
+	return dbpool.Column[string](ctx, db, "find stranded lanes", `
 		SELECT l.name
 		FROM mefor_lane l LEFT JOIN river_job j ON j.id = l.job_id
 		WHERE (j.id IS NULL OR NOT (j.state::text = ANY($1::text[])))
 		  AND EXISTS (SELECT 1 FROM mefor_work w WHERE w.lane = l.name AND w.status = 'pending')`, LiveStateNames())
-	if err != nil {
-		return nil, fmt.Errorf("find stranded lanes: %w", err)
-	}
-	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("find stranded lanes: %w", err)
-	}
-	return lanes, nil
 }
 
 // RescuedDrainer is a drainer job RescueDeadNodeDrainers made available.

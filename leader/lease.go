@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/internal/tick"
 )
 
 // ListenerLeaseKey names the lease whose holder binds the inbound listeners.
@@ -63,13 +64,10 @@ type LeaseConfig struct {
 // Heartbeat < FenceTimeout < TTL (the config loader refuses such files
 // too; this refuses them for every caller).
 func NewLease(cfg LeaseConfig) (*Lease, error) {
+	if err := checkNode("lease", cfg.Pool, cfg.NodeID, cfg.Heartbeat); err != nil {
+		return nil, err
+	}
 	switch {
-	case cfg.Pool == nil:
-		return nil, errors.New("lease: no database pool")
-	case cfg.NodeID == "":
-		return nil, errors.New("lease: no node id")
-	case cfg.Heartbeat <= 0:
-		return nil, fmt.Errorf("lease: heartbeat must be positive, got %s", cfg.Heartbeat)
 	case cfg.FenceTimeout <= cfg.Heartbeat:
 		return nil, fmt.Errorf("lease: fence timeout (%s) must be longer than the heartbeat (%s), or one late renewal fences a healthy holder",
 			cfg.FenceTimeout, cfg.Heartbeat)
@@ -151,17 +149,8 @@ func (l *Lease) Run(ctx context.Context) {
 		defer close(done)
 		l.watchdog(ctx)
 	}()
-	t := time.NewTicker(l.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		l.Tick(ctx)
-		select {
-		case <-ctx.Done():
-			<-done
-			return
-		case <-t.C:
-		}
-	}
+	tick.Now(ctx, l.cfg.Heartbeat, l.Tick)
+	<-done
 }
 
 // fenceTick is how often the watchdog looks: small against the fence
@@ -174,23 +163,20 @@ func (l *Lease) fenceTick() time.Duration {
 // FenceTimeout. It never touches the database, so a hung connection cannot
 // keep it from fencing.
 func (l *Lease) watchdog(ctx context.Context) {
-	t := time.NewTicker(l.fenceTick())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !l.held.Load() {
-			continue
-		}
-		since := time.Duration(l.mono() - l.lastOK.Load())
-		if since > l.cfg.FenceTimeout && l.held.CompareAndSwap(true, false) {
-			l.cfg.Logger.WarnContext(ctx, "listener lease fenced",
-				"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.cfg.FenceTimeout, "lease_ttl", l.cfg.TTL)
-			l.cfg.Changed()
-		}
+	tick.Every(ctx, l.fenceTick(), l.fenceIfStale)
+}
+
+// fenceIfStale closes the gate of a holder whose last confirmed renewal is
+// older than FenceTimeout.
+func (l *Lease) fenceIfStale(ctx context.Context) {
+	if !l.held.Load() {
+		return
+	}
+	since := time.Duration(l.mono() - l.lastOK.Load())
+	if since > l.cfg.FenceTimeout && l.held.CompareAndSwap(true, false) {
+		l.cfg.Logger.WarnContext(ctx, "listener lease fenced",
+			"since_last_renewal", since.Round(time.Millisecond), "fence_timeout", l.cfg.FenceTimeout, "lease_ttl", l.cfg.TTL)
+		l.cfg.Changed()
 	}
 }
 
@@ -278,6 +264,20 @@ func (l *Lease) Tick(ctx context.Context) {
 	l.gapSince = 0
 }
 
+// claimSQL is the lease's upsert: $1 key, $2 node id, $3 TTL in
+// microseconds. It returns the owner when this node holds the lease after
+// it, and no row when another node's lease is live.
+const claimSQL = `
+	INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
+	VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+	ON CONFLICT (key) DO UPDATE SET
+		owner = EXCLUDED.owner,
+		expires_at = EXCLUDED.expires_at,
+		acquired_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
+			THEN l.acquired_at ELSE clock_timestamp() END
+	WHERE l.owner = $2 OR l.expires_at < clock_timestamp()
+	RETURNING owner`
+
 // claim acquires or renews the lease in one statement, on the database
 // clock: insert it when absent; otherwise take it only if this node already
 // owns it (renew) or it has expired (take over). Another node's live lease
@@ -287,17 +287,7 @@ func (l *Lease) claim(ctx context.Context) (bool, error) {
 		return l.claimAndBeat(ctx, m)
 	}
 	var owner string
-	err := l.cfg.Pool.QueryRow(ctx, `
-		INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
-		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-		ON CONFLICT (key) DO UPDATE SET
-			owner = EXCLUDED.owner,
-			expires_at = EXCLUDED.expires_at,
-			acquired_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
-				THEN l.acquired_at ELSE clock_timestamp() END
-		WHERE l.owner = $2 OR l.expires_at < clock_timestamp()
-		RETURNING owner`,
-		l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds()).Scan(&owner)
+	err := l.cfg.Pool.QueryRow(ctx, claimSQL, l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds()).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -319,16 +309,7 @@ func (l *Lease) claimAndBeat(ctx context.Context, m *Membership) (bool, error) {
 	var beats int64
 	sent := m.stamp()
 	err := l.cfg.Pool.QueryRow(ctx, `
-		WITH claim AS (
-			INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
-			VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-			ON CONFLICT (key) DO UPDATE SET
-				owner = EXCLUDED.owner,
-				expires_at = EXCLUDED.expires_at,
-				acquired_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
-					THEN l.acquired_at ELSE clock_timestamp() END
-			WHERE l.owner = $2 OR l.expires_at < clock_timestamp()
-			RETURNING owner
+		WITH claim AS (`+claimSQL+`
 		), beat AS (
 			UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active',
 				holds_lease = EXISTS (SELECT 1 FROM claim WHERE owner = $2)

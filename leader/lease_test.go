@@ -43,6 +43,17 @@ func newLease(t *testing.T, pool *pgxpool.Pool, id string) (*Lease, *probe) {
 	return newLeaseTimed(t, pool, id, testHeartbeat, testFence, testTTL)
 }
 
+// holderAndStandby is two leases on pool at the test timings: a ticked
+// first and holds the lease, b ticked after it; bp is b's probe.
+func holderAndStandby(t *testing.T, pool *pgxpool.Pool) (a, b *Lease, bp *probe) {
+	t.Helper()
+	a, _ = newLease(t, pool, "a")
+	b, bp = newLease(t, pool, "b")
+	a.Tick(context.Background())
+	b.Tick(context.Background())
+	return a, b, bp
+}
+
 // newLeaseTimed is for tests that race the claim pause (two heartbeats)
 // against a test goroutine: a long heartbeat keeps them correct on a loaded
 // machine.
@@ -128,14 +139,37 @@ func waitBlockedOnLease(t *testing.T, pool *pgxpool.Pool) {
 	t.Fatal("no statement blocked on the lease row within 5s")
 }
 
+// blockOnLeaseRow runs write in a goroutine while another transaction holds
+// the lease row's lock, and returns once write waits for it: unlock lets
+// write through, and done closes when write returned.
+func blockOnLeaseRow(t *testing.T, pool *pgxpool.Pool, write func()) (unlock func(), done <-chan struct{}) {
+	t.Helper()
+	unlock = lockLeaseRow(t, pool)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		write()
+	}()
+	waitBlockedOnLease(t, pool)
+	return unlock, returned
+}
+
+// wantReleased fails the test unless the stepdown what answered r released
+// the lease, and the lease row shows the release write landed.
+func wantReleased(t *testing.T, pool *pgxpool.Pool, what string, r StepdownResult) {
+	t.Helper()
+	if r.Outcome != OutcomeReleased || r.ReleasedAt == nil {
+		t.Fatalf("%s = %+v, want released with a time", what, r)
+	}
+	if got := readLease(t, pool); !got.Released {
+		t.Fatalf("%s: the lease row is still live (%+v): the release write did not land", what, got)
+	}
+}
+
 func TestLeaseSingleHolderAndTakeoverOnlyAfterExpiry(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
-	a, _ := newLease(t, db.Pool, "a")
-	b, _ := newLease(t, db.Pool, "b")
-
-	a.Tick(ctx)
-	b.Tick(ctx)
+	a, b, _ := holderAndStandby(t, db.Pool)
 	if !a.Serving() || b.Serving() {
 		t.Fatalf("after both tried: a serving=%v b serving=%v, want only a", a.Serving(), b.Serving())
 	}
@@ -233,10 +267,8 @@ func TestStepdownRules(t *testing.T) {
 		db := testcontainers.NewDB(t)
 		a, p := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		a.Tick(ctx)
-		unlock := lockLeaseRow(t, db.Pool)
-		res := make(chan StepdownResult, 1)
-		go func() { res <- a.StepDown(ctx) }()
-		waitBlockedOnLease(t, db.Pool)
+		var r StepdownResult
+		unlock, done := blockOnLeaseRow(t, db.Pool, func() { r = a.StepDown(ctx) })
 		if a.Serving() {
 			t.Error("still serving while the release write is in flight")
 		}
@@ -244,11 +276,10 @@ func TestStepdownRules(t *testing.T) {
 			t.Error("listeners not drained before the release write")
 		}
 		unlock()
-		if r := <-res; r.Outcome != OutcomeReleased || !r.WasHolder || r.ReleasedAt == nil {
-			t.Fatalf("stepdown = %+v, want released", r)
-		}
-		if got := readLease(t, db.Pool); !got.Released {
-			t.Fatal("lease row still live after a confirmed release")
+		<-done
+		wantReleased(t, db.Pool, "stepdown", r)
+		if !r.WasHolder {
+			t.Fatalf("stepdown = %+v, want one of the holder", r)
 		}
 	})
 
@@ -259,13 +290,11 @@ func TestStepdownRules(t *testing.T) {
 		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		b, _ := newLeaseTimed(t, db.Pool, "b", hb, fence, ttl)
 		a.Tick(ctx)
-		unlock := lockLeaseRow(t, db.Pool)
-		res := make(chan StepdownResult, 1)
-		go func() { res <- a.StepDown(ctx) }()
-		waitBlockedOnLease(t, db.Pool)
+		var r StepdownResult
+		unlock, done := blockOnLeaseRow(t, db.Pool, func() { r = a.StepDown(ctx) })
 		time.Sleep(3 * hb) // longer than the pause
 		unlock()
-		if r := <-res; r.Outcome != OutcomeReleased {
+		if <-done; r.Outcome != OutcomeReleased {
 			t.Fatalf("stepdown = %+v, want released", r)
 		}
 		a.Tick(ctx) // the renew branch would take the lease straight back
@@ -284,13 +313,11 @@ func TestStepdownRules(t *testing.T) {
 		db := testcontainers.NewDB(t)
 		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		a.Tick(ctx)
-		unlock := lockLeaseRow(t, db.Pool)
 		cctx, cancel := context.WithCancel(ctx)
-		res := make(chan StepdownResult, 1)
-		go func() { res <- a.StepDown(cctx) }()
-		waitBlockedOnLease(t, db.Pool)
+		var r StepdownResult
+		unlock, done := blockOnLeaseRow(t, db.Pool, func() { r = a.StepDown(cctx) })
 		cancel()
-		r := <-res
+		<-done
 		unlock()
 		if r.Outcome != OutcomeReleaseUnconfirmed {
 			t.Fatalf("cancelled stepdown = %+v, want release-unconfirmed", r)
@@ -308,10 +335,7 @@ func TestStepdownRules(t *testing.T) {
 		db := testcontainers.NewDB(t)
 		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		a.Tick(ctx)
-		unlock := lockLeaseRow(t, db.Pool)
-		tickDone := make(chan struct{})
-		go func() { a.Tick(ctx); close(tickDone) }()
-		waitBlockedOnLease(t, db.Pool)
+		unlock, tickDone := blockOnLeaseRow(t, db.Pool, func() { a.Tick(ctx) })
 		res := make(chan StepdownResult, 1)
 		go func() { res <- a.StepDown(ctx) }()
 		time.Sleep(50 * time.Millisecond)
@@ -375,13 +399,7 @@ func TestStepdownRules(t *testing.T) {
 		// up to the server (it does not notice the client gave up while it
 		// waits for a lock): exactly why the refusal cannot claim either.
 		// The retry must send the write either way.
-		r = a.StepDown(ctx)
-		if r.Outcome != OutcomeReleased || r.ReleasedAt == nil {
-			t.Fatalf("retried stepdown = %+v, want released", r)
-		}
-		if got := readLease(t, db.Pool); !got.Released {
-			t.Fatal("retry did not re-send the release write")
-		}
+		wantReleased(t, db.Pool, "retried stepdown", a.StepDown(ctx))
 	})
 
 	// A holder that fenced itself still owns a live lease row: a stepdown
@@ -391,13 +409,7 @@ func TestStepdownRules(t *testing.T) {
 		a, _ := newLeaseTimed(t, db.Pool, "a", hb, fence, ttl)
 		a.Tick(ctx)
 		a.held.Store(false) // what the watchdog does, without the wait
-		r := a.StepDown(ctx)
-		if r.Outcome != OutcomeReleased || r.ReleasedAt == nil {
-			t.Fatalf("stepdown of a self-fenced holder = %+v, want released", r)
-		}
-		if got := readLease(t, db.Pool); !got.Released {
-			t.Fatal("the self-fenced holder's lease row is still live")
-		}
+		wantReleased(t, db.Pool, "stepdown of a self-fenced holder", a.StepDown(ctx))
 		a.Tick(ctx)
 		if a.Serving() {
 			t.Fatal("re-claimed right after the stepdown")
@@ -407,10 +419,7 @@ func TestStepdownRules(t *testing.T) {
 	// A stepdown addressed to a standby sends nothing and arms nothing.
 	t.Run("non-holder changes nothing", func(t *testing.T) {
 		db := testcontainers.NewDB(t)
-		a, _ := newLease(t, db.Pool, "a")
-		b, p := newLease(t, db.Pool, "b")
-		a.Tick(ctx)
-		b.Tick(ctx)
+		a, b, p := holderAndStandby(t, db.Pool)
 		if r := b.StepDown(ctx); r.Outcome != OutcomeNotHolder || r.WasHolder {
 			t.Fatalf("stepdown on standby = %+v, want not-holder", r)
 		}
@@ -433,10 +442,7 @@ func TestStepdownRules(t *testing.T) {
 func TestControlAnswersAndAudits(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
-	a, _ := newLease(t, db.Pool, "a")
-	b, _ := newLease(t, db.Pool, "b")
-	a.Tick(ctx)
-	b.Tick(ctx)
+	a, b, _ := holderAndStandby(t, db.Pool)
 	ca := &Control{Pool: db.Pool, NodeID: "a", Lease: a, Heartbeat: testHeartbeat, Logger: a.cfg.Logger}
 	cb := &Control{Pool: db.Pool, NodeID: "b", Lease: b, Heartbeat: testHeartbeat, Logger: b.cfg.Logger}
 
@@ -532,13 +538,7 @@ func TestLateClaimAnswerDoesNotAcquire(t *testing.T) {
 	var now atomic.Int64
 	now.Store(int64(time.Second))
 	a.clock = now.Load
-	unlock := lockLeaseRow(t, db.Pool)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		a.Tick(ctx)
-	}()
-	waitBlockedOnLease(t, db.Pool)
+	unlock, done := blockOnLeaseRow(t, db.Pool, func() { a.Tick(ctx) })
 	now.Add(int64(2 * slowFence)) // a is frozen, its claim in flight
 	unlock()
 	<-done

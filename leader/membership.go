@@ -2,7 +2,6 @@ package leader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/internal/tick"
 )
 
 // MembershipConfig configures a Membership.
@@ -28,19 +28,29 @@ type MembershipConfig struct {
 	HoldsLease func() bool
 }
 
+// checkNode refuses what every node loop of this package needs and lacks: a
+// pool, a node id, a positive heartbeat. what names the loop in the error.
+func checkNode(what string, pool *pgxpool.Pool, nodeID string, heartbeat time.Duration) error {
+	switch {
+	case pool == nil:
+		return fmt.Errorf("%s: no database pool", what)
+	case nodeID == "":
+		return fmt.Errorf("%s: no node id", what)
+	case heartbeat <= 0:
+		return fmt.Errorf("%s: heartbeat must be positive, got %s", what, heartbeat)
+	}
+	return nil
+}
+
 // NewMembership returns a membership, or an error when the heartbeat does
 // not fit well within the node timeout: a node must be able to miss a
 // heartbeat and still know, by Fresh(NodeTimeout - Heartbeat), that the
 // others have not counted it dead.
 func NewMembership(cfg MembershipConfig) (*Membership, error) {
-	switch {
-	case cfg.Pool == nil:
-		return nil, errors.New("membership: no database pool")
-	case cfg.NodeID == "":
-		return nil, errors.New("membership: no node id")
-	case cfg.Heartbeat <= 0:
-		return nil, fmt.Errorf("membership: heartbeat must be positive, got %s", cfg.Heartbeat)
-	case cfg.NodeTimeout <= 2*cfg.Heartbeat:
+	if err := checkNode("membership", cfg.Pool, cfg.NodeID, cfg.Heartbeat); err != nil {
+		return nil, err
+	}
+	if cfg.NodeTimeout <= 2*cfg.Heartbeat {
 		return nil, fmt.Errorf("membership: node timeout (%s) must be longer than two heartbeats (%s each)", cfg.NodeTimeout, cfg.Heartbeat)
 	}
 	if cfg.Logger == nil {
@@ -121,16 +131,7 @@ func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
 // its maintenance lock held, its statement failing), so an idle node pays
 // one write a heartbeat for both.
 func (m *Membership) Run(ctx context.Context) {
-	t := time.NewTicker(m.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m.tick(ctx)
-	}
+	tick.Every(ctx, m.cfg.Heartbeat, func(ctx context.Context) { m.tick(ctx) })
 }
 
 // tick beats unless a beat was confirmed within the last heartbeat, and

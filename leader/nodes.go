@@ -7,16 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // DB is what the table functions need: a pool, a connection or a
 // transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = dbpool.DBTX
 
 // What a node's row says about it, judged on the database clock against the
 // timings the node itself recorded (Membership.Join), so every reader
@@ -146,29 +142,13 @@ func ReadClusterStatus(ctx context.Context, tx DB) (ClusterStatus, error) {
 // and were not seen leaving: reclaim hands the lanes their drainers still
 // hold to the other nodes.
 func DeadNodes(ctx context.Context, q DB) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT n.id FROM mefor_node n WHERE `+nodeDeadSQL+` ORDER BY n.id`)
-	if err != nil {
-		return nil, fmt.Errorf("list dead nodes: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list dead nodes: %w", err)
-	}
-	return ids, nil
+	return dbpool.Column[string](ctx, q, "list dead nodes", `SELECT n.id FROM mefor_node n WHERE `+nodeDeadSQL+` ORDER BY n.id`)
 }
 
 // LiveNodes returns the ids of the nodes that are not dead (nodeDeadSQL),
 // for readers of per-node tables that show only what live nodes run.
 func LiveNodes(ctx context.Context, q DB) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT n.id FROM mefor_node n WHERE NOT `+nodeDeadSQL+` ORDER BY n.id`)
-	if err != nil {
-		return nil, fmt.Errorf("list live nodes: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list live nodes: %w", err)
-	}
-	return ids, nil
+	return dbpool.Column[string](ctx, q, "list live nodes", `SELECT n.id FROM mefor_node n WHERE NOT `+nodeDeadSQL+` ORDER BY n.id`)
 }
 
 // ApplicationNamePrefix starts the application_name of a node's database
@@ -196,7 +176,7 @@ func ApplicationName(nodeID string) string {
 // a node as dead and has handed its drainers on; ending its sessions frees
 // its locks, and fencing keeps it from acting if it comes back.
 func TerminateDeadNodeSessions(ctx context.Context, q DB) ([]string, error) {
-	rows, err := q.Query(ctx, `
+	return dbpool.Column[string](ctx, q, "end sessions of dead nodes", `
 		WITH dead AS MATERIALIZED (
 			-- Materialized so the filter is complete before any session is
 			-- ended: the planner may otherwise evaluate the call first.
@@ -205,8 +185,4 @@ func TerminateDeadNodeSessions(ctx context.Context, q DB) ([]string, error) {
 			WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
 			  AND n.status = 'active' AND `+nodeDeadSQL+`)
 		SELECT id FROM dead WHERE pg_terminate_backend(pid)`, ApplicationNamePrefix)
-	if err != nil {
-		return nil, fmt.Errorf("end sessions of dead nodes: %w", err)
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

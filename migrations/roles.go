@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // The database roles an administrator grants to login roles. Each includes
@@ -262,13 +263,9 @@ func handOver(ctx context.Context, tx pgx.Tx, schema string, res *RolesResult) e
 			"or cannot join %s; run 'mefor migrate' once as the database owner or a superuser", RoleAdmin, schema, RoleAdmin)
 		return nil
 	}
-	rows, err := tx.Query(ctx, ownedObjects, schema)
+	objs, err := dbpool.Column[string](ctx, tx, "list objects to hand to "+RoleAdmin, ownedObjects, schema)
 	if err != nil {
-		return fmt.Errorf("list objects to hand to %s: %w", RoleAdmin, err)
-	}
-	objs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("list objects to hand to %s: %w", RoleAdmin, err)
+		return err
 	}
 	for _, o := range objs {
 		if _, err := tx.Exec(ctx, "ALTER "+o+" OWNER TO "+RoleAdmin); err != nil {
@@ -323,16 +320,12 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 	if err != nil {
 		return fmt.Errorf("list tables to grant on: %w", err)
 	}
-	rows, err = tx.Query(ctx, `
+	seqs, err := dbpool.Column[string](ctx, tx, "list sequences to grant on", `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relkind = 'S' AND (c.relname LIKE 'mefor\_%' OR c.relname LIKE 'river\_%')
 		ORDER BY c.relname`, schema)
 	if err != nil {
-		return fmt.Errorf("list sequences to grant on: %w", err)
-	}
-	seqs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("list sequences to grant on: %w", err)
+		return err
 	}
 	stmts := []string{"GRANT USAGE ON SCHEMA " + pgx.Identifier{schema}.Sanitize() + " TO " + RoleReader}
 	for _, sq := range seqs {

@@ -13,6 +13,7 @@ import (
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func TestMain(m *testing.M) { testcontainers.Main(m) }
@@ -139,20 +140,44 @@ func (e *env) fail(lane string, msg int64, dead bool, backoff time.Duration) {
 	})
 }
 
+// blockHead fails msg, the head of lane, with an hour's backoff, and
+// snoozes the lane's drainer for it, as a drainer does; it returns the
+// drainer's job.
+func (e *env) blockHead(lane string, msg int64) int64 {
+	e.t.Helper()
+	e.fail(lane, msg, false, time.Hour)
+	return e.snoozeDrainer(lane, time.Hour)
+}
+
 func (e *env) exec(sql string, args ...any) {
 	e.t.Helper()
-	if _, err := e.db.Pool.Exec(e.ctx, sql, args...); err != nil {
-		e.t.Fatalf("%s: %v", sql, err)
-	}
+	fixtures.Exec(e.t, e.db, sql, args...)
 }
 
 func (e *env) queryInt(sql string, args ...any) int64 {
 	e.t.Helper()
-	var n int64
-	if err := e.db.Pool.QueryRow(e.ctx, sql, args...).Scan(&n); err != nil {
-		e.t.Fatalf("%s: %v", sql, err)
+	return fixtures.Count(e.t, e.db.Pool, sql, args...)
+}
+
+// replay replays msg as `mefor replay` does, failing the test on an error.
+func (e *env) replay(msg int64) pipeline.ReplayResult {
+	e.t.Helper()
+	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, msg)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	return n
+	return res
+}
+
+// cancel cancels what f selects as `mefor cancel` does, failing the test on
+// an error.
+func (e *env) cancel(f pipeline.CancelFilter, opt ops.BulkOptions) ops.BulkResult {
+	e.t.Helper()
+	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, f, opt)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res
 }
 
 func (e *env) queryStr(sql string, args ...any) string {

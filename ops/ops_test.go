@@ -28,10 +28,7 @@ func TestReplayDeadDeliveryGoesToBackOfLane(t *testing.T) {
 		t.Fatalf("dead message status = %s, want error", got)
 	}
 
-	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.replay(a)
 	if res.Rows != 1 || res.Mode != pipeline.ReplayRecover || res.Status != pipeline.StatusRouted {
 		t.Fatalf("replay = %+v, want 1 row recovered, status routed", res)
 	}
@@ -62,9 +59,7 @@ func TestReplayActivatesFinishedLane(t *testing.T) {
 	e.fail(lab, a, true, 0)
 	old := e.finishDrainer(lab)
 
-	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, a); err != nil {
-		t.Fatal(err)
-	}
+	e.replay(a)
 	id, state := e.drainerState(lab)
 	if id == old || state != "available" {
 		t.Fatalf("lane drainer = job %d %s, want a new available job (old %d)", id, state, old)
@@ -80,18 +75,13 @@ func TestReplayProcessedMessageResendsOnlyDeliveries(t *testing.T) {
 	m := e.toOutbound("adt", lab, "outbound:archive")
 	other := e.toOutbound("adt", lab) // queued behind m in lab
 	e.deliver(lab, m)
-	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "archive"}, ops.BulkOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.cancel(pipeline.CancelFilter{Destination: "archive"}, ops.BulkOptions{})
 	if got := e.status(m); got != pipeline.StatusProcessed {
 		t.Fatalf("status before replay = %s, want processed", got)
 	}
 	e.finishDrainer(lab)
 
-	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.replay(m)
 	if res.Rows != 1 || res.Mode != pipeline.ReplayResend || res.Status != pipeline.StatusRouted {
 		t.Fatalf("replay = %+v, want 1 row re-sent, status routed", res)
 	}
@@ -123,17 +113,13 @@ func TestReplayPendingHeadKeepsPlaceAndWakesLane(t *testing.T) {
 	e := newEnv(t)
 	a := e.toOutbound("adt", lab)
 	b := e.toOutbound("adt", lab)
-	e.fail(lab, a, false, time.Hour)
-	job := e.snoozeDrainer(lab, time.Hour)
+	job := e.blockHead(lab, a)
 	before := e.row(a, "outbound")
 	if before.attempts != 1 || before.due {
 		t.Fatalf("head before replay = %+v, want 1 attempt, not due", before)
 	}
 
-	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.replay(a)
 	if res.Rows != 1 || res.Mode != pipeline.ReplayRecover {
 		t.Fatalf("replay = %+v, want 1 row recovered", res)
 	}
@@ -162,10 +148,7 @@ func TestReplayNothingUnknownAndPurged(t *testing.T) {
 	row := e.pendingRow("ingress:adt", m)
 	e.tx(func(tx pgx.Tx) error { return pipeline.RouteHandoff(e.ctx, tx, e.q, row, nil) }) // unrouted
 
-	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.replay(m)
 	if res.Rows != 0 || res.Mode != "" || res.Status != pipeline.StatusUnrouted {
 		t.Fatalf("replay = %+v, want nothing done, status unrouted", res)
 	}
@@ -202,10 +185,7 @@ func TestReplayDeadIngressRowBackToReceived(t *testing.T) {
 	if got := e.status(m); got != pipeline.StatusError {
 		t.Fatalf("status = %s, want error", got)
 	}
-	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.replay(m)
 	if res.Rows != 1 || res.Status != pipeline.StatusReceived {
 		t.Fatalf("replay = %+v, want 1 row, status received", res)
 	}
@@ -223,10 +203,7 @@ func TestCancelFinalizesMessages(t *testing.T) {
 	e.deliver("outbound:archive", m1)
 	keep := e.toOutbound("adt", "outbound:archive")
 
-	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.cancel(pipeline.CancelFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 2})
 	if res.Matched != 3 || res.Rows != 3 {
 		t.Fatalf("cancel = %+v, want 3 matched and cancelled", res)
 	}
@@ -252,10 +229,7 @@ func TestCancelByChannel(t *testing.T) {
 	e := newEnv(t)
 	a := e.toOutbound("adt", lab)
 	o := e.toOutbound("orm", lab)
-	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab", Channel: "orm"}, ops.BulkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.cancel(pipeline.CancelFilter{Destination: "lab", Channel: "orm"}, ops.BulkOptions{})
 	if res.Rows != 1 || e.row(o, "outbound").status != pipeline.WorkCancelled || e.row(a, "outbound").status != pipeline.WorkPending {
 		t.Fatalf("cancel --channel orm = %+v; adt row %s, orm row %s", res,
 			e.row(a, "outbound").status, e.row(o, "outbound").status)
@@ -272,13 +246,9 @@ func TestCancelTopOnlyFailingHeads(t *testing.T) {
 	stuck := e.toOutbound("adt", l0)
 	behind := e.toOutbound("adt", l0)
 	healthy := e.toOutbound("adt", l1)
-	e.fail(l0, stuck, false, time.Hour)
-	job := e.snoozeDrainer(l0, time.Hour)
+	job := e.blockHead(l0, stuck)
 
-	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.cancel(pipeline.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{})
 	if res.Matched != 1 || res.Rows != 1 {
 		t.Fatalf("cancel --top = %+v, want the one failing head", res)
 	}
@@ -298,9 +268,8 @@ func TestCancelTopOnlyFailingHeads(t *testing.T) {
 	}
 
 	// No lane blocked now: --top cancels nothing.
-	res, err = ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{})
-	if err != nil || res.Rows != 0 {
-		t.Fatalf("second cancel --top = %+v, %v; want nothing cancelled", res, err)
+	if res := e.cancel(pipeline.CancelFilter{Destination: "lab", Top: true}, ops.BulkOptions{}); res.Rows != 0 {
+		t.Fatalf("second cancel --top = %+v; want nothing cancelled", res)
 	}
 }
 
@@ -399,9 +368,7 @@ func TestStatusCounts(t *testing.T) {
 	canc := e.toOutbound("orm", "outbound:x#1") // cancelled
 	e.deliver(lab, done)
 	e.fail(lab, dead, true, 0)
-	if _, err := ops.Cancel(e.ctx, e.db.Pool, e.q, pipeline.CancelFilter{Destination: "x"}, ops.BulkOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.cancel(pipeline.CancelFilter{Destination: "x"}, ops.BulkOptions{})
 	e.runDrainer(lab)
 	_ = head
 	_ = canc

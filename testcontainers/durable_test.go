@@ -3,13 +3,11 @@ package testcontainers
 import (
 	"context"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
-	tc "github.com/testcontainers/testcontainers-go"
 )
 
 // settings reads fsync, synchronous_commit, full_page_writes and the file
@@ -81,27 +79,15 @@ func TestKilledBinaryDurableVolumeIsSwept(t *testing.T) {
 	ctx := context.Background()
 	cmd, id := startHangingHelper(t, "MEFOR_PG_DURABLE=1")
 	vol := dataVolume(ctx, t, id)
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-	if !volumeExists(ctx, t, vol) {
-		t.Fatal("volume vanished before the sweep: the test proves nothing")
-	}
-	sweepStale(ctx)
-	if volumeExists(ctx, t, vol) {
-		t.Fatalf("volume %s of a killed test process survived the sweep", vol)
-	}
+	kill(cmd)
+	wantSwept(ctx, t, "volume "+vol, func() bool { return volumeExists(ctx, t, vol) })
 }
 
 // dataVolume is the name of the volume mounted on the container's data
 // directory; the test fails if there is none.
 func dataVolume(ctx context.Context, t *testing.T, id string) string {
 	t.Helper()
-	cli, err := tc.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	res, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	res, err := dockerClient(ctx, t).ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,11 +102,6 @@ func dataVolume(ctx context.Context, t *testing.T, id string) string {
 
 func volumeExists(ctx context.Context, t *testing.T, name string) bool {
 	t.Helper()
-	cli, err := tc.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	_, err = cli.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+	_, err := dockerClient(ctx, t).VolumeInspect(ctx, name, client.VolumeInspectOptions{})
 	return err == nil
 }

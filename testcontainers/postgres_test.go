@@ -88,28 +88,42 @@ func startHangingHelper(t *testing.T, env ...string) (*exec.Cmd, string) {
 func TestKilledBinaryContainerIsSwept(t *testing.T) {
 	ctx := context.Background()
 	cmd, id := startHangingHelper(t)
+	kill(cmd)
+	wantSwept(ctx, t, "container "+id, func() bool {
+		res, err := dockerClient(ctx, t).ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("id", id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Items) > 0
+	})
+}
+
+// kill SIGKILLs a helper process and waits for it to end.
+func kill(cmd *exec.Cmd) {
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
+}
 
-	if !containerExists(ctx, t, id) {
-		t.Fatal("container vanished before the sweep: the test proves nothing")
+// wantSwept fails the test unless what (left by a killed test process)
+// exists now and is gone after a sweep.
+func wantSwept(ctx context.Context, t *testing.T, what string, exists func() bool) {
+	t.Helper()
+	if !exists() {
+		t.Fatalf("%s vanished before the sweep: the test proves nothing", what)
 	}
 	sweepStale(ctx)
-	if containerExists(ctx, t, id) {
-		t.Fatalf("container %s of a killed test process survived the sweep", id)
+	if exists() {
+		t.Fatalf("%s of a killed test process survived the sweep", what)
 	}
 }
 
-func containerExists(ctx context.Context, t *testing.T, id string) bool {
+// dockerClient is a client of the Docker engine, closed when the test ends.
+func dockerClient(ctx context.Context, t *testing.T) *tc.DockerClient {
 	t.Helper()
 	cli, err := tc.NewDockerClientWithOpts(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("id", id)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(res.Items) > 0
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,10 +19,15 @@ import (
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/jobs"
+	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
 )
+
+// These tests hold the workers to what a node that may be dead, or that
+// the cluster does not agree with, may do: not send, leave rows it does not
+// know alone, and have its sessions ended once it is dead.
 
 // A node the cluster may already count as dead (its heartbeat went
 // unconfirmed for too long: frozen, cut off) must not send: its lanes may
@@ -31,22 +37,7 @@ func TestDrainerDoesNotSendWhileNodeNotAlive(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, err := config.Parse("alive.yaml", []byte(fmt.Sprintf(`
-channels:
-  c:
-    inbound:
-      mllp: {listen: "127.0.0.1:1"}  # never bound here
-    routes:
-      - name: r
-        destinations: [d]
-destinations:
-  d:
-    type: file
-    file: {directory: %q}
-`, dir)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := fileRouteConfig(t, "d", dir)
 	var alive atomic.Bool
 	deps := outboundDeps(t, db, cfg)
 	deps.Alive = alive.Load
@@ -68,7 +59,7 @@ destinations:
 
 	// Alive again (or another node): the lane is served.
 	alive.Store(true)
-	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		if err := jobs.LockLanes(ctx, tx, []string{lane}); err != nil {
 			return err
 		}
@@ -91,22 +82,7 @@ destinations:
 func TestUnknownDestinationWaitsUntilClusterAgrees(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	ctx := context.Background()
-	cfg, err := config.Parse("behind.yaml", []byte(fmt.Sprintf(`
-channels:
-  c:
-    inbound:
-      mllp: {listen: "127.0.0.1:1"}  # never bound here
-    routes:
-      - name: r
-        destinations: [other]
-destinations:
-  other:
-    type: file
-    file: {directory: %q}
-`, t.TempDir())), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := fileRouteConfig(t, "other", t.TempDir())
 	var agreed atomic.Bool
 	deps := outboundDeps(t, db, cfg)
 	deps.ConfigAgreed = func(context.Context) bool { return agreed.Load() }
@@ -139,6 +115,30 @@ destinations:
 }
 
 // startOutbound runs a River client with only the outbound drainer, on deps.
+// fileRouteConfig is a node's config whose one channel, c, routes
+// everything (route r) to the file destination dest writing into dir. The
+// channel's listener is never bound: these tests queue rows themselves.
+func fileRouteConfig(t *testing.T, dest, dir string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("mefor.yaml", []byte(fmt.Sprintf(`
+channels:
+  c:
+    inbound:
+      mllp: {listen: "127.0.0.1:1"}
+    routes:
+      - name: r
+        destinations: [%s]
+destinations:
+  %s:
+    type: file
+    file: {directory: %q}
+`, dest, dest, dir)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func startOutbound(t *testing.T, db *testcontainers.DB, deps *workers.Deps) *river.Client[pgx.Tx] {
 	t.Helper()
 	w := river.NewWorkers()
@@ -180,4 +180,73 @@ func graph(t *testing.T, cfg *config.Config) workers.Graph {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// A node cut off half-way through a pipelined batch leaves a session that
+// is "active" (waiting for the rest of the pipeline), which no idle timeout
+// ends, holding a lane lock the node taking over needs. Once the node is
+// past node_timeout, its sessions are ended and the lock comes free; a live
+// node's sessions are left alone.
+func TestDeadNodeSessionsEndedAndLocksFreed(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	// Each node is judged by the node_timeout it recorded (10s here).
+	fixtures.Exec(t, db, `INSERT INTO mefor_node (id, host, pid, last_seen, node_timeout_ms) VALUES
+		('dead', 'h', 1, clock_timestamp() - interval '1 minute', 10000), ('live', 'h', 2, clock_timestamp(), 10000)`)
+
+	stuck := func(node string, key int) *pgx.Conn {
+		t.Helper()
+		cfg, err := pgx.ParseConfig(db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["application_name"] = leader.ApplicationName(node)
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		if _, err := conn.Exec(ctx, `BEGIN`); err != nil {
+			t.Fatal(err)
+		}
+		// Take a transaction lock inside a pipeline that never gets its
+		// Sync: the server runs it and waits for the rest.
+		p := conn.PgConn().StartPipeline(ctx)
+		p.SendQueryParams(`SELECT pg_advisory_xact_lock($1)`, [][]byte{[]byte(strconv.Itoa(key))}, nil, nil, nil)
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	stuck("dead", 41)
+	stuck("live", 42)
+
+	locked := func(key int) bool {
+		var got bool
+		if err := db.Pool.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got {
+			fixtures.Exec(t, db, `SELECT pg_advisory_unlock($1)`, key)
+		}
+		return !got
+	}
+	fixtures.Eventually(t, 30*time.Second, "both stuck sessions to hold their locks", func() bool { return locked(41) && locked(42) })
+	var state string
+	if err := db.Pool.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE application_name = $1`, leader.ApplicationName("dead")).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the stuck session is %q", state)
+
+	ended, err := leader.TerminateDeadNodeSessions(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ended) != 1 || ended[0] != "dead" {
+		t.Fatalf("ended sessions of %v, want only the dead node's", ended)
+	}
+	fixtures.Eventually(t, 30*time.Second, "the dead node's lock to come free", func() bool { return !locked(41) })
+	if !locked(42) {
+		t.Fatal("a live node's session was ended")
+	}
 }

@@ -25,13 +25,12 @@ func BenchmarkRetention1M(b *testing.B) {
 	n := fixtures.BenchMessages(1_000_000)
 	ctx := context.Background()
 	for range b.N {
-		b.StopTimer()
-		db := testcontainers.NewDB(b)
-		start := time.Now()
-		if err := populate(ctx, db.Pool, n, 40*24*time.Hour, 0); err != nil {
-			b.Fatal(err)
-		}
-		b.Logf("populated %d messages in %s", n, time.Since(start).Round(time.Second))
+		db := fixtures.BenchDB(b, func(db *testcontainers.DB) string {
+			if err := populate(ctx, db.Pool, n, 40*24*time.Hour, 0); err != nil {
+				b.Fatal(err)
+			}
+			return fmt.Sprintf("populated %d messages", n)
+		})
 		client := retentionNode(b, db.Pool, &config.Retention{KeepBodies: 30 * 24 * time.Hour, KeepDead: 30 * 24 * time.Hour, BatchSize: 5000})
 		in := &engine.Intake{Pool: db.Pool, Inserter: fixtures.Inserter(b, db), Logger: slog.New(slog.DiscardHandler)}
 
@@ -40,29 +39,16 @@ func BenchmarkRetention1M(b *testing.B) {
 		intake := func(stop <-chan struct{}) []time.Duration {
 			var mu sync.Mutex
 			var lat []time.Duration
-			var wg sync.WaitGroup
-			for s := range 4 {
-				wg.Go(func() {
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						raw := fmt.Appendf(nil, "MSH|^~\\&|ADT|HOSP|EHR|HOSP|20260101120000||ADT^A01|S%dN%d|P|2.5\rPID|1||%d\r", s, i, i)
-						t0 := time.Now()
-						if _, err := in.Receive(ctx, "adt", "mllp", "127.0.0.1:1", raw); err != nil {
-							b.Error(err)
-							return
-						}
-						d := time.Since(t0)
-						mu.Lock()
-						lat = append(lat, d)
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
+			sendUntil(ctx, in, stop, func(_ engine.Received, took time.Duration, err error) bool {
+				if err != nil {
+					b.Error(err)
+					return false
+				}
+				mu.Lock()
+				lat = append(lat, took)
+				mu.Unlock()
+				return true
+			})
 			return lat
 		}
 

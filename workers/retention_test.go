@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,6 +119,50 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], tim
 	return maintenance.MaintenanceRun{}
 }
 
+// adtToOut is a config whose channel adt routes everything to the MLLP
+// destination out, with extra (top-level sections) after them.
+func adtToOut(t *testing.T, extra string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("t.yaml", []byte(`
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+`+extra), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// sendUntil stores ADT messages through in from four senders at once until
+// stop closes, and returns when every sender has stopped. Each Receive's
+// result, with how long it took, goes to stored; a sender stops early when
+// stored returns false.
+func sendUntil(ctx context.Context, in *engine.Intake, stop <-chan struct{}, stored func(r engine.Received, took time.Duration, err error) bool) {
+	var wg sync.WaitGroup
+	for s := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				raw := fmt.Appendf(nil, "MSH|^~\\&|ADT|HOSP|EHR|HOSP|20260101120000||ADT^A01|S%dN%d|P|2.5\rPID|1||%d\r", s, i, i)
+				t0 := time.Now()
+				r, err := in.Receive(ctx, "adt", "mllp", "127.0.0.1:1", raw)
+				if !stored(r, time.Since(t0), err) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // Retention over tens of thousands of old messages runs in short batches
 // while intake keeps storing (and so acknowledging) new messages: every
 // message of the concurrent traffic is stored and keeps its body, the old
@@ -140,30 +183,23 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 	stop := make(chan struct{})
 	var acked sync.Map // message id -> time the ACK could go out
 	var failures atomic.Int64
-	var wg sync.WaitGroup
-	for s := range 4 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		sendUntil(ctx, in, stop, func(r engine.Received, _ time.Duration, err error) bool {
+			if err != nil {
+				if failures.Add(1) == 1 {
+					t.Errorf("intake failed: %v", err)
 				}
-				raw := fmt.Appendf(nil, "MSH|^~\\&|ADT|HOSP|EHR|HOSP|20260101120000||ADT^A01|S%dN%d|P|2.5\rPID|1||%d\r", s, i, i)
-				r, err := in.Receive(ctx, "adt", "mllp", "127.0.0.1:1", raw)
-				if err != nil {
-					if failures.Add(1) == 1 {
-						t.Errorf("intake failed: %v", err)
-					}
-					continue
-				}
-				acked.Store(r.MessageID, time.Now())
+				return true
 			}
+			acked.Store(r.MessageID, time.Now())
+			return true
 		})
-	}
+	}()
 	run := runRetention(t, db.Pool, client, 5*time.Minute)
 	close(stop)
-	wg.Wait()
+	<-sent
 
 	if run.Outcome != maintenance.RunOK {
 		t.Fatalf("retention run %s: %s", run.Outcome, run.Error)
@@ -217,20 +253,10 @@ func TestRetentionUnderConcurrentIntake(t *testing.T) {
 // retention block) and a sync per reference set, and the node's periodic
 // jobs come from the same list.
 func TestMaintenanceRegistry(t *testing.T) {
-	doc := `
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+	cfg := adtToOut(t, `
 maintenance:
   retention: {keep_bodies: 30d, schedule: "0 3 * * *"}
-`
-	cfg, err := config.Parse("t.yaml", []byte(doc), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	list := workers.MaintenanceJobs(cfg)
 	if len(list) != 2 || list[0].Name != "reclaim" || list[1].Name != "retention" {
 		t.Fatalf("jobs = %+v, want reclaim and retention", list)
@@ -249,11 +275,7 @@ maintenance:
 	}
 	var _ rivertype.JobArgs = jobs.RetentionArgs{}
 
-	bare, err := config.Parse("t.yaml", []byte(strings.Replace(doc, "maintenance:\n  retention: {keep_bodies: 30d, schedule: \"0 3 * * *\"}\n", "", 1)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	list = workers.MaintenanceJobs(bare)
+	list = workers.MaintenanceJobs(adtToOut(t, ""))
 	if len(list) != 2 || list[1].Name != "retention" || list[1].Schedule.String() != "1h0m0s" {
 		t.Fatalf("jobs without a retention block = %+v, want reclaim and an hourly retention", list)
 	}
@@ -266,17 +288,7 @@ func TestRetentionWithoutBlockDeletesOldErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	cfg, err := config.Parse("t.yaml", []byte(`
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
-`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := adtToOut(t, "")
 	insert := func(status string, age time.Duration) (id int64) {
 		if err := db.Pool.QueryRow(ctx, `
 			INSERT INTO mefor_message (channel, source, size, raw, status, received_at)

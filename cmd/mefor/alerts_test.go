@@ -8,7 +8,6 @@ import (
 
 	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/workers"
 )
 
@@ -23,11 +22,7 @@ func TestAlertsListCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := ops.NewQueue(f.db.Pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	changes, err := workers.EvaluateAlerts(ctx, &workers.Deps{Pool: f.db.Pool}, cfg.Alerts, q)
+	changes, err := workers.EvaluateAlerts(ctx, &workers.Deps{Pool: f.db.Pool}, cfg.Alerts, f.q)
 	if err != nil || len(changes) != 1 || changes[0].Rule != "lab-dead" {
 		t.Fatalf("evaluation: %+v, %v; want lab-dead firing", changes, err)
 	}

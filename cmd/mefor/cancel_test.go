@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,20 +29,12 @@ type slowPartner struct {
 
 func newSlowPartner(t *testing.T, delay time.Duration) *slowPartner {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &slowPartner{addr: ln.Addr().String(), delay: delay, arrived: make(chan string, 100)}
-	srv := &mllp.Server{Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, _ mllp.ConnInfo) []byte {
-		m, err := hl7.Parse(raw)
-		if err != nil {
-			return nil
-		}
+	p := &slowPartner{delay: delay, arrived: make(chan string, 100)}
+	p.addr = cluster.ServeMLLP(t, "127.0.0.1:0", func(ctx context.Context, m *hl7.Message) []byte {
 		if !strings.HasPrefix(m.ControlID(), "CN") {
 			// Another test's node pointed at a port this partner got
 			// from the kernel later: not ours.
-			return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
+			return cluster.ACK(m, hl7.AckAccept, "")
 		}
 		p.mu.Lock()
 		p.received = append(p.received, m.ControlID())
@@ -53,10 +44,8 @@ func newSlowPartner(t *testing.T, delay time.Duration) *slowPartner {
 		case <-time.After(p.delay):
 		case <-ctx.Done():
 		}
-		return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+		return cluster.ACK(m, hl7.AckAccept, "")
+	})
 	return p
 }
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,6 +28,10 @@ import (
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 )
+
+// These tests hold the CLI and the node to what encryption promises: keys
+// named by the config and never printed, no patient data in clear at rest,
+// and a store without keys said to be plaintext.
 
 // newKeySpec returns "id=base64(32 random bytes)".
 func newKeySpec(t *testing.T, id string) string {
@@ -60,7 +63,6 @@ func cli(t *testing.T, dbURL, keys string, args ...string) (int, string, string)
 // quotes the patient (MSA-3), as some partners' do: the reply is content.
 type replyingPartner struct {
 	addr string
-	srv  *mllp.Server
 	mu   sync.Mutex
 	got  [][]byte
 }
@@ -72,23 +74,13 @@ func newReplyingPartner(t *testing.T) *replyingPartner {
 
 func newReplyingPartnerAt(t *testing.T, addr string) *replyingPartner {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyingPartner{addr: ln.Addr().String()}
-	p.srv = &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
-		msg, err := hl7.Parse(raw)
-		if err != nil {
-			return hl7.NewACKForUnparsed(raw, hl7.AckReject, "unparseable", hl7.NewControlID(), time.Now())
-		}
+	p := &replyingPartner{}
+	p.addr = cluster.ServeMLLP(t, addr, func(_ context.Context, msg *hl7.Message) []byte {
 		p.mu.Lock()
-		p.got = append(p.got, bytes.Clone(raw))
+		p.got = append(p.got, msg.Encode()) // Parse then Encode is byte for byte
 		p.mu.Unlock()
-		return hl7.NewACK(msg, hl7.AckAccept, "filed for "+msg.Get("PID-5.1")+" "+msg.Get("PID-3.1"), hl7.NewControlID(), time.Now())
-	})}
-	go p.srv.Serve(ln)
-	t.Cleanup(func() { _ = p.srv.Shutdown(context.Background()) })
+		return cluster.ACK(msg, hl7.AckAccept, "filed for "+msg.Get("PID-5.1")+" "+msg.Get("PID-3.1"))
+	})
 	return p
 }
 
@@ -348,5 +340,176 @@ func TestWithoutKeysStatusSaysPlaintext(t *testing.T) {
 	}
 	if dump := pgDump(t, db); !strings.Contains(dump, hex.EncodeToString([]byte("ZEBRAFISH"))) {
 		t.Fatal("without keys the body should be stored as it came")
+	}
+}
+
+// writeEncConfig writes a one-channel config whose encryption: section
+// names keysRef.
+func writeEncConfig(t *testing.T, keysRef string) string {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "mefor.yaml")
+	if err := os.WriteFile(p, []byte(`channels:
+  adt:
+    inbound: {mllp: {listen: "127.0.0.1:2575"}}
+    routes: [{destinations: [out]}]
+destinations:
+  out: {type: file, file: {directory: `+filepath.Join(dir, "out")+`}}
+encryption:
+  keys: "`+keysRef+`"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A config that names the keys through ${...} seals with them: a message
+// enqueued with the config is stored sealed under the variable's key, and
+// `messages show --body` given the same keys opens it.
+func TestConfigNamesEncryptionKeys(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	spec := newKeySpec(t, "cfg1")
+	t.Setenv("MEFOR_KEYS", spec)
+	cfg := writeEncConfig(t, "${MEFOR_KEYS}")
+	msg := filepath.Join(t.TempDir(), "adt.hl7")
+	if err := os.WriteFile(msg, phiMessage("ENC1", "MRN4711", "WALRUS^GARBAGE"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errs := cli(t, db.URL, "", "config", "check", cfg)
+	if code != 0 || !strings.Contains(out, "encryption at rest: keys from ${MEFOR_KEYS}: keyring (active cfg1; keys cfg1)") {
+		t.Fatalf("config check: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := cli(t, db.URL, "", "enqueue", "--channel", "adt", "--config", cfg, msg); code != 0 {
+		t.Fatalf("enqueue: exit %d\n%s%s", code, out, errs)
+	}
+	var raw []byte
+	if err := db.Pool.QueryRow(context.Background(), `SELECT raw FROM mefor_message`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := crypt.Sealed(raw); !ok || id != "cfg1" || bytes.Contains(raw, []byte("WALRUS")) {
+		t.Fatalf("stored raw body is not sealed under cfg1 (sealed %v, key %q)", ok, id)
+	}
+	if code, out, errs := cli(t, db.URL, spec, "messages", "show", "1", "--body"); code != 0 || !strings.Contains(out, "WALRUS^GARBAGE") {
+		t.Fatalf("show --body with the config's keys: exit %d\n%s%s", code, out, errs)
+	}
+
+	// MEFOR_ENCRYPTION_KEYS holding other keys than the config's variable
+	// would split the data between two keyrings: refused, naming both
+	// variables and the key ids only.
+	other := newKeySpec(t, "env1")
+	code, out, errs = cli(t, db.URL, other, "enqueue", "--channel", "adt", "--config", cfg, msg)
+	if code != 1 || !strings.Contains(errs, "encryption.keys reads ${MEFOR_KEYS}") || !strings.Contains(errs, "MEFOR_ENCRYPTION_KEYS holds other keys") {
+		t.Fatalf("enqueue with two keyrings: exit %d\n%s%s", code, out, errs)
+	}
+	for _, s := range []string{spec, other} {
+		if _, key, _ := strings.Cut(s, "="); strings.Contains(out+errs, key) {
+			t.Fatalf("the refusal shows a key:\n%s%s", out, errs)
+		}
+	}
+	// The same keys in both is fine.
+	if code, out, errs := cli(t, db.URL, spec, "enqueue", "--channel", "adt", "--config", cfg, msg); code != 0 {
+		t.Fatalf("enqueue with the same keys in both variables: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// A bad key named by the config stops config check and run with an error
+// naming the file, the field and the fix; the key's bytes appear nowhere.
+func TestConfigEncryptionBadKeyNeverPrinted(t *testing.T) {
+	key := "c2hvcnQta2V5LW9mLTE2Yg==" // base64 of 16 bytes: the wrong length
+	t.Setenv("MEFOR_KEYS", "k1="+key)
+	cfg := writeEncConfig(t, "${MEFOR_KEYS}")
+	for _, args := range [][]string{{"config", "check", cfg}, {"run", "--config", cfg}, {"config", "check", "--json", cfg}} {
+		var stdout, stderr bytes.Buffer
+		code := runEnv(args, &stdout, &stderr, envWith(""))
+		all := stdout.String() + stderr.String()
+		if code != 1 {
+			t.Errorf("mefor %v: exit %d, want 1\n%s", args, code, all)
+		}
+		wants := []string{cfg + ":8:", "encryption.keys", `MEFOR_KEYS: entry 1 (key id "k1")`, "want 32", "head -c 32 /dev/urandom | base64"}
+		if args[2] == "--json" {
+			wants = []string{`"Line": 8`, `"Field": "encryption.keys"`, `MEFOR_KEYS: entry 1 (key id \"k1\")`, "want 32", "head -c 32 /dev/urandom | base64"}
+		}
+		for _, want := range wants {
+			if !strings.Contains(all, want) {
+				t.Errorf("mefor %v does not say %q:\n%s", args, want, all)
+			}
+		}
+		for _, leak := range []string{key, strings.TrimRight(key, "="), "short-key-of-16b"} {
+			if strings.Contains(all, leak) {
+				t.Errorf("mefor %v prints the key:\n%s", args, all)
+			}
+		}
+	}
+
+	// A key written in the file itself is refused without quoting it.
+	literal := writeEncConfig(t, "k1="+key)
+	var stdout, stderr bytes.Buffer
+	if code := runEnv([]string{"config", "check", literal}, &stdout, &stderr, envWith("")); code != 1 ||
+		!strings.Contains(stdout.String(), "must be a reference to the environment variable") ||
+		strings.Contains(stdout.String()+stderr.String(), key) {
+		t.Errorf("a key in the file: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// No help text, error or log line shows a key: --help with the variable
+// set, a malformed variable, and a node's start-up log.
+func TestKeysNeverPrinted(t *testing.T) {
+	key := newKeySpec(t, "k1")
+	material := strings.TrimPrefix(key, "k1=")
+	raw, _ := base64.StdEncoding.DecodeString(material)
+	t.Setenv("MEFOR_ENCRYPTION_KEYS", key)
+	leaks := func(what, out string) {
+		t.Helper()
+		for _, form := range []string{material, strings.TrimRight(material, "="), string(raw)} {
+			if strings.Contains(out, form) {
+				t.Fatalf("%s shows the key:\n%s", what, out)
+			}
+		}
+	}
+
+	var cmds [][]string
+	cmds = append(cmds, []string{"--help"})
+	for _, c := range []string{"run", "migrate", "keys", "keys status", "keys rotate", "audit", "audit verify",
+		"messages show", "enqueue", "status", "replay", "cancel", "stepdown", "reload"} {
+		cmds = append(cmds, append(strings.Fields(c), "--help"))
+	}
+	for _, args := range cmds {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		if code != 0 {
+			t.Fatalf("mefor %v: exit %d\n%s", args, code, errb.String())
+		}
+		leaks("mefor "+strings.Join(args, " "), out.String()+errb.String())
+	}
+	var out, errb bytes.Buffer
+	run([]string{"keys", "--help"}, &out, &errb)
+	if !strings.Contains(out.String(), "head -c 32 /dev/urandom | base64") || !strings.Contains(out.String(), "keys rotate") {
+		t.Fatalf("keys --help does not say how to make and rotate keys:\n%s", out.String())
+	}
+
+	// A malformed variable: each command that reads it stops, naming the
+	// entry, never the key.
+	short := base64.StdEncoding.EncodeToString(raw[:16])
+	file := filepath.Join(t.TempDir(), "mefor.yaml")
+	if err := os.WriteFile(file, []byte(reloadConfigYAML(unusedAddr(t), unusedAddr(t))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"k1=" + short, material, "k1=" + material + ",k1=" + material} {
+		for _, args := range [][]string{{"run", "--config", file}, {"status"}, {"messages", "show", "1", "--body"}, {"keys", "status"}} {
+			var out, errb bytes.Buffer
+			code := runEnv(append(args, "--database-url", "postgres://u:p@127.0.0.1:1/x"), &out, &errb, envWith(bad))
+			msg := out.String() + errb.String()
+			if code == 0 || !strings.Contains(msg, "MEFOR_ENCRYPTION_KEYS") {
+				t.Fatalf("mefor %v with a bad key: exit %d\n%s", args, code, msg)
+			}
+			leaks("mefor "+strings.Join(args, " ")+" with a bad key", msg)
+			leaks("mefor "+strings.Join(args, " ")+" with a bad key", strings.ReplaceAll(msg, "\n", ""))
+			for _, form := range []string{short, strings.TrimRight(short, "=")} {
+				if strings.Contains(msg, form) {
+					t.Fatalf("mefor %v shows the short key:\n%s", args, msg)
+				}
+			}
+		}
 	}
 }

@@ -40,8 +40,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/migrations"
 )
 
@@ -87,11 +87,7 @@ type Entry struct {
 
 // DBTX is what the writers and readers need: a transaction, a connection
 // or a pool.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DBTX = dbpool.DBTX
 
 // Record is one row of the log.
 type Record struct {

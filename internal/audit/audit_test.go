@@ -11,6 +11,7 @@ import (
 
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func TestMain(m *testing.M) { testcontainers.Main(m) }
@@ -34,11 +35,12 @@ func verify(t *testing.T, db *testcontainers.DB, anchor *audit.Anchor) audit.Ver
 	return v
 }
 
-func exec(t *testing.T, db *testcontainers.DB, sql string, args ...any) {
+// logOf is a database of the test's own whose audit log holds n entries.
+func logOf(t *testing.T, n int) *testcontainers.DB {
 	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatal(err)
-	}
+	db := testcontainers.NewDB(t)
+	appendN(t, db, n)
+	return db
 }
 
 func TestRowsSayWhoDidWhat(t *testing.T) {
@@ -105,10 +107,9 @@ func TestConcurrentWritersDoNotForkTheChain(t *testing.T) {
 
 func TestAlteredRowIsNamed(t *testing.T) {
 	t.Parallel()
-	db := testcontainers.NewDB(t)
-	appendN(t, db, 5)
+	db := logOf(t, 5)
 
-	exec(t, db, `UPDATE mefor_audit SET target = '{"message_ids":[99]}' WHERE seq = 3`)
+	fixtures.Exec(t, db, `UPDATE mefor_audit SET target = '{"message_ids":[99]}' WHERE seq = 3`)
 	v := verify(t, db, nil)
 	if v.OK() || v.BadSeq != 3 || !strings.Contains(v.Problem, "row 3 was altered") {
 		t.Fatalf("verify = %+v; want row 3 named altered", v)
@@ -116,7 +117,7 @@ func TestAlteredRowIsNamed(t *testing.T) {
 
 	// Altering the hash along with the contents moves the break to the
 	// next row, which still names the previous hash.
-	exec(t, db, `UPDATE mefor_audit SET os_user = 'someone-else', hash = repeat('a', 64) WHERE seq = 3`)
+	fixtures.Exec(t, db, `UPDATE mefor_audit SET os_user = 'someone-else', hash = repeat('a', 64) WHERE seq = 3`)
 	v = verify(t, db, nil)
 	if v.OK() || v.BadSeq != 3 {
 		t.Fatalf("verify = %+v", v)
@@ -125,25 +126,23 @@ func TestAlteredRowIsNamed(t *testing.T) {
 
 func TestDeletedRowIsNamed(t *testing.T) {
 	t.Parallel()
-	db := testcontainers.NewDB(t)
-	appendN(t, db, 5)
+	db := logOf(t, 5)
 
-	exec(t, db, `DELETE FROM mefor_audit WHERE seq = 2`)
+	fixtures.Exec(t, db, `DELETE FROM mefor_audit WHERE seq = 2`)
 	v := verify(t, db, nil)
 	if v.OK() || v.BadSeq != 3 || !strings.Contains(v.Problem, "rows 2 to 2 were deleted") {
 		t.Fatalf("verify = %+v; want row 3 named, after the deleted row 2", v)
 	}
 
 	// Renumbering to hide the gap breaks the chain instead.
-	exec(t, db, `UPDATE mefor_audit SET seq = seq - 1 WHERE seq > 2`)
+	fixtures.Exec(t, db, `UPDATE mefor_audit SET seq = seq - 1 WHERE seq > 2`)
 	v = verify(t, db, nil)
 	if v.OK() || v.BadSeq != 2 {
 		t.Fatalf("verify after renumbering = %+v", v)
 	}
 
-	db2 := testcontainers.NewDB(t)
-	appendN(t, db2, 3)
-	exec(t, db2, `DELETE FROM mefor_audit WHERE seq = 1`)
+	db2 := logOf(t, 3)
+	fixtures.Exec(t, db2, `DELETE FROM mefor_audit WHERE seq = 1`)
 	if v := verify(t, db2, nil); v.OK() || v.BadSeq != 2 || !strings.Contains(v.Problem, "starts at row 2") {
 		t.Fatalf("verify without the first row = %+v", v)
 	}
@@ -151,9 +150,8 @@ func TestDeletedRowIsNamed(t *testing.T) {
 
 func TestAnchorDetectsTruncation(t *testing.T) {
 	t.Parallel()
-	db := testcontainers.NewDB(t)
+	db := logOf(t, 5)
 	ctx := context.Background()
-	appendN(t, db, 5)
 	head, err := audit.Head(ctx, db.Pool)
 	if err != nil || head.Seq != 5 {
 		t.Fatalf("Head = %v, %v", head, err)
@@ -170,7 +168,7 @@ func TestAnchorDetectsTruncation(t *testing.T) {
 	}
 
 	// Cutting the tail leaves a valid chain; only the anchor sees it.
-	exec(t, db, `DELETE FROM mefor_audit WHERE seq >= 4`)
+	fixtures.Exec(t, db, `DELETE FROM mefor_audit WHERE seq >= 4`)
 	if v := verify(t, db, nil); !v.OK() {
 		t.Fatalf("a cut chain should still verify alone: %+v", v)
 	}
@@ -180,7 +178,7 @@ func TestAnchorDetectsTruncation(t *testing.T) {
 	}
 
 	// A chain rebuilt from scratch is valid but is not the anchored one.
-	exec(t, db, `DELETE FROM mefor_audit`)
+	fixtures.Exec(t, db, `DELETE FROM mefor_audit`)
 	appendN(t, db, 6)
 	if v := verify(t, db, &head); v.OK() || v.BadSeq != 5 || !strings.Contains(v.Problem, "rewritten") {
 		t.Fatalf("verify of a rebuilt chain = %+v", v)
@@ -209,9 +207,8 @@ func TestRowMustNameTheInsertingRole(t *testing.T) {
 
 func TestListFilters(t *testing.T) {
 	t.Parallel()
-	db := testcontainers.NewDB(t)
+	db := logOf(t, 2)
 	ctx := context.Background()
-	appendN(t, db, 2)
 	if err := audit.AppendAlone(ctx, db.Pool, audit.Entry{Action: audit.ActionReload}); err != nil {
 		t.Fatal(err)
 	}

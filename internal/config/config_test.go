@@ -52,6 +52,11 @@ func checkErrs(t *testing.T, err error, want []wantErr) {
 	}
 }
 
+// outDest ends a test document with the destination out its routes name.
+const outDest = `destinations:
+  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
+`
+
 const minimal = `
 channels:
   adt:
@@ -409,9 +414,7 @@ channels:
   adt:
     inbound: {}
     routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{{3, "channels.adt.inbound", "needs an mllp: or a file: block"}},
 		},
 		{
@@ -436,9 +439,7 @@ channels:
   f:
     inbound: {mllp: {listen: 2575}}
     routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{3, "channels.a.inbound.mllp.listen", "is required"},
 				{6, "channels.b.inbound.mllp.listen", `"127.0.0.1" needs a port, e.g. 127.0.0.1:2575`},
@@ -464,9 +465,7 @@ channels:
   d:
     inbound: {mllp: {listen: "127.0.0.1:2575"}}
     routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{9, "channels.c.inbound.mllp.listen", `:2575 overlaps channel "a", which listens on 127.0.0.1:2575`},
 				{12, "channels.d.inbound.mllp.listen", `overlaps channel "a"`},
@@ -485,9 +484,7 @@ channels:
   c:
     inbound: {mllp: {listen: "127.0.0.1:2577", max_frame_size: 0, read_timeout: -1s}}
     routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{3, "channels.a.inbound.mllp.max_frame_size", "sizes use binary units; did you mean 1MiB?"},
 				{6, "channels.b.inbound.mllp.max_frame_size", "must be from 1 byte to 1GiB"},
@@ -503,9 +500,7 @@ channels:
     inbound: {mllp: {listen: 127.0.0.1:2575}}
     ack_after: delivered
     routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{{4, "channels.adt.ack_after", `"delivered" is not supported; allowed values: received`}},
 		},
 		{
@@ -522,9 +517,7 @@ handlers:
   fix-lab:
     type: map
     map: [{clear: {path: PID-19}}]
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{5, "channels.adt.routes[0].handler", `"fix-lb" is not defined (declare it under handlers:, or use the built-in passthrough); did you mean "fix-lab"?`},
 				{6, "channels.adt.routes[0].destinations[1]", `"out" is listed twice`},
@@ -543,9 +536,7 @@ channels:
       - {name: out, destinations: [out]}
       - {name: out, destinations: [out]}
       - {name: Out!, destinations: [out]}
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{6, "channels.adt.routes[1].name", `"out" is already the name of routes[0]`},
 				{7, "channels.adt.routes[2].name", `name "Out!" must match`},
@@ -565,9 +556,7 @@ channels:
           sending_facility: [" LAB"]
           receving_facility: [LAB]
         destinations: [out]
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{6, "channels.adt.routes[0].match.message_type[0]", `"adt" is not a message type: HL7 codes are upper case and compared exactly; did you mean "ADT"?`},
 				{6, "channels.adt.routes[0].match.message_type[1]", `"ADT1" is not a message type: three upper-case letters or digits`},
@@ -590,9 +579,7 @@ handlers:
   c: {type: map}
   d: {type: passthrough, map: []}
   passthrough: {type: map, map: [{clear: {path: PID-19}}]}
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{6, "handlers.a.type", "is required: say what kind of handler this is, one of passthrough, map, javascript (e.g. type: map)"},
 				{7, "handlers.b.type", `"mapp" is not a handler type; did you mean map? (one of passthrough, map, javascript)`},
@@ -623,9 +610,7 @@ handlers:
   empty:
     type: map
     map: []
-destinations:
-  out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
-`,
+` + outDest,
 			want: []wantErr{
 				{9, "handlers.fix.map[0].set.path", "MSH-2 can't be changed: MSH-1 and MSH-2 define the message's delimiters"},
 				{10, "handlers.fix.map[1].copy.from", `"PID.3" is not a valid HL7 location: separate segment and field with '-', not '.': PID-3`},

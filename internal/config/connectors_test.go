@@ -1,12 +1,17 @@
 package config_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mefor/mefor/internal/config"
 )
+
+// These tests load the connectors' settings: file inbound, HTTP
+// destinations, reply_to, and a destination's delivery policy (retry and
+// record_batch).
 
 func TestFileInboundLoadsWithDefaults(t *testing.T) {
 	c, err := parse(t, `
@@ -251,4 +256,105 @@ destinations:
 		{12, "destinations.lab.reply_depth_limit", "must be from 1 to 100"},
 		{13, "destinations.archive.reply_to", "does not apply to type: file"},
 	})
+}
+
+func TestRecordBatch(t *testing.T) {
+	c, err := parse(t, `
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [lab, billing]}]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: 127.0.0.1:2576}
+    record_batch: {rows: 1}
+  billing: {type: mllp, mllp: {address: 127.0.0.1:2577}}
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Destination("lab").RecordBatch, (config.RecordBatch{Rows: 1, Window: 5 * time.Millisecond}); got != want {
+		t.Errorf("lab record_batch %+v, want %+v", got, want)
+	}
+	if got, want := c.Destination("billing").RecordBatch, (config.RecordBatch{Rows: 32, Window: 5 * time.Millisecond}); got != want {
+		t.Errorf("billing record_batch %+v, want the defaults %+v", got, want)
+	}
+
+	_, err = parse(t, `
+channels:
+  adt:
+    inbound: {mllp: {listen: 127.0.0.1:2575}}
+    routes: [{destinations: [lab, billing]}]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: 127.0.0.1:2576}
+    record_batch: {rows: 0, window: 2s}
+  billing:
+    type: mllp
+    mllp: {address: 127.0.0.1:2577}
+    record_batch: {row: 3}
+`, nil)
+	checkErrs(t, err, []wantErr{
+		{9, "destinations.lab.record_batch.rows", "must be from 1 to 1000"},
+		{9, "destinations.lab.record_batch.window", "at most 1s"},
+		{13, "destinations.billing.record_batch.row", "did you mean rows?"},
+	})
+}
+
+func TestRetryBackoff(t *testing.T) {
+	r := config.Retry{InitialBackoff: time.Second, Multiplier: 2, MaxBackoff: 5 * time.Minute}
+	tests := []struct {
+		attempt int
+		want    time.Duration
+	}{
+		{-1, time.Second}, // below 1 counts as the first attempt
+		{0, time.Second},
+		{1, time.Second},
+		{2, 2 * time.Second},
+		{3, 4 * time.Second},
+		{9, 256 * time.Second},
+		{10, 5 * time.Minute}, // 512s, capped
+		{64, 5 * time.Minute},
+		{100_000, 5 * time.Minute}, // 2^99999 overflows float64 to +Inf
+		{math.MaxInt, 5 * time.Minute},
+	}
+	for _, tt := range tests {
+		if got := r.Backoff(tt.attempt); got != tt.want {
+			t.Errorf("Backoff(%d) = %v, want %v", tt.attempt, got, tt.want)
+		}
+	}
+
+	constant := config.Retry{InitialBackoff: 3 * time.Second, Multiplier: 1, MaxBackoff: time.Minute}
+	if got := constant.Backoff(1000); got != 3*time.Second {
+		t.Errorf("multiplier 1: Backoff(1000) = %v, want 3s", got)
+	}
+
+	fractional := config.Retry{InitialBackoff: time.Second, Multiplier: 1.5, MaxBackoff: time.Minute}
+	if got := fractional.Backoff(3); got != 2250*time.Millisecond {
+		t.Errorf("multiplier 1.5: Backoff(3) = %v, want 2.25s", got)
+	}
+
+	// Without a cap the wait saturates instead of wrapping around to a
+	// negative duration.
+	uncapped := config.Retry{InitialBackoff: time.Hour, Multiplier: 10}
+	for _, attempt := range []int{10, 20, 1000} {
+		if got := uncapped.Backoff(attempt); got != math.MaxInt64 {
+			t.Errorf("uncapped: Backoff(%d) = %v, want the largest duration", attempt, got)
+		}
+	}
+}
+
+func TestRetryExhausted(t *testing.T) {
+	forever := config.Retry{MaxAttempts: 0}
+	if forever.Exhausted(1_000_000) {
+		t.Error("max_attempts 0 should retry forever")
+	}
+	three := config.Retry{MaxAttempts: 3}
+	for attempts, want := range []bool{false, false, false, true, true} {
+		if got := three.Exhausted(attempts); got != want {
+			t.Errorf("Exhausted(%d) = %v, want %v", attempts, got, want)
+		}
+	}
 }

@@ -1,7 +1,8 @@
 // Package dbpool builds mefor's PostgreSQL connection pools: one for a
 // command (the CLI, and later the API) and one for a node. Whatever opens a
 // pool goes through here, so the settings durability rests on
-// (DurableCommits) cannot be left out of one of them.
+// (DurableCommits) cannot be left out of one of them. DBTX is what the
+// statements of the packages that own tables run on.
 package dbpool
 
 import (

@@ -54,6 +54,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/tick"
 )
 
 // File is one file taken whole: every message in it parsed.
@@ -148,16 +149,7 @@ func New(cfg Config) (*Poller, error) {
 
 // Run polls until ctx ends, the first time at once.
 func (p *Poller) Run(ctx context.Context) {
-	t := time.NewTicker(p.in.Poll)
-	defer t.Stop()
-	for {
-		p.Poll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	tick.Now(ctx, p.in.Poll, p.Poll)
 }
 
 // Poll lists the directory once and takes the files that have settled.

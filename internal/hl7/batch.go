@@ -55,17 +55,7 @@ func SplitFile(data []byte) ([][]byte, error) {
 			cur = nil
 		}
 	}
-	for len(data) > 0 {
-		i := bytes.IndexAny(data, "\r\n")
-		var seg []byte
-		if i < 0 {
-			seg, data = data, nil
-		} else {
-			seg, data = data[:i], data[i+1:]
-		}
-		if len(bytes.TrimSpace(seg)) == 0 {
-			continue
-		}
+	for seg, rest := nextSegment(data); seg != nil; seg, rest = nextSegment(rest) {
 		n++
 		if closed {
 			return nil, &BatchError{Segment: n, Detail: "content after the file trailer (FTS)"}

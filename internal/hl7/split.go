@@ -19,17 +19,7 @@ func SplitMessages(data []byte) [][]byte {
 			cur = nil
 		}
 	}
-	for len(data) > 0 {
-		i := bytes.IndexAny(data, "\r\n")
-		var seg []byte
-		if i < 0 {
-			seg, data = data, nil
-		} else {
-			seg, data = data[:i], data[i+1:]
-		}
-		if len(bytes.TrimSpace(seg)) == 0 {
-			continue
-		}
+	for seg, rest := nextSegment(data); seg != nil; seg, rest = nextSegment(rest) {
 		if bytes.HasPrefix(seg, []byte("MSH")) {
 			flush()
 		}
@@ -38,4 +28,21 @@ func SplitMessages(data []byte) [][]byte {
 	}
 	flush()
 	return msgs
+}
+
+// nextSegment cuts the first segment that is not blank off data, whether
+// \r, \n or \r\n ends it, and returns it with what follows; seg is nil
+// when no segment is left.
+func nextSegment(data []byte) (seg, rest []byte) {
+	for len(data) > 0 {
+		if i := bytes.IndexAny(data, "\r\n"); i < 0 {
+			seg, data = data, nil
+		} else {
+			seg, data = data[:i], data[i+1:]
+		}
+		if len(bytes.TrimSpace(seg)) > 0 {
+			return seg, data
+		}
+	}
+	return nil, nil
 }

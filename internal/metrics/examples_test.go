@@ -28,22 +28,7 @@ func exposed(t *testing.T) map[string]bool {
 		CPUContended:    func() bool { return false },
 		OpenConnections: func() map[string]int { return map[string]int{"c": 1} },
 	}})
-	// Vectors only show once they have a child.
-	m.Received("c")
-	m.Rejected("c", metrics.RejectUnparseable)
-	m.ConnectionClosed("c", metrics.CloseUnparseableInARow)
-	m.Paced("c", time.Millisecond)
-	m.ConnectionRefused("c", "not_allowed")
-	m.AckWritten("c", time.Millisecond)
-	m.Delivered("d", metrics.OutcomeOK, true, time.Millisecond)
-	m.DeadLettered("d")
-	m.ReferenceSyncFailed("s")
-	m.MaintenanceRun("reclaim", "ok")
-	m.Gathered("ingress")
-	m.HandoffShared("routed")
-	m.HandoffTurnFailed()
-	m.LaneReadShared("outbound")
-	m.EgressRefused("destination:d")
+	recordOneOfEach(m) // vectors only show once they have a child
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -49,9 +49,13 @@ func TestOutcomeOf(t *testing.T) {
 // A nil *Metrics counts nothing and does not panic: intakes and drainers
 // built without metrics (tools, tests) need no stand-in.
 func TestNilMetrics(t *testing.T) {
-	var m *metrics.Metrics
+	recordOneOfEach(nil)
+}
+
+// recordOneOfEach records one of everything a node counts through m.
+func recordOneOfEach(m *metrics.Metrics) {
 	m.Received("c")
-	m.Rejected("c", metrics.RejectOversize)
+	m.Rejected("c", metrics.RejectUnparseable)
 	m.ConnectionClosed("c", metrics.CloseUnparseableInARow)
 	m.Paced("c", time.Millisecond)
 	m.ConnectionRefused("c", "not_allowed")
@@ -59,6 +63,10 @@ func TestNilMetrics(t *testing.T) {
 	m.Delivered("d", metrics.OutcomeOK, true, time.Millisecond)
 	m.DeadLettered("d")
 	m.ReferenceSyncFailed("s")
-	m.MaintenanceRun("j", "ok")
+	m.MaintenanceRun("reclaim", "ok")
 	m.EgressRefused("destination:d")
+	m.Gathered("ingress")
+	m.HandoffShared("routed")
+	m.HandoffTurnFailed()
+	m.LaneReadShared("outbound")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -232,15 +233,7 @@ func MarkedStatus(ctx context.Context, q DBTX, ids []int64) (map[string][]int64,
 // MarkedLanes returns the lanes of ids (rows CancelBatch marked) that still
 // have one of them pending.
 func MarkedLanes(ctx context.Context, q DBTX, ids []int64) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT DISTINCT lane FROM mefor_work WHERE id = ANY($1) AND status = `+PendingByID+` ORDER BY lane`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read lanes of marked deliveries: %w", err)
-	}
-	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read lanes of marked deliveries: %w", err)
-	}
-	return lanes, nil
+	return dbpool.Column[string](ctx, q, "read lanes of marked deliveries", `SELECT DISTINCT lane FROM mefor_work WHERE id = ANY($1) AND status = `+PendingByID+` ORDER BY lane`, ids)
 }
 
 // CountCancel counts the pending deliveries CancelBatch would cancel (the

@@ -32,8 +32,7 @@ func BenchmarkCountsWriteCost(b *testing.B) {
 	n := fixtures.BenchMessages(1000)
 	ctx := context.Background()
 	for range b.N {
-		b.StopTimer()
-		db := testcontainers.NewDB(b)
+		db := fixtures.BenchDB(b, nil)
 		q, err := ops.NewQueue(db.Pool, nil)
 		if err != nil {
 			b.Fatal(err)

@@ -1,7 +1,6 @@
 package pipeline_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -17,10 +15,7 @@ import (
 // running and the attempted_at of that fetch. While it accepts, it holds the
 // job's row, so a rescue cannot change the job before the drainer commits.
 func TestFenceAcceptsOnlyTheRunningExecution(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
-	ctx := context.Background()
+	ctx, db, ins := laneTest(t)
 	id := fixtures.Queue(t, db, ins, "outbound:f")
 	at := start(t, db, id).AttemptedAt
 	fence := func(jobID int64, attemptedAt time.Time) error {
@@ -88,18 +83,10 @@ func TestFenceAcceptsOnlyTheRunningExecution(t *testing.T) {
 // recording a delivery fail with ErrSuperseded and change nothing; with the
 // running execution they go through.
 func TestHandoffsOfSupersededExecutionChangeNothing(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
-	ctx := context.Background()
+	ctx, db, ins := laneTest(t)
 
 	// One message with a row in each stage's lane, and a running drainer.
-	var msg int64
-	if err := db.Pool.QueryRow(ctx, `
-		INSERT INTO mefor_message (channel, source, size, raw, status) VALUES ('c', 'test', 1, 'x', 'received')
-		RETURNING id`).Scan(&msg); err != nil {
-		t.Fatal(err)
-	}
+	msg := message(t, db, "c", "received")
 	fixtures.Exec(t, db, `
 		INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination) VALUES
 			($1, 'ingress', 'ingress:c', 'c', NULL, NULL, NULL),

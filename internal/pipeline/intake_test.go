@@ -29,33 +29,33 @@ func parsedInbound(channel, controlID, owner string) pipeline.Inbound {
 // holds it stores everything, malformed messages included.
 func TestReceiveBatchRefusedWithoutTheLeaseStoresNothing(t *testing.T) {
 	f := newFixture(t)
-	ins, err := river.NewClient(riverpgxv5.New(f.db.Pool), &river.Config{})
+	ins, err := river.NewClient(riverpgxv5.New(f.DB.Pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-b', now() + interval '1 hour')`,
+	f.Exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-b', now() + interval '1 hour')`,
 		leader.ListenerLeaseKey)
 	// A first message activates the lane, so the batches below are the one
 	// round trip form.
-	if _, err := pipeline.ReceiveBatch(f.ctx, f.db.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "L0", "node-b")}); err != nil {
+	if _, err := pipeline.ReceiveBatch(f.Ctx, f.DB.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "L0", "node-b")}); err != nil {
 		t.Fatal(err)
 	}
 	malformed := pipeline.Inbound{Channel: "adt", Source: "mllp", Raw: []byte("garbage"), ParseError: "not HL7", LeaseOwner: "node-a"}
-	_, err = pipeline.ReceiveBatch(f.ctx, f.db.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "L1", "node-a"), malformed})
+	_, err = pipeline.ReceiveBatch(f.Ctx, f.DB.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "L1", "node-a"), malformed})
 	if !errors.Is(err, leader.ErrNotLeaseHolder) {
 		t.Fatalf("batch of a node without the lease: %v, want ErrNotLeaseHolder", err)
 	}
-	if n := f.int(`SELECT count(*) FROM mefor_message`); n != 1 {
+	if n := f.Int(`SELECT count(*) FROM mefor_message`); n != 1 {
 		t.Fatalf("%d messages stored, want only the first (the refused batch stores nothing)", n)
 	}
 	malformed.LeaseOwner = "node-b"
-	ids, err := pipeline.ReceiveBatch(f.ctx, f.db.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "L2", "node-b"), malformed})
+	ids, err := pipeline.ReceiveBatch(f.Ctx, f.DB.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "L2", "node-b"), malformed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := f.int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND control_id = 'L2' AND status = 'received'`, ids[0]) +
-		f.int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND status = 'error'`, ids[1]) +
-		f.int(`SELECT count(*) FROM mefor_event WHERE message_id = $1 AND event IN ('received', 'failed')`, ids[1]); got != 4 {
+	if got := f.Int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND control_id = 'L2' AND status = 'received'`, ids[0]) +
+		f.Int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND status = 'error'`, ids[1]) +
+		f.Int(`SELECT count(*) FROM mefor_event WHERE message_id = $1 AND event IN ('received', 'failed')`, ids[1]); got != 4 {
 		t.Fatalf("holder's batch: %d of 4 expected rows (parsed, malformed, its two events)", got)
 	}
 }
@@ -64,25 +64,25 @@ func TestReceiveBatchRefusedWithoutTheLeaseStoresNothing(t *testing.T) {
 // message, and the message is stored once, with the id it would have had.
 func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 	f := newFixture(t)
-	ins, err := river.NewClient(riverpgxv5.New(f.db.Pool), &river.Config{})
+	ins, err := river.NewClient(riverpgxv5.New(f.DB.Pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := pipeline.ReceiveBatch(f.ctx, f.db.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "D1", ""), parsedInbound("lab", "D2", "")})
+	ids, err := pipeline.ReceiveBatch(f.Ctx, f.DB.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "D1", ""), parsedInbound("lab", "D2", "")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := f.int(`SELECT count(*) FROM mefor_message`); n != 2 {
+	if n := f.Int(`SELECT count(*) FROM mefor_message`); n != 2 {
 		t.Fatalf("%d messages stored, want 2", n)
 	}
 	// The attempt that found no drainer failed before drawing any id.
 	if ids[0] != 1 || ids[1] != 2 {
 		t.Fatalf("ids %v in a fresh database, want [1 2]", ids)
 	}
-	if n := f.int(`SELECT count(*) FROM mefor_work WHERE message_id = ANY($1)`, ids); n != 2 {
+	if n := f.Int(`SELECT count(*) FROM mefor_work WHERE message_id = ANY($1)`, ids); n != 2 {
 		t.Fatalf("%d ingress rows, want 2", n)
 	}
-	if n := f.int(`SELECT count(DISTINCT l.name) FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
+	if n := f.Int(`SELECT count(DISTINCT l.name) FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
 		WHERE l.name IN ('ingress:adt', 'ingress:lab') AND j.state = 'available'`); n != 2 {
 		t.Fatalf("%d of the 2 lanes have a live drainer", n)
 	}
@@ -95,24 +95,24 @@ func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 func TestReceiveBatchToLiveLanesIsOneRoundTrip(t *testing.T) {
 	f := newFixture(t)
 	trips := &testcontainers.RoundTrips{}
-	pool := f.db.TracedPool(t, trips)
+	pool := f.DB.TracedPool(t, trips)
 	// Connections opened before counting: a new one's setup is not intake's.
-	if err := pool.Ping(f.ctx); err != nil {
+	if err := pool.Ping(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-a', now() + interval '1 hour')`,
+	f.Exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-a', now() + interval '1 hour')`,
 		leader.ListenerLeaseKey)
-	if _, err := pipeline.ReceiveBatch(f.ctx, pool, ins, []pipeline.Inbound{parsedInbound("adt", "A0", "node-a"), parsedInbound("lab", "B0", "node-a")}); err != nil {
+	if _, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, []pipeline.Inbound{parsedInbound("adt", "A0", "node-a"), parsedInbound("lab", "B0", "node-a")}); err != nil {
 		t.Fatal(err)
 	}
 
 	trips.N.Store(0)
 	batch := []pipeline.Inbound{parsedInbound("adt", "A1", "node-a"), parsedInbound("lab", "B1", "node-a"), parsedInbound("adt", "A2", "node-a")}
-	ids, err := pipeline.ReceiveBatch(f.ctx, pool, ins, batch)
+	ids, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,19 +120,19 @@ func TestReceiveBatchToLiveLanesIsOneRoundTrip(t *testing.T) {
 		t.Errorf("a batch of 3 to lanes with live drainers took %d round trips, want 1", n)
 	}
 	for i, in := range batch {
-		if n := f.int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND control_id = $2`, ids[i], in.ControlID); n != 1 {
+		if n := f.Int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND control_id = $2`, ids[i], in.ControlID); n != 1 {
 			t.Errorf("message %s not stored under id %d", in.ControlID, ids[i])
 		}
 	}
 
 	trips.N.Store(0)
-	if _, err := pipeline.ReceiveBatch(f.ctx, pool, ins, []pipeline.Inbound{parsedInbound("orm", "C0", "node-a")}); err != nil {
+	if _, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, []pipeline.Inbound{parsedInbound("orm", "C0", "node-a")}); err != nil {
 		t.Fatal(err)
 	}
 	if n := trips.N.Load(); n < 2 {
 		t.Errorf("a lane without a drainer was stored in %d round trips; the refusal and the activation take 2 or more", n)
 	}
-	if n := f.int(`SELECT count(*) FROM mefor_message WHERE control_id = 'C0'`); n != 1 {
+	if n := f.Int(`SELECT count(*) FROM mefor_message WHERE control_id = 'C0'`); n != 1 {
 		t.Errorf("C0 stored %d times, want 1", n)
 	}
 }
@@ -183,36 +183,36 @@ func (l *statementLog) take() []loggedStatement {
 func TestActivatingIntakeAnnouncesAfterItsCommit(t *testing.T) {
 	f := newFixture(t)
 	log := &statementLog{}
-	pool := f.db.TracedPool(t, log)
+	pool := f.DB.TracedPool(t, log)
 	// Intake's inserter, as a node has it: River's own notification, sent
 	// inside the transaction, is left out.
 	ins, err := jobs.NewQuietInserter(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	listener, err := f.db.Pool.Acquire(f.ctx)
+	listener, err := f.DB.Pool.Acquire(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer listener.Release()
 	var channel string
-	if err := listener.QueryRow(f.ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel); err != nil {
+	if err := listener.QueryRow(f.Ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := listener.Exec(f.ctx, `LISTEN "`+channel+`"`); err != nil {
+	if _, err := listener.Exec(f.Ctx, `LISTEN "`+channel+`"`); err != nil {
 		t.Fatal(err)
 	}
 	// The first message of a lane activates it.
-	if _, err := pipeline.ReceiveBatch(f.ctx, pool, ins, []pipeline.Inbound{parsedInbound("lab", "N1", "")}); err != nil {
+	if _, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, []pipeline.Inbound{parsedInbound("lab", "N1", "")}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(f.Ctx, 10*time.Second)
 	n, err := listener.Conn().WaitForNotification(ctx)
 	cancel()
 	if err != nil {
 		t.Fatalf("lane ingress:lab activated: no notification for River's producers (%v)", err)
 	}
-	wctx, cancel := context.WithTimeout(f.ctx, 500*time.Millisecond)
+	wctx, cancel := context.WithTimeout(f.Ctx, 500*time.Millisecond)
 	defer cancel()
 	if n, err := listener.Conn().WaitForNotification(wctx); err == nil {
 		t.Errorf("a second notification %q: the activation was announced twice", n.Payload)
@@ -220,7 +220,7 @@ func TestActivatingIntakeAnnouncesAfterItsCommit(t *testing.T) {
 	if want := `{"queue": "` + jobs.QueueIngress + `"}`; n.Payload != want {
 		t.Fatalf("activation announced %q, want %q", n.Payload, want)
 	}
-	if k := f.int(`SELECT count(*) FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
+	if k := f.Int(`SELECT count(*) FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
 		WHERE l.name = 'ingress:lab' AND j.state = 'available'`); k != 1 {
 		t.Fatalf("lane ingress:lab has %d live drainers, want 1", k)
 	}

@@ -1,12 +1,10 @@
 package pipeline_test
 
 import (
-	"context"
 	"reflect"
 	"testing"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -16,22 +14,13 @@ import (
 // behind the older row of d~1, another generation of the same
 // destination), route lanes and delivery lanes mixed, an empty lane empty.
 func TestReadsOfSeveralLanesAnswerEachLane(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	ins := fixtures.Inserter(t, db)
-	ctx := context.Background()
+	ctx, db, ins := laneTest(t)
 
 	for _, lane := range []string{"outbound:a", "outbound:b", "outbound:a", "outbound:d~1", "outbound:b", "outbound:a", "outbound:d", "outbound:a", "outbound:d"} {
 		fixtures.Queue(t, db, ins, lane)
 	}
 	for range 3 {
-		var m int64
-		if err := db.Pool.QueryRow(ctx, `
-			INSERT INTO mefor_message (channel, source, size, raw, status) VALUES ('c1', 'test', 1, 'x', 'received')
-			RETURNING id`).Scan(&m); err != nil {
-			t.Fatal(err)
-		}
-		fixtures.Exec(t, db, `INSERT INTO mefor_work (message_id, stage, lane, channel) VALUES ($1, 'ingress', 'ingress:c1', 'c1')`, m)
+		received(t, db, "c1")
 	}
 	b, err := pipeline.PendingRows(ctx, db.Pool, "outbound:b", 10)
 	if err != nil || len(b) != 2 {

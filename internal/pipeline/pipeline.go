@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // Message statuses (mefor_message.status).
@@ -65,11 +64,7 @@ const (
 )
 
 // DBTX is what the read functions need: a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DBTX = dbpool.DBTX
 
 // ErrNotFound is returned when a message or row does not exist.
 var ErrNotFound = errors.New("not found")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // Retention's statements (package retention walks the messages and decides
@@ -18,7 +19,7 @@ import (
 // whoever holds a row this skipped can go on without meeting this
 // transaction. A message with a pending row is not returned.
 func LockIdleMessages(ctx context.Context, tx pgx.Tx, cands []int64) ([]int64, error) {
-	rows, err := tx.Query(ctx, `
+	idle, err := dbpool.Column[int64](ctx, tx, "lock rows of idle messages", `
 		WITH locked AS MATERIALIZED (
 			SELECT message_id FROM mefor_work
 			WHERE message_id = ANY($1) AND status <> 'pending'
@@ -37,29 +38,17 @@ func LockIdleMessages(ctx context.Context, tx pgx.Tx, cands []int64) ([]int64, e
 		WHERE NOT coalesce(have.pending, false) AND coalesce(got.n, 0) = coalesce(have.n, 0)
 		ORDER BY c.id`, cands)
 	if err != nil {
-		return nil, fmt.Errorf("lock rows of idle messages: %w", err)
-	}
-	idle, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("lock rows of idle messages: %w", err)
+		return nil, err
 	}
 	if len(idle) == 0 {
 		return nil, nil
 	}
 	// The finalize lock key is the id truncated to 32 bits, as lockMessages
 	// computes it in Go; bigint::bit(32) keeps the low 32 bits the same way.
-	rows, err = tx.Query(ctx, `
+	return dbpool.Column[int64](ctx, tx, "lock idle messages", `
 		SELECT id FROM unnest($1::bigint[]) WITH ORDINALITY AS c(id, n)
 		WHERE pg_try_advisory_xact_lock($2, id::bit(32)::int4)
 		ORDER BY n`, idle, finalizeLockClass)
-	if err != nil {
-		return nil, fmt.Errorf("lock idle messages: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("lock idle messages: %w", err)
-	}
-	return ids, nil
 }
 
 // DeleteMessages deletes, with all their rows, the messages of ids received

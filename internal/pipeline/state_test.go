@@ -15,24 +15,24 @@ import (
 // routedRow stores a message with one pending routed row and returns the
 // row as a drainer reads it.
 func (f *fixture) routedRow() pipeline.Row {
-	f.t.Helper()
+	f.T.Helper()
 	var id int64
-	if err := f.db.Pool.QueryRow(f.ctx, `
+	if err := f.DB.Pool.QueryRow(f.Ctx, `
 		INSERT INTO mefor_message (channel, source, size, raw, status) VALUES ('adt', 'test', 9, 'MSH|body', 'routed')
 		RETURNING id`).Scan(&id); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.exec(`INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler) VALUES ($1, 'routed', 'routed:adt', 'adt', 'out', 'js')`, id)
-	rows, err := pipeline.PendingRows(f.ctx, f.db.Pool, "routed:adt", 100)
+	f.Exec(`INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler) VALUES ($1, 'routed', 'routed:adt', 'adt', 'out', 'js')`, id)
+	rows, err := pipeline.PendingRows(f.Ctx, f.DB.Pool, "routed:adt", 100)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return rows[len(rows)-1]
 }
 
 func (f *fixture) handoff(rows []pipeline.Row, decisions []pipeline.TransformDecision) error {
-	return pgx.BeginFunc(f.ctx, f.db.Pool, func(tx pgx.Tx) error {
-		return pipeline.TransformBatch(f.ctx, tx, nil, pipeline.NoFence, rows, decisions)
+	return pgx.BeginFunc(f.Ctx, f.DB.Pool, func(tx pgx.Tx) error {
+		return pipeline.TransformBatch(f.Ctx, tx, nil, pipeline.NoFence, rows, decisions)
 	})
 }
 
@@ -47,10 +47,10 @@ func change(readVersion int64, value string) *state.Change {
 }
 
 func (f *fixture) counter() (string, int64) {
-	f.t.Helper()
-	row, ok, err := pipeline.ReadState(f.ctx, f.db.Pool, nil, counter.Namespace, counter.Key)
+	f.T.Helper()
+	row, ok, err := pipeline.ReadState(f.Ctx, f.DB.Pool, nil, counter.Namespace, counter.Key)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	if !ok {
 		return "", 0
@@ -74,7 +74,7 @@ func TestTransformHandoffWritesStateOnce(t *testing.T) {
 	if d[0].State.Writes[0].Version != state.Superseded || d[1].State.Writes[0].Version != version {
 		t.Errorf("reported versions %d, %d; want superseded, %d", d[0].State.Writes[0].Version, d[1].State.Writes[0].Version, version)
 	}
-	if n := f.int(`SELECT count(*) FROM mefor_work WHERE status = 'done'`); n != 2 {
+	if n := f.Int(`SELECT count(*) FROM mefor_work WHERE status = 'done'`); n != 2 {
 		t.Errorf("%d rows consumed, want 2", n)
 	}
 }
@@ -98,7 +98,7 @@ func TestTransformHandoffRefusesAStaleRead(t *testing.T) {
 	if e := c.Current[counter]; string(e.Value) != "1" || e.Version != v1 {
 		t.Errorf("conflict reports %+v, want the committed value 1 at version %d", e, v1)
 	}
-	if st := f.int(`SELECT count(*) FROM mefor_work WHERE id = $1 AND status = 'pending'`, r.ID); st != 1 {
+	if st := f.Int(`SELECT count(*) FROM mefor_work WHERE id = $1 AND status = 'pending'`, r.ID); st != 1 {
 		t.Error("the refused hand-off consumed its row")
 	}
 	// A stale read fails even when the row only read (its failure may
@@ -137,7 +137,7 @@ func TestTransformHandoffRefusesAStaleRead(t *testing.T) {
 func TestTransformHandoffWritesOnlyForConsumedRows(t *testing.T) {
 	f := newFixture(t)
 	r := f.routedRow()
-	f.exec(`UPDATE mefor_work SET status = 'dead', last_error = 'removed from the config' WHERE id = $1`, r.ID)
+	f.Exec(`UPDATE mefor_work SET status = 'dead', last_error = 'removed from the config' WHERE id = $1`, r.ID)
 	err := f.handoff([]pipeline.Row{r}, []pipeline.TransformDecision{{State: change(0, "1")}})
 	var c *pipeline.StateConflict
 	if !errors.As(err, &c) || !c.RowsChanged {
@@ -150,14 +150,14 @@ func TestTransformHandoffWritesOnlyForConsumedRows(t *testing.T) {
 
 func TestPurgeState(t *testing.T) {
 	f := newFixture(t)
-	f.exec(`INSERT INTO mefor_state (namespace, key, value, version, updated_at) VALUES
+	f.Exec(`INSERT INTO mefor_state (namespace, key, value, version, updated_at) VALUES
 		('n', 'old', '1', nextval('mefor_state_version'), now() - interval '40 days'),
 		('n', 'new', '2', nextval('mefor_state_version'), now() - interval '1 day')`)
-	n, err := pipeline.PurgeState(f.ctx, f.db.Pool, 30*24*time.Hour, 100)
+	n, err := pipeline.PurgeState(f.Ctx, f.DB.Pool, 30*24*time.Hour, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("purged %d, %v; want 1", n, err)
 	}
-	if left := f.int(`SELECT count(*) FROM mefor_state WHERE key = 'new'`); left != 1 {
+	if left := f.Int(`SELECT count(*) FROM mefor_state WHERE key = 'new'`); left != 1 {
 		t.Error("a recently written value was purged")
 	}
 }

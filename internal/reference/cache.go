@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/tick"
 )
 
 // ErrNoSnapshot is returned by Lookup for a set that has no snapshot in this
@@ -143,16 +144,9 @@ func (c *Cache) Refresh(ctx context.Context) ([]string, error) {
 // interval. Failures are logged and retried on the next tick; the cache
 // keeps serving what it has.
 func (c *Cache) Watch(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func(ctx context.Context) {
 		if _, err := c.Refresh(ctx); err != nil && ctx.Err() == nil {
 			c.logger.WarnContext(ctx, "reference cache refresh failed; serving the snapshots held", "error", err)
 		}
-	}
+	})
 }

@@ -28,7 +28,9 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
-func csvSet(path string) *config.ReferenceSet {
+// csvSet is the set lab-codes read from dir/lab.csv, which holds content.
+func csvSet(t *testing.T, dir, content string) *config.ReferenceSet {
+	path := writeFile(t, dir, "lab.csv", content)
 	return &config.ReferenceSet{Name: "lab-codes", Source: config.ReferenceSource{CSV: &config.CSVSource{Path: path}}}
 }
 
@@ -42,6 +44,58 @@ func lookup(t *testing.T, c *reference.Cache, set, key, column string) string {
 		return "<miss>"
 	}
 	return v
+}
+
+// newSyncer is a test's own database and the syncer of node n1 on it.
+func newSyncer(t *testing.T) (*testcontainers.DB, *reference.Syncer) {
+	db := testcontainers.NewDB(t)
+	return db, &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
+}
+
+// newCache is a node's cache of the reference sets in db, loaded once.
+func newCache(t *testing.T, db *testcontainers.DB) *reference.Cache {
+	t.Helper()
+	c := reference.NewCache(db.Pool, nil, nil)
+	refresh(t, c)
+	return c
+}
+
+func refresh(t *testing.T, c *reference.Cache) {
+	t.Helper()
+	if _, err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect refreshes c, then fails the test unless key looks up in lab-codes'
+// column as want ("<miss>" for a key the set lacks).
+func expect(t *testing.T, c *reference.Cache, key, column, want string) {
+	t.Helper()
+	refresh(t, c)
+	if got := lookup(t, c, "lab-codes", key, column); got != want {
+		t.Errorf("%s/%s -> %q, want %q", key, column, got, want)
+	}
+}
+
+// syncOK syncs set through s and fails the test if that fails.
+func syncOK(t *testing.T, s *reference.Syncer, set *config.ReferenceSet) reference.SyncResult {
+	t.Helper()
+	res, err := s.Sync(context.Background(), set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// syncFails syncs set through s and fails the test unless that fails with
+// an error containing want, which it returns.
+func syncFails(t *testing.T, s *reference.Syncer, set *config.ReferenceSet, want string) error {
+	t.Helper()
+	_, err := s.Sync(context.Background(), set)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("sync error %v, want one containing %q", err, want)
+	}
+	return err
 }
 
 func lastRun(t *testing.T, db *testcontainers.DB, set string) maintenance.MaintenanceRun {
@@ -58,33 +112,17 @@ func lastRun(t *testing.T, db *testcontainers.DB, set string) maintenance.Mainte
 }
 
 func TestSyncCSVAndLookup(t *testing.T) {
-	ctx := context.Background()
-	db := testcontainers.NewDB(t)
+	db, syncer := newSyncer(t)
 	dir := t.TempDir()
-	path := writeFile(t, dir, "lab.csv", "\ufefflocal_code,loinc,display\nGLU,2345-7,Glucose\nNA,2951-2,\"Sodium, serum\"\n")
-	set := csvSet(path)
-	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
+	set := csvSet(t, dir, "\ufefflocal_code,loinc,display\nGLU,2345-7,Glucose\nNA,2951-2,\"Sodium, serum\"\n")
 
-	res, err := syncer.Sync(ctx, set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Rows != 2 || res.Version == 0 {
+	if res := syncOK(t, syncer, set); res.Rows != 2 || res.Version == 0 {
 		t.Fatalf("sync result %+v, want 2 rows and a version", res)
 	}
-	c := reference.NewCache(db.Pool, nil, nil)
-	if _, err := c.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := lookup(t, c, "lab-codes", "GLU", ""); got != "2345-7" {
-		t.Errorf("GLU -> %q, want the first value column 2345-7", got)
-	}
-	if got := lookup(t, c, "lab-codes", "NA", "display"); got != "Sodium, serum" {
-		t.Errorf("NA display -> %q, want the quoted CSV value", got)
-	}
-	if got := lookup(t, c, "lab-codes", "K", ""); got != "<miss>" {
-		t.Errorf("K -> %q, want a miss", got)
-	}
+	c := newCache(t, db)
+	expect(t, c, "GLU", "", "2345-7")              // the first value column
+	expect(t, c, "NA", "display", "Sodium, serum") // the quoted CSV value
+	expect(t, c, "K", "", "<miss>")
 	if _, _, err := c.Lookup("lab-codes", "GLU", "units"); err == nil || !strings.Contains(err.Error(), `no column "units"`) {
 		t.Errorf("unknown column: %v", err)
 	}
@@ -94,32 +132,17 @@ func TestSyncCSVAndLookup(t *testing.T) {
 
 	// Named key and value columns pick and order the columns.
 	set.Key, set.Values = "loinc", []string{"display"}
-	if _, err := syncer.Sync(ctx, set); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := lookup(t, c, "lab-codes", "2951-2", ""); got != "Sodium, serum" {
-		t.Errorf("by loinc -> %q", got)
-	}
+	syncOK(t, syncer, set)
+	expect(t, c, "2951-2", "", "Sodium, serum")
 }
 
 func TestFailedSyncKeepsLastSnapshot(t *testing.T) {
 	ctx := context.Background()
-	db := testcontainers.NewDB(t)
+	db, syncer := newSyncer(t)
 	dir := t.TempDir()
-	path := writeFile(t, dir, "lab.csv", "code,loinc\nGLU,2345-7\n")
-	set := csvSet(path)
-	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
-	good, err := syncer.Sync(ctx, set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := reference.NewCache(db.Pool, nil, nil)
-	if _, err := c.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	set := csvSet(t, dir, "code,loinc\nGLU,2345-7\n")
+	good := syncOK(t, syncer, set)
+	c := newCache(t, db)
 
 	broken := []struct {
 		name, content string
@@ -161,18 +184,14 @@ func TestFailedSyncKeepsLastSnapshot(t *testing.T) {
 		if r := lastRun(t, db, "lab-codes"); r.Outcome != maintenance.RunFailed || !strings.Contains(r.Error, b.want) {
 			t.Errorf("%s: audited run %+v, want failed with the reason", b.name, r)
 		}
-		if _, err := c.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
+		refresh(t, c)
 		if got := lookup(t, c, "lab-codes", "GLU", ""); got != "2345-7" {
 			t.Errorf("%s: lookup after failed sync %q, want the last good value", b.name, got)
 		}
 	}
 
 	// The next good sync clears the recorded error.
-	if _, err := syncer.Sync(ctx, set); err != nil {
-		t.Fatal(err)
-	}
+	syncOK(t, syncer, set)
 	infos, _ := reference.ReferenceSets(ctx, db.Pool, []string{"lab-codes"})
 	if infos[0].LastError != "" {
 		t.Errorf("error still recorded after a good sync: %q", infos[0].LastError)
@@ -181,7 +200,7 @@ func TestFailedSyncKeepsLastSnapshot(t *testing.T) {
 
 func TestSyncSQL(t *testing.T) {
 	ctx := context.Background()
-	db := testcontainers.NewDB(t)
+	db, syncer := newSyncer(t)
 	lims := testcontainers.NewDB(t, testcontainers.Empty())
 	if _, err := lims.Pool.Exec(ctx, `
 		CREATE TABLE lab_map (code text, loinc text, factor numeric);
@@ -191,40 +210,21 @@ func TestSyncSQL(t *testing.T) {
 	set := &config.ReferenceSet{Name: "lab-codes", Source: config.ReferenceSource{SQL: &config.SQLSource{
 		DatabaseURL: lims.URL, Query: "select code, loinc, factor from lab_map", Timeout: 10 * time.Second,
 	}}}
-	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
-	if _, err := syncer.Sync(ctx, set); err != nil {
-		t.Fatal(err)
-	}
-	c := reference.NewCache(db.Pool, nil, nil)
-	if _, err := c.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := lookup(t, c, "lab-codes", "GLU", ""); got != "2345-7" {
-		t.Errorf("GLU -> %q", got)
-	}
-	if got := lookup(t, c, "lab-codes", "GLU", "factor"); got != "1.5" {
-		t.Errorf("numeric column -> %q, want its text 1.5", got)
-	}
-	if got := lookup(t, c, "lab-codes", "NA", "factor"); got != "" {
-		t.Errorf("NULL -> %q, want empty", got)
-	}
+	syncOK(t, syncer, set)
+	c := newCache(t, db)
+	expect(t, c, "GLU", "", "2345-7")
+	expect(t, c, "GLU", "factor", "1.5") // a numeric column as its text
+	expect(t, c, "NA", "factor", "")     // NULL as empty
 
 	// A failing query keeps the snapshot.
 	set.Source.SQL.Query = "select code, loinc from no_such_table"
-	if _, err := syncer.Sync(ctx, set); err == nil || !strings.Contains(err.Error(), "no_such_table") {
-		t.Fatalf("bad query: %v", err)
-	}
-	if _, err := c.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := lookup(t, c, "lab-codes", "GLU", ""); got != "2345-7" {
-		t.Errorf("after failed query GLU -> %q", got)
-	}
+	syncFails(t, syncer, set, "no_such_table")
+	expect(t, c, "GLU", "", "2345-7")
 }
 
 func TestSyncHTTP(t *testing.T) {
 	ctx := context.Background()
-	db := testcontainers.NewDB(t)
+	db, syncer := newSyncer(t)
 	var body, contentType atomic.Value
 	var status atomic.Int32
 	status.Store(http.StatusOK)
@@ -237,17 +237,7 @@ func TestSyncHTTP(t *testing.T) {
 	set := &config.ReferenceSet{Name: "lab-codes", Source: config.ReferenceSource{HTTP: &config.HTTPSource{
 		URL: srv.URL + "/codes?token=secret", Timeout: 5 * time.Second,
 	}}}
-	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
 	c := reference.NewCache(db.Pool, nil, nil)
-	check := func(key, column, want string) {
-		t.Helper()
-		if _, err := c.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := lookup(t, c, "lab-codes", key, column); got != want {
-			t.Errorf("%s/%s -> %q, want %q", key, column, got, want)
-		}
-	}
 
 	cases := []struct {
 		name, ctype, body string
@@ -267,20 +257,16 @@ func TestSyncHTTP(t *testing.T) {
 		if _, err := syncer.Sync(ctx, set); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		check(tc.lookupKey, tc.column, tc.want)
+		expect(t, c, tc.lookupKey, tc.column, tc.want)
 	}
 
 	// A server error keeps the last snapshot, and the recorded error does
 	// not carry the URL's query string (tokens live there).
 	status.Store(http.StatusServiceUnavailable)
-	_, err := syncer.Sync(ctx, set)
-	if err == nil || !strings.Contains(err.Error(), "503") {
-		t.Fatalf("503: %v", err)
-	}
-	if strings.Contains(err.Error(), "secret") {
+	if err := syncFails(t, syncer, set, "503"); strings.Contains(err.Error(), "secret") {
 		t.Errorf("error leaks the URL's query: %v", err)
 	}
-	check("K", "loinc", "2823-3")
+	expect(t, c, "K", "loinc", "2823-3")
 
 	// A timeout is a failed sync too.
 	status.Store(http.StatusOK)
@@ -289,10 +275,8 @@ func TestSyncHTTP(t *testing.T) {
 	}))
 	defer slow.Close()
 	set.Source.HTTP = &config.HTTPSource{URL: slow.URL, Timeout: 200 * time.Millisecond}
-	if _, err := syncer.Sync(ctx, set); err == nil || !strings.Contains(err.Error(), "deadline") {
-		t.Fatalf("timeout: %v", err)
-	}
-	check("K", "loinc", "2823-3")
+	syncFails(t, syncer, set, "deadline")
+	expect(t, c, "K", "loinc", "2823-3")
 }
 
 // TestSecondCacheReadsThrough is the cluster behaviour: a set synced through
@@ -300,29 +284,17 @@ func TestSyncHTTP(t *testing.T) {
 // from the database and not from the source.
 func TestSecondCacheReadsThrough(t *testing.T) {
 	ctx := context.Background()
-	db := testcontainers.NewDB(t)
+	db, syncer := newSyncer(t)
 	dir := t.TempDir()
-	path := writeFile(t, dir, "lab.csv", "code,loinc\nGLU,old\n")
-	set := csvSet(path)
-	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "n1"}
-	if _, err := syncer.Sync(ctx, set); err != nil {
-		t.Fatal(err)
-	}
-	nodeA := reference.NewCache(db.Pool, nil, nil)
-	nodeB := reference.NewCache(db.Pool, nil, nil)
-	for _, c := range []*reference.Cache{nodeA, nodeB} {
-		if _, err := c.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	set := csvSet(t, dir, "code,loinc\nGLU,old\n")
+	syncOK(t, syncer, set)
+	nodeA, nodeB := newCache(t, db), newCache(t, db)
 
 	writeFile(t, dir, "lab.csv", "code,loinc\nGLU,new\n")
-	if _, err := syncer.Sync(ctx, set); err != nil {
-		t.Fatal(err)
-	}
+	syncOK(t, syncer, set)
 	// The source is gone: whatever node B serves now came from the
 	// database.
-	if err := os.Remove(path); err != nil {
+	if err := os.Remove(set.Source.CSV.Path); err != nil {
 		t.Fatal(err)
 	}
 	if got := lookup(t, nodeB, "lab-codes", "GLU", ""); got != "old" {
@@ -350,11 +322,7 @@ func TestSecondCacheReadsThrough(t *testing.T) {
 }
 
 func TestLookupWithoutSnapshot(t *testing.T) {
-	db := testcontainers.NewDB(t)
-	c := reference.NewCache(db.Pool, nil, nil)
-	if _, err := c.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	c := newCache(t, testcontainers.NewDB(t))
 	_, _, err := c.Lookup("lab-codes", "GLU", "")
 	if err == nil || !strings.Contains(err.Error(), "no snapshot") {
 		t.Fatalf("lookup in a never-synced set: %v, want ErrNoSnapshot", err)

@@ -1,7 +1,6 @@
 package retention_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -18,67 +17,51 @@ import (
 
 func TestMain(m *testing.M) { testcontainers.Main(m) }
 
-type fixture struct {
-	t   *testing.T
-	ctx context.Context
-	db  *testcontainers.DB
-}
+// fixture is a test's own database with the messages retention walks.
+type fixture struct{ *fixtures.DBTest }
 
-func newFixture(t *testing.T) *fixture {
-	t.Parallel()
-	return &fixture{t: t, ctx: context.Background(), db: testcontainers.NewDB(t)}
-}
-
-func (f *fixture) exec(sql string, args ...any) {
-	f.t.Helper()
-	fixtures.Exec(f.t, f.db, sql, args...)
-}
-
-func (f *fixture) int(sql string, args ...any) int64 {
-	f.t.Helper()
-	return fixtures.Count(f.t, f.db.Pool, sql, args...)
-}
+func newFixture(t *testing.T) *fixture { return &fixture{fixtures.NewDBTest(t)} }
 
 // message stores a message received age ago whose rows have the given
 // statuses (ingress done, then one outbound row per status), with an event
 // carrying a detail and a partner reply per outbound row. deadAge is how long
 // ago its dead rows died.
 func (f *fixture) message(age, deadAge time.Duration, statuses ...string) int64 {
-	f.t.Helper()
+	f.T.Helper()
 	var id int64
-	err := pgx.BeginFunc(f.ctx, f.db.Pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(f.ctx, `
+	err := pgx.BeginFunc(f.Ctx, f.DB.Pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(f.Ctx, `
 			INSERT INTO mefor_message (channel, source, size, raw, status, received_at, error)
 			VALUES ('adt', 'test', 9, 'MSH|body', 'routed', now() - $1::interval, 'partner said PID-5 is DOE^JOHN')
 			RETURNING id`, age).Scan(&id); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(f.ctx, `
+		if _, err := tx.Exec(f.Ctx, `
 			INSERT INTO mefor_work (message_id, stage, lane, channel, status, finished_at, payload)
 			VALUES ($1, 'ingress', 'ingress:adt', 'adt', 'done', now() - $2::interval, 'MSH|in')`, id, age); err != nil {
 			return err
 		}
 		for _, s := range statuses {
 			var wid int64
-			if err := tx.QueryRow(f.ctx, `
+			if err := tx.QueryRow(f.Ctx, `
 				INSERT INTO mefor_work (message_id, stage, lane, channel, destination, status, payload, last_error, finished_at)
 				VALUES ($1, 'outbound', 'outbound:lab', 'adt', 'lab', $2, 'MSH|out', 'AE: bad PID-5 DOE^JOHN',
 					CASE $2 WHEN 'pending' THEN NULL WHEN 'dead' THEN now() - $3::interval ELSE now() - $4::interval END)
 				RETURNING id`, id, s, deadAge, age).Scan(&wid); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(f.ctx, `
+			if _, err := tx.Exec(f.Ctx, `
 				INSERT INTO mefor_response (message_id, work_id, destination, attempt, outcome, ack_code, body)
 				VALUES ($1, $2, 'lab', 1, 'ack', 'AA', 'MSA|AA')`, id, wid); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(f.ctx, `
+		_, err := tx.Exec(f.Ctx, `
 			INSERT INTO mefor_event (message_id, event, detail) VALUES ($1, 'failed', 'AE from lab: DOE^JOHN')`, id)
 		return err
 	})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return id
 }
@@ -90,20 +73,20 @@ type content struct {
 }
 
 func (f *fixture) content(id int64) content {
-	f.t.Helper()
+	f.T.Helper()
 	var c content
-	if f.int("SELECT count(*) FROM mefor_message WHERE id = $1", id) == 0 {
+	if f.Int("SELECT count(*) FROM mefor_message WHERE id = $1", id) == 0 {
 		return c
 	}
 	c.Exists = true
-	c.Raw = f.int("SELECT count(*) FROM mefor_message WHERE id = $1 AND raw IS NOT NULL", id) > 0
-	c.Purged = f.int("SELECT count(*) FROM mefor_message WHERE id = $1 AND body_purged_at IS NOT NULL", id) > 0
-	c.Payloads = f.int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND payload IS NOT NULL AND status <> 'dead'", id) > 0
-	c.DeadPayloads = f.int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND payload IS NOT NULL AND status = 'dead'", id)
-	c.Errors = f.int(`SELECT count(*) FROM mefor_work WHERE message_id = $1 AND last_error IS NOT NULL`, id)+
-		f.int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND error IS NOT NULL`, id) > 0
-	c.Details = f.int("SELECT count(*) FROM mefor_event WHERE message_id = $1 AND detail IS NOT NULL", id) > 0
-	c.Replies = f.int("SELECT count(*) FROM mefor_response WHERE message_id = $1 AND body IS NOT NULL", id) > 0
+	c.Raw = f.Int("SELECT count(*) FROM mefor_message WHERE id = $1 AND raw IS NOT NULL", id) > 0
+	c.Purged = f.Int("SELECT count(*) FROM mefor_message WHERE id = $1 AND body_purged_at IS NOT NULL", id) > 0
+	c.Payloads = f.Int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND payload IS NOT NULL AND status <> 'dead'", id) > 0
+	c.DeadPayloads = f.Int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND payload IS NOT NULL AND status = 'dead'", id)
+	c.Errors = f.Int(`SELECT count(*) FROM mefor_work WHERE message_id = $1 AND last_error IS NOT NULL`, id)+
+		f.Int(`SELECT count(*) FROM mefor_message WHERE id = $1 AND error IS NOT NULL`, id) > 0
+	c.Details = f.Int("SELECT count(*) FROM mefor_event WHERE message_id = $1 AND detail IS NOT NULL", id) > 0
+	c.Replies = f.Int("SELECT count(*) FROM mefor_response WHERE message_id = $1 AND body IS NOT NULL", id) > 0
 	return c
 }
 
@@ -115,10 +98,10 @@ var (
 const day = 24 * time.Hour
 
 func (f *fixture) retain(p retention.Policy) retention.Counts {
-	f.t.Helper()
-	c, err := retention.Run(f.ctx, f.db.Pool, p, nil)
+	f.T.Helper()
+	c, err := retention.Run(f.Ctx, f.DB.Pool, p, nil)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return c
 }
@@ -171,13 +154,13 @@ func TestRetentionWindows(t *testing.T) {
 	}
 	// Metadata survives the purge: the message is still listed with its
 	// status and its rows, events and replies.
-	if n := f.int("SELECT count(*) FROM mefor_work WHERE message_id = $1", old); n != 3 {
+	if n := f.Int("SELECT count(*) FROM mefor_work WHERE message_id = $1", old); n != 3 {
 		t.Errorf("purged message has %d rows, want its 3 rows kept", n)
 	}
-	if n := f.int("SELECT count(*) FROM mefor_response WHERE message_id = $1 AND ack_code = 'AA'", old); n != 2 {
+	if n := f.Int("SELECT count(*) FROM mefor_response WHERE message_id = $1 AND ack_code = 'AA'", old); n != 2 {
 		t.Errorf("purged message has %d replies with their ACK code, want 2", n)
 	}
-	if n := f.int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND status = 'pending' AND payload IS NOT NULL", oldPending); n != 1 {
+	if n := f.Int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND status = 'pending' AND payload IS NOT NULL", oldPending); n != 1 {
 		t.Errorf("pending row of an old message lost its payload")
 	}
 
@@ -187,7 +170,7 @@ func TestRetentionWindows(t *testing.T) {
 		t.Errorf("second run did %+v, want nothing", again)
 	}
 
-	at, ok, err := retention.OldestRetainedBody(f.ctx, f.db.Pool)
+	at, ok, err := retention.OldestRetainedBody(f.Ctx, f.DB.Pool)
 	if err != nil || !ok {
 		t.Fatalf("oldest retained body: %v %v", ok, err)
 	}
@@ -204,16 +187,16 @@ func TestRetentionSkipsBusyMessagesWithoutWaiting(t *testing.T) {
 	lockHeld := f.message(40*day, 0, "done")
 	idle := f.message(40*day, 0, "done")
 
-	tx, err := f.db.Pool.Begin(f.ctx)
+	tx, err := f.DB.Pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(f.ctx)
-	if _, err := tx.Exec(f.ctx, "SELECT id FROM mefor_work WHERE message_id = $1 AND status = 'dead' FOR UPDATE", rowHeld); err != nil {
+	defer tx.Rollback(f.Ctx)
+	if _, err := tx.Exec(f.Ctx, "SELECT id FROM mefor_work WHERE message_id = $1 AND status = 'dead' FOR UPDATE", rowHeld); err != nil {
 		t.Fatal(err)
 	}
 	// The finalize lock, as the pipeline and replay take it.
-	if _, err := tx.Exec(f.ctx, "SELECT pg_advisory_xact_lock($1, $2)", int32(0x6d6d), int32(lockHeld)); err != nil {
+	if _, err := tx.Exec(f.Ctx, "SELECT pg_advisory_xact_lock($1, $2)", int32(0x6d6d), int32(lockHeld)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -227,7 +210,7 @@ func TestRetentionSkipsBusyMessagesWithoutWaiting(t *testing.T) {
 		t.Errorf("idle purged %v, row-held purged %v, lock-held purged %v; want only the idle one",
 			f.content(idle).Purged, f.content(rowHeld).Purged, f.content(lockHeld).Purged)
 	}
-	if err := tx.Rollback(f.ctx); err != nil {
+	if err := tx.Rollback(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	got = f.retain(retention.Policy{KeepBodies: 30 * day, KeepDead: 30 * day, Batch: 100})
@@ -242,54 +225,54 @@ func TestRetentionSkipsBusyMessagesWithoutWaiting(t *testing.T) {
 func TestReplayRacingRetentionRefuses(t *testing.T) {
 	f := newFixture(t)
 	msg := f.message(40*day, 40*day, "dead")
-	ins, err := river.NewClient(riverpgxv5.New(f.db.Pool), &river.Config{})
+	ins, err := river.NewClient(riverpgxv5.New(f.DB.Pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// Retention's batch, paused after it took its locks and purged,
 	// before it commits.
-	rtx, err := f.db.Pool.Begin(f.ctx)
+	rtx, err := f.DB.Pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rtx.Rollback(f.ctx)
-	if _, err := rtx.Exec(f.ctx, "SELECT id FROM mefor_work WHERE message_id = $1 FOR NO KEY UPDATE", msg); err != nil {
+	defer rtx.Rollback(f.Ctx)
+	if _, err := rtx.Exec(f.Ctx, "SELECT id FROM mefor_work WHERE message_id = $1 FOR NO KEY UPDATE", msg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rtx.Exec(f.ctx, "SELECT pg_advisory_xact_lock($1, $2)", int32(0x6d6d), int32(msg)); err != nil {
+	if _, err := rtx.Exec(f.Ctx, "SELECT pg_advisory_xact_lock($1, $2)", int32(0x6d6d), int32(msg)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rtx.Exec(f.ctx, "UPDATE mefor_message SET raw = NULL, body_purged_at = now() WHERE id = $1", msg); err != nil {
+	if _, err := rtx.Exec(f.Ctx, "UPDATE mefor_message SET raw = NULL, body_purged_at = now() WHERE id = $1", msg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rtx.Exec(f.ctx, "UPDATE mefor_work SET payload = NULL WHERE message_id = $1", msg); err != nil {
+	if _, err := rtx.Exec(f.Ctx, "UPDATE mefor_work SET payload = NULL WHERE message_id = $1", msg); err != nil {
 		t.Fatal(err)
 	}
 
 	done := make(chan error, 1)
 	go func() {
-		done <- pgx.BeginFunc(f.ctx, f.db.Pool, func(tx pgx.Tx) error {
-			_, err := pipeline.ReplayMessage(f.ctx, tx, ins, msg)
+		done <- pgx.BeginFunc(f.Ctx, f.DB.Pool, func(tx pgx.Tx) error {
+			_, err := pipeline.ReplayMessage(f.Ctx, tx, ins, msg)
 			return err
 		})
 	}()
 	// The replay reads the message as not purged, then queues on the row
 	// locks; wait until it is blocked there.
 	deadline := time.Now().Add(10 * time.Second)
-	for f.int(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
+	for f.Int(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("replay never waited on retention's locks")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := rtx.Commit(f.ctx); err != nil {
+	if err := rtx.Commit(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; !errors.Is(err, pipeline.ErrBodyPurged) {
 		t.Fatalf("replay after a concurrent purge: %v, want ErrBodyPurged", err)
 	}
-	if n := f.int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND status = 'pending'", msg); n != 0 {
+	if n := f.Int("SELECT count(*) FROM mefor_work WHERE message_id = $1 AND status = 'pending'", msg); n != 0 {
 		t.Fatalf("%d rows with purged content re-queued", n)
 	}
 }
@@ -324,28 +307,28 @@ func TestRetentionDeleteAfterSparesRecentDeadLetters(t *testing.T) {
 // (pipeline.PendingByID, DeadByID).
 func TestRetentionIgnoresStatisticsOfNoPendingRows(t *testing.T) {
 	f := newFixture(t)
-	f.exec(`ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)
-	f.exec(`ALTER TABLE mefor_message SET (autovacuum_enabled = false)`)
+	f.Exec(`ALTER TABLE mefor_work SET (autovacuum_enabled = false)`)
+	f.Exec(`ALTER TABLE mefor_message SET (autovacuum_enabled = false)`)
 	for _, age := range []string{"100 days", "10 days"} {
-		f.exec(`WITH m AS (
+		f.Exec(`WITH m AS (
 				INSERT INTO mefor_message (channel, source, size, raw, status, received_at)
 				SELECT 'adt', 'test', 1, 'x', 'processed', now() - $1::interval FROM generate_series(1, 500)
 				RETURNING id)
 			INSERT INTO mefor_work (message_id, stage, lane, channel, destination, status, finished_at)
 			SELECT id, 'outbound', 'outbound:lab', 'adt', 'lab', 'done', now() - $1::interval FROM m`, age)
 	}
-	f.exec(`ANALYZE mefor_work, mefor_message`)
+	f.Exec(`ANALYZE mefor_work, mefor_message`)
 	// Then a partner goes down: a recent message with many rows pending
 	// and dead, which retention leaves alone.
 	const backlog = 20000
 	recent := f.message(time.Hour, time.Hour)
-	f.exec(`INSERT INTO mefor_work (message_id, stage, lane, channel, destination, status)
+	f.Exec(`INSERT INTO mefor_work (message_id, stage, lane, channel, destination, status)
 		SELECT $1, 'outbound', 'outbound:down', 'adt', 'down', s
 		FROM generate_series(1, $2::int), (VALUES ('pending'), ('dead')) AS v(s)`, recent, backlog)
 
 	reads := func() (partial, byMessage int64) {
 		t.Helper()
-		if err := f.db.Pool.QueryRow(f.ctx, `
+		if err := f.DB.Pool.QueryRow(f.Ctx, `
 			SELECT coalesce(sum(s.idx_tup_read) FILTER (WHERE pg_get_expr(i.indpred, i.indrelid) LIKE '%pending%'
 					OR pg_get_expr(i.indpred, i.indrelid) LIKE '%dead%'), 0)::bigint,
 				coalesce(sum(s.idx_tup_read) FILTER (WHERE s.indexrelname = 'mefor_work_message'), 0)::bigint
@@ -363,7 +346,7 @@ func TestRetentionIgnoresStatisticsOfNoPendingRows(t *testing.T) {
 	// The batches' sessions report their counts when they end; every
 	// batch reads the work rows of its messages, so the counts are in once
 	// those reads show.
-	f.db.Pool.Reset()
+	f.DB.Pool.Reset()
 	var n int64
 	for i := 0; ; i++ {
 		partial, byMessage := reads()
@@ -383,15 +366,15 @@ func TestRetentionIgnoresStatisticsOfNoPendingRows(t *testing.T) {
 // unparseable stores a message that did not parse, received age ago: status
 // error, its body and the parse error, no rows.
 func (f *fixture) unparseable(age time.Duration) int64 {
-	f.t.Helper()
+	f.T.Helper()
 	var id int64
-	if err := f.db.Pool.QueryRow(f.ctx, `
+	if err := f.DB.Pool.QueryRow(f.Ctx, `
 		INSERT INTO mefor_message (channel, source, size, raw, status, received_at, error)
 		VALUES ('adt', 'mllp', 4, 'JUNK', 'error', now() - $1::interval, 'not a valid HL7 v2 message')
 		RETURNING id`, age).Scan(&id); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.exec(`INSERT INTO mefor_event (message_id, event, detail) VALUES ($1, 'received', 'mllp')`, id)
+	f.Exec(`INSERT INTO mefor_event (message_id, event, detail) VALUES ($1, 'received', 'mllp')`, id)
 	return id
 }
 
@@ -407,7 +390,7 @@ func TestRetentionKeepErrorsDeletesOldErrors(t *testing.T) {
 	replayed := f.message(100*day, 40*day, "dead", "pending")
 	processed := f.message(100*day, 0, "done")
 	youngJunk := f.unparseable(10 * day)
-	f.exec(`UPDATE mefor_message SET status = 'error' WHERE id = ANY($1)`, []int64{deadLongAgo, deadRecently, replayed})
+	f.Exec(`UPDATE mefor_message SET status = 'error' WHERE id = ANY($1)`, []int64{deadLongAgo, deadRecently, replayed})
 
 	got := f.retain(retention.Policy{KeepErrors: 30 * day, Batch: 10})
 
@@ -415,8 +398,8 @@ func TestRetentionKeepErrorsDeletesOldErrors(t *testing.T) {
 		if c := f.content(id); c.Exists {
 			t.Errorf("%s (keep_errors 30d) still exists: %+v", name, c)
 		}
-		if n := f.int(`SELECT count(*) FROM mefor_work WHERE message_id = $1`, id) +
-			f.int(`SELECT count(*) FROM mefor_event WHERE message_id = $1`, id); n != 0 {
+		if n := f.Int(`SELECT count(*) FROM mefor_work WHERE message_id = $1`, id) +
+			f.Int(`SELECT count(*) FROM mefor_event WHERE message_id = $1`, id); n != 0 {
 			t.Errorf("%s: %d rows and events left", name, n)
 		}
 	}

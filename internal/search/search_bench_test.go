@@ -3,7 +3,6 @@ package search_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,11 +30,10 @@ func BenchmarkSearch1M(b *testing.B) {
 	n := fixtures.BenchMessages(1_000_000)
 	ctx := context.Background()
 	for range b.N {
-		b.StopTimer()
-		db := testcontainers.NewDB(b)
-		start := time.Now()
-		loadSearchCorpus(b, db, n)
-		b.Logf("loaded %d messages and %d work rows in %s", n, n+n/10_000+n/200, time.Since(start).Round(time.Second))
+		db := fixtures.BenchDB(b, func(db *testcontainers.DB) string {
+			loadSearchCorpus(b, db, n)
+			return fmt.Sprintf("loaded %d messages and %d work rows", n, n+n/10_000+n/200)
+		})
 
 		type filter struct {
 			name string
@@ -61,21 +59,18 @@ func BenchmarkSearch1M(b *testing.B) {
 		var line []string
 		b.StartTimer()
 		for _, fl := range filters {
-			var times []time.Duration
 			var found int
-			for range 5 {
-				t0 := time.Now()
+			ms := medianMS(b, func() error {
 				got, err := search.ListMessages(ctx, db.Pool, fl.f)
-				times = append(times, time.Since(t0))
 				if err != nil {
-					b.Fatalf("%s: %v", fl.name, err)
+					return fmt.Errorf("%s: %w", fl.name, err)
 				}
 				found = len(got)
-			}
-			slices.Sort(times)
-			ms := float64(times[len(times)/2].Microseconds()) / 1000
+				return nil
+			})
 			line = append(line, fmt.Sprintf("%s_ms=%.2f", fl.name, ms))
-			plan := explain(b, db, fl.f)
+			sql, args := search.ListMessagesSQL(fl.f)
+			plan := explain(b, db.Pool, "", sql, args)
 			b.Logf("%s: %d found, median %.2f ms\n%s", fl.name, found, ms, plan)
 			if fl.name != "text" && strings.Contains(plan, "Seq Scan") {
 				b.Errorf("%s is planned with a sequential scan:\n%s", fl.name, plan)
@@ -87,19 +82,7 @@ func BenchmarkSearch1M(b *testing.B) {
 		b.StopTimer()
 		fmt.Printf("BENCH search-1m %s\n", strings.Join(line, " "))
 
-		var plan []string
-		rows, err := db.Pool.Query(ctx, "EXPLAIN "+search.BacklogSQL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		for rows.Next() {
-			var l string
-			if err := rows.Scan(&l); err != nil {
-				b.Fatal(err)
-			}
-			plan = append(plan, l)
-		}
-		joined := strings.Join(plan, "\n")
+		joined := explain(b, db.Pool, "", search.BacklogSQL())
 		b.Logf("cluster gauges' backlog read:\n%s", joined)
 		if !strings.Contains(joined, "mefor_work_pending_age") {
 			b.Errorf("the backlog read does not use the partial index on pending rows:\n%s", joined)
@@ -155,24 +138,4 @@ func loadSearchCorpus(b *testing.B, db *testcontainers.DB, n int) {
 			b.Fatalf("load corpus: %v\n%s", err, s)
 		}
 	}
-}
-
-// explain is the plan of ListMessages for f.
-func explain(b *testing.B, db *testcontainers.DB, f search.MessageFilter) string {
-	b.Helper()
-	sql, args := search.ListMessagesSQL(f)
-	rows, err := db.Pool.Query(context.Background(), "EXPLAIN "+sql, args)
-	if err != nil {
-		b.Fatalf("explain: %v", err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var l string
-		if err := rows.Scan(&l); err != nil {
-			b.Fatal(err)
-		}
-		plan = append(plan, "  "+l)
-	}
-	return strings.Join(plan, "\n")
 }

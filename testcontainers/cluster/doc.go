@@ -15,6 +15,10 @@
 // The timings are fast (Heartbeat, FenceTimeout, LeaseTTL), so a failover
 // takes about two seconds.
 //
+// ServeMLLP serves a downstream system whose answers the test writes (a
+// slow partner, one that rejects, one that quotes the patient), and ACK
+// builds its acknowledgments.
+//
 // StartNode runs a node in the test's own process instead, for tests that
 // drive the engine's options directly.
 package cluster

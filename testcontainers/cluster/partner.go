@@ -29,25 +29,43 @@ type Delivery struct {
 // NewPartner listens on a loopback port and acknowledges every message AA.
 func NewPartner(t *testing.T) *Partner {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Partner{Addr: ln.Addr().String()}
-	srv := &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
-		m, err := hl7.Parse(raw)
-		if err != nil {
-			return nil
-		}
+	p := &Partner{}
+	p.Addr = ServeMLLP(t, "127.0.0.1:0", func(_ context.Context, m *hl7.Message) []byte {
 		p.mu.Lock()
 		p.got = append(p.got, Delivery{ID: m.ControlID(), At: time.Now()})
 		p.mu.Unlock()
 		time.Sleep(2 * time.Millisecond) // a partner that takes a moment, so failures land mid-delivery
-		return hl7.NewACK(m, hl7.AckAccept, "", hl7.NewControlID(), time.Now())
+		return ACK(m, hl7.AckAccept, "")
+	})
+	return p
+}
+
+// ServeMLLP serves a downstream system over MLLP on addr ("127.0.0.1:0"
+// for a free port) until the test ends, and returns the address it
+// listens on. answer gets every message that parses, with the context of
+// its connection, and returns the reply (nil sends none); a frame that does
+// not parse is answered AR.
+func ServeMLLP(t testing.TB, addr string, answer func(ctx context.Context, m *hl7.Message) []byte) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &mllp.Server{Handler: mllp.HandlerFunc(func(ctx context.Context, raw []byte, _ mllp.ConnInfo) []byte {
+		m, err := hl7.Parse(raw)
+		if err != nil {
+			return hl7.NewACKForUnparsed(raw, hl7.AckReject, "unparseable", hl7.NewControlID(), time.Now())
+		}
+		return answer(ctx, m)
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return p
+	return ln.Addr().String()
+}
+
+// ACK is a partner's acknowledgment of m with code and text.
+func ACK(m *hl7.Message, code hl7.AckCode, text string) []byte {
+	return hl7.NewACK(m, code, text, hl7.NewControlID(), time.Now())
 }
 
 // Deliveries lists what the Partner received so far, repeats included.
