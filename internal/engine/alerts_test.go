@@ -103,7 +103,7 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 1)
-	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	lab := newPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
 	listen := fixtures.FreeAddr(t)
 	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
       webhook: {url: "%s/mefor?token=URLSECRET", headers: {Authorization: "${HOOK_TOKEN}"}}
@@ -234,7 +234,7 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 3)
-	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	lab := newPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
 	listen := fixtures.FreeAddr(t)
 	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
       webhook: {url: "%s"}

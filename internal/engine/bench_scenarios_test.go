@@ -33,7 +33,7 @@ func runIdleScenario(b *testing.B, env *benchEnv, sc benchScenario) scenarioResu
 	const lanes, settle, window = 50, 5 * time.Second, 20 * time.Second
 	db := testcontainers.NewDB(b)
 	stm := newStatements(b, db)
-	p := newPartner(b, "")
+	p := newPartner(b, "", nil)
 	defer p.stop()
 	listens := make([]string, lanes)
 	for i := range listens {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
@@ -34,20 +33,9 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 `, partnerAddr))
 	limits := workers.DefaultLimits
 	limits.Batch, limits.MaxRows = 1, 2 // each execution serves two rows, then yields
-	a, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a", Limits: limits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	var msgs [][]byte
-	for i := range 6 {
-		ids = append(ids, fmt.Sprintf("RC%03d", i))
-		msgs = append(msgs, adt(ids[i], "P1"))
-	}
-	send(t, listen, msgs...) // the partner is down: all six queue
+	a := startOwnNode(t, engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a", Limits: limits})
+	ids := controlIDs("RC%03d", 6)
+	send(t, listen, adts(ids, onePatient)...) // the partner is down: all six queue
 	fixtures.Eventually(t, 20*time.Second, "all queued, the head failing", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`) == 6 &&
 			queryInt(t, db, `SELECT coalesce(max(attempts), 0) FROM mefor_work WHERE stage = 'outbound'`) >= 1
@@ -59,18 +47,10 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 	// job available again with the rescue recorded (River's rescuer and
 	// reclaim both append an error entry and bump river:rescue_count), the
 	// rows due.
-	if _, err := db.Pool.Exec(ctx, `UPDATE mefor_work SET next_attempt_at = now() - interval '1 second' WHERE status = 'pending'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `
-		UPDATE river_job SET state = 'available', scheduled_at = now(),
-			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'rescued', 'trace', '')),
-			metadata = metadata || jsonb_build_object('river:rescue_count', coalesce((metadata->>'river:rescue_count')::int, 0) + 1)
-		WHERE kind = 'mefor_outbound'`); err != nil {
-		t.Fatal(err)
-	}
+	fixtures.Exec(t, db, `UPDATE mefor_work SET next_attempt_at = now() - interval '1 second' WHERE status = 'pending'`)
+	rescue(t, db, `state = 'available', scheduled_at = now()`, `kind = 'mefor_outbound'`)
 
-	p := newCtlPartner(t, partnerAddr, nil)
+	p := newPartner(t, partnerAddr, nil)
 	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "b"; o.Limits = limits })
 	deadline := time.Now().Add(60 * time.Second)
 	for len(ours(p.acceptedIDs(), "RC")) < len(ids) {
@@ -100,36 +80,17 @@ func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	arrived := make(chan struct{})
-	release := make(chan struct{})
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "CW005" && n == 1 {
-			close(arrived)
-			<-release // the node "dies" while this send is in flight
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
+	hold := newGate(t) // the node "dies" while CW005's send is held
 	const rows = 4
-	cfg := testConfig(t, listen, downstream(p.addr, fmt.Sprintf("record_batch: {rows: %d, window: 1s}", rows)))
 	logs := newLogWatch(fixtures.Logger(t).Handler(), "drainer superseded")
-	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+	n, p, listen := startDownstream(t, db, holdFirst(hold, "CW005"), func(o *engine.Options) {
 		o.Logger = slog.New(logs)
 		o.ReclaimInterval = time.Hour // the test decides when the lane is served again
-	})
+	}, fmt.Sprintf("record_batch: {rows: %d, window: 1s}", rows))
 	waitStartupReclaim(t, db)
-	var ids []string
-	var msgs [][]byte
-	for i := range 8 {
-		ids = append(ids, fmt.Sprintf("CW%03d", i))
-		msgs = append(msgs, adt(ids[i], "P1"))
-	}
-	send(t, listen, msgs...)
-	select {
-	case <-arrived:
-	case <-time.After(30 * time.Second):
-		t.Fatal("CW005 never reached the partner")
-	}
+	ids := controlIDs("CW%03d", 8)
+	send(t, listen, adts(ids, onePatient)...)
+	hold.wait(t, "CW005")
 	// A window closes at its fourth send (or after a second), so with the
 	// sixth send in flight at least two are recorded (four, unless the
 	// machine is slow).
@@ -140,18 +101,9 @@ func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
 
 	// The node dies: the job is rescued as River's rescuer and reclaim do
 	// (an error entry, river:rescue_count bumped), not yet fetched again.
-	var jobID int64
-	if err := db.Pool.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = 'mefor_outbound' AND state = 'running'`).Scan(&jobID); err != nil {
-		t.Fatalf("find the running outbound drainer: %v", err)
-	}
-	if _, err := db.Pool.Exec(ctx, `
-		UPDATE river_job SET state = 'retryable', scheduled_at = now() + interval '1 hour',
-			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'rescued', 'trace', '')),
-			metadata = metadata || jsonb_build_object('river:rescue_count', coalesce((metadata->>'river:rescue_count')::int, 0) + 1)
-		WHERE id = $1`, jobID); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
+	jobID := runningOutbound(t, db)
+	rescue(t, db, `state = 'retryable', scheduled_at = now() + interval '1 hour'`, `id = $1`, jobID)
+	hold.let()
 	fixtures.Eventually(t, 20*time.Second, "the dead execution to stop", func() bool { return logs.count("drainer superseded") > 0 })
 	recorded := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`)
 	if recorded < sent-rows || recorded > sent {
@@ -183,9 +135,7 @@ func TestCrashRepeatsAtMostTheRecordWindow(t *testing.T) {
 	if want := append(slices.Clone(ids[:recorded+unrecorded]), ids[recorded:]...); !slices.Equal(got, want) {
 		t.Fatalf("partner received %v, want %v: the unrecorded sends again, then the rest", got, want)
 	}
-	if n := queryInt(t, db, `
-		SELECT count(*) FROM (SELECT message_id FROM mefor_event WHERE event = 'delivered'
-		GROUP BY message_id HAVING count(*) = 1) x`); n != len(ids) {
+	if n := deliveredOnce(t, db); n != len(ids) {
 		t.Fatalf("%d messages have exactly one delivered event, want %d", n, len(ids))
 	}
 	crashed := queryStrings(t, db, `SELECT m.control_id FROM mefor_response r JOIN mefor_message m ON m.id = r.message_id

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
-	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // PostgreSQL crashes mid-stream (a server process is SIGKILLed, so the
@@ -44,19 +41,10 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 
 	// The partner holds one delivery until the crash is over, so that no
 	// delivery record flushes the WAL meanwhile: only intake's commits do.
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "DC0020" && n == 1 {
-			<-release
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
+	hold := newGate(t)
 	const window = 4
-	cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, "retry: {backoff: 100ms, max_backoff: 500ms}", fmt.Sprintf("record_batch: {rows: %d, window: 50ms}", window))), nil)
+	_, p, listen := startDownstream(t, db, holdFirst(hold, "DC0020"), nil,
+		"retry: {backoff: 100ms, max_backoff: 500ms}", fmt.Sprintf("record_batch: {rows: %d, window: 50ms}", window))
 
 	// The crash lands while the sender streams: the messages ACKed just
 	// before it are in the WAL buffers unless their commit flushed them.
@@ -90,7 +78,7 @@ func TestDatabaseCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	if err := <-crashed; err != nil {
 		t.Fatal(err)
 	}
-	unblock()
+	hold.let()
 	if resends == 0 {
 		t.Fatal("the crash refused no message: it did not happen while messages were in flight")
 	}

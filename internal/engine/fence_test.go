@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -65,50 +63,25 @@ func TestFencedRecordWindowRecordsNothing(t *testing.T) {
 // and the replacement delivers everything once more, in order.
 func testFencedDrainer(t *testing.T, supersede, recordBatch string, held int) {
 	db := testcontainers.NewDB(t)
-	arrived := make(chan struct{})
-	release := make(chan struct{})
-	ids := []string{"F000", "F001", "F002", "F003"}
-	heldID := ids[held-1]
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == heldID && n == 1 {
-			close(arrived)
-			<-release
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, fmt.Sprintf("record_batch: %s", recordBatch)))
+	ids := controlIDs("F%03d", 4)
+	hold := newGate(t)
 	logs := newLogWatch(fixtures.Logger(t).Handler(), "drainer superseded")
-	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+	n, p, listen := startDownstream(t, db, holdFirst(hold, ids[held-1]), func(o *engine.Options) {
 		o.Logger = slog.New(logs)
 		o.ReclaimInterval = time.Hour // the test decides when the lane is served again
-	})
+	}, fmt.Sprintf("record_batch: %s", recordBatch))
 	waitStartupReclaim(t, db)
-	var msgs [][]byte
-	for _, id := range ids {
-		msgs = append(msgs, adt(id, "P1"))
-	}
-	send(t, listen, msgs...)
+	send(t, listen, adts(ids, onePatient)...)
 
-	select {
-	case <-arrived:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s never reached the partner", heldID)
-	}
+	hold.wait(t, ids[held-1])
 	// The whole backlog is queued behind F000 before the stale execution
 	// could act on it.
 	fixtures.Eventually(t, 20*time.Second, "all messages queued for delivery", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`) == len(ids)
 	})
-	var jobID int64
-	if err := db.Pool.QueryRow(context.Background(),
-		`SELECT id FROM river_job WHERE kind = 'mefor_outbound' AND state = 'running'`).Scan(&jobID); err != nil {
-		t.Fatalf("find the running outbound drainer: %v", err)
-	}
-	if _, err := db.Pool.Exec(context.Background(), supersede, jobID); err != nil {
-		t.Fatal(err)
-	}
-	close(release) // the partner ACKs the held send to the superseded execution
+	jobID := runningOutbound(t, db)
+	fixtures.Exec(t, db, supersede, jobID)
+	hold.let() // the partner ACKs the held send to the superseded execution
 
 	fixtures.Eventually(t, 20*time.Second, "the superseded execution to act", func() bool {
 		status, _, _, err := tryOutboundRow(db, "F000")
@@ -149,10 +122,7 @@ func testFencedDrainer(t *testing.T, supersede, recordBatch string, held int) {
 		t.Fatalf("partner accepted %v, want %v (the superseded window's sends once more, then in order)", got, want)
 	}
 	fixtures.Eventually(t, 10*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
-	perMessage := queryInt(t, db, `
-		SELECT count(*) FROM (SELECT message_id FROM mefor_event WHERE event = 'delivered'
-		GROUP BY message_id HAVING count(*) = 1) x`)
-	if perMessage != len(ids) || queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`) != len(ids) {
+	if deliveredOnce(t, db) != len(ids) || queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`) != len(ids) {
 		t.Fatalf("delivered events are not exactly one per message")
 	}
 }

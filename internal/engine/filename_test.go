@@ -47,11 +47,7 @@ func TestFileNamesFromControlIDs(t *testing.T) {
 
 	long := strings.Repeat("L", 300)
 	ids := []string{"A/B", "..", long, "DUP", "DUP", "PLANT", "LAST", "N\x00UL"}
-	var msgs [][]byte
-	for i, id := range ids {
-		msgs = append(msgs, adt(id, fmt.Sprintf("P%d", i)))
-	}
-	for i, a := range send(t, listen, msgs...) {
+	for i, a := range send(t, listen, adts(ids, patientEach)...) {
 		if a.Code != hl7.AckAccept {
 			t.Fatalf("ack %d = %s", i, a.Code)
 		}

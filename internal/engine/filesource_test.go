@@ -110,7 +110,7 @@ func exists(path string) bool {
 // messages show the file they came from.
 func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	old := time.Now().Add(-time.Minute)
 	// Dropped before the node starts: taken oldest first, whatever their
@@ -172,7 +172,7 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 // taken whole: its messages are stored once, all together.
 func TestFileIntakeLeavesHalfWrittenFile(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	cluster.StartNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
 
@@ -209,7 +209,7 @@ func TestFileIntakeLeavesHalfWrittenFile(t *testing.T) {
 // around it are taken as usual.
 func TestFileIntakeMovesUnparseableToErrorDir(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	old := time.Now().Add(-time.Minute)
 	dropFile(t, dirs.in, "1-good.hl7", oru("OK1"), old)
@@ -247,7 +247,7 @@ func TestFileIntakeMovesUnparseableToErrorDir(t *testing.T) {
 // polls, not after a restart.
 func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	blocked := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(blocked, nil, 0o640); err != nil {
@@ -289,7 +289,7 @@ func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 // a stepdown the other node does.
 func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	cfg := fileConfig(t, dirs, "", p.addr)
 	a := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })

@@ -41,7 +41,7 @@ func ingressExecution(t *testing.T, db *testcontainers.DB, channel string) strin
 func TestDrainerKeepsItsLaneWhileNobodyWaits(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	cfg, listens := channelsToPartners(t, []string{newPartner(t, "").addr})
+	cfg, listens := channelsTo(t, newPartner(t, "", nil))
 	cluster.StartNode(t, db, cfg, func(o *engine.Options) { holdLimits(o, time.Minute) })
 	send(t, listens[0], adt("W0", "P1"))
 	fixtures.Eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
@@ -62,7 +62,7 @@ func TestDrainerKeepsItsLaneWhileNobodyWaits(t *testing.T) {
 func TestDrainerGivesItsSlotToOneWaiting(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	cfg, listens := channelsToPartners(t, []string{newPartner(t, "").addr, newPartner(t, "").addr})
+	cfg, listens := channelsTo(t, newPartners(t, 2)...)
 	cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		holdLimits(o, time.Hour)
 		o.IngressWorkers = 1
@@ -95,8 +95,8 @@ func TestDrainerGivesItsSlotToOneWaiting(t *testing.T) {
 func TestDrainerYieldsALaneInUseAtTheEndOfItsSlice(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
-	cfg, listens := channelsToPartners(t, []string{p.addr})
+	p := newPartner(t, "", nil)
+	cfg, listens := channelsTo(t, p)
 	cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		// No extension (the hold is one slice), and a linger longer than
 		// the test: only the end of a slice can end an execution.

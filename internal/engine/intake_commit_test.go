@@ -27,7 +27,7 @@ import (
 // one partner, and returns their listen addresses.
 func twoChannelNode(t *testing.T, db *testcontainers.DB) (*engine.Node, [2]string) {
 	t.Helper()
-	p := newCtlPartner(t, "", nil)
+	p := newPartner(t, "", nil)
 	var addrs [2]string
 	var y strings.Builder
 	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
@@ -27,10 +26,7 @@ import (
 func TestMalformedMessageRejectedAndConnectionKeepsWorking(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, nil, nil)
 
 	garbage := []byte("this is not an HL7 message\rPID|1||X")
 	c := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second}
@@ -111,11 +107,7 @@ func TestDatabaseUnreachableNeverAcknowledged(t *testing.T) {
 func TestNodeSessionsNamedAndBounded(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	n := cluster.StartNode(t, db, testConfig(t, fixtures.FreeAddr(t), `
-  out:
-    type: file
-    file: {directory: ./unused}
-`), named("sessions-node"))
+	n := cluster.StartNode(t, db, idleConfig(t), named("sessions-node"))
 	var name, idle, syncCommit, serverDefault string
 	if err := n.Pool().QueryRow(context.Background(),
 		`SELECT current_setting('application_name'), current_setting('idle_in_transaction_session_timeout'),
@@ -145,10 +137,7 @@ func TestNodeSessionsNamedAndBounded(t *testing.T) {
 func TestHeaderNotUTF8StoredAndAcknowledged(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, nil, nil)
 
 	latin1 := bytes.Replace(adt("L001", "P\xe91"), []byte("|HOSP|"), []byte("|H\xd4PITAL\x00|"), 1)
 	for _, ack := range send(t, listen, latin1, adt("L002", "P2")) {
@@ -180,11 +169,7 @@ func TestNodeWarnsOfServerThatIsNotCrashSafe(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	logs := newLogWatch(fixtures.Logger(t).Handler(), "the database server is not crash-safe")
-	cluster.StartNode(t, db, testConfig(t, fixtures.FreeAddr(t), `
-  out:
-    type: file
-    file: {directory: ./unused}
-`), func(o *engine.Options) { o.Logger = slog.New(logs) })
+	cluster.StartNode(t, db, idleConfig(t), func(o *engine.Options) { o.Logger = slog.New(logs) })
 	if logs.count("the database server is not crash-safe") != 1 {
 		t.Fatal("a node on a server with fsync off did not warn, once, at start")
 	}
@@ -209,11 +194,7 @@ func TestNodeWarnsOfCommitsThatDoNotWait(t *testing.T) {
 		}
 		defer pool.Close()
 		logs := newLogWatch(fixtures.Logger(t).Handler(), warning)
-		n := cluster.StartNode(t, db, testConfig(t, fixtures.FreeAddr(t), `
-  out:
-    type: file
-    file: {directory: ./unused}
-`), func(o *engine.Options) {
+		n := cluster.StartNode(t, db, idleConfig(t), func(o *engine.Options) {
 			o.Logger = slog.New(logs)
 			o.Pool = pool
 			o.NodeID = fmt.Sprintf("sync-%d", c.want)
@@ -243,19 +224,12 @@ func TestNodeOpensItsConnectionsAtStart(t *testing.T) {
 		}
 		return n
 	}
-	cfg := func() *config.Config {
-		return testConfig(t, fixtures.FreeAddr(t), `
-  out:
-    type: file
-    file: {directory: ./unused}
-`)
-	}
 	max := int(db.Pool.Config().MaxConns)
-	cluster.StartNode(t, db, cfg(), func(o *engine.Options) { o.NodeID, o.OpenConnsAtStart = "eager", true })
+	cluster.StartNode(t, db, idleConfig(t), func(o *engine.Options) { o.NodeID, o.OpenConnsAtStart = "eager", true })
 	if n := sessions("eager"); n < max {
 		t.Fatalf("a node opening its connections at start has %d sessions when Start returns, want at least its pool's %d", n, max)
 	}
-	cluster.StartNode(t, db, cfg(), func(o *engine.Options) { o.NodeID = "lazy" })
+	cluster.StartNode(t, db, idleConfig(t), func(o *engine.Options) { o.NodeID = "lazy" })
 	if n := sessions("lazy"); n >= max {
 		t.Fatalf("an idle node opening connections on demand has %d sessions, want fewer than %d", n, max)
 	}

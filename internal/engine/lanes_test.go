@@ -15,7 +15,6 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -25,11 +24,8 @@ import (
 func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr))
 	// Without linger a drainer completes as soon as its lane runs dry.
-	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.Limits.Linger = 0 })
+	_, p, listen := startDownstream(t, db, nil, func(o *engine.Options) { o.Limits.Linger = 0 })
 
 	// Waves: every sender sends one message at the same moment into idle
 	// lanes, so each wave races its intake transactions against the
@@ -103,9 +99,7 @@ func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 func TestNoStrandedBacklogUnderBurstyTraffic(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	cfg := testConfig(t, fixtures.FreeAddr(t), downstream(p.addr))
-	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+	n, p, _ := startDownstream(t, db, nil, func(o *engine.Options) {
 		o.Limits.Linger = 0 // complete as soon as the lane is empty: the race under test
 		o.ReclaimInterval = time.Hour
 	})
@@ -207,17 +201,9 @@ func window(s []string, i int) []string {
 // attempt of head and retries only after a minute, so the lane's drainer is
 // parked (snoozed, state scheduled) behind its head while the test works on
 // it. It returns the node, the partner and the address to send to.
-func parkedLane(t *testing.T, db *testcontainers.DB, head string) (*engine.Node, *ctlPartner, string) {
+func parkedLane(t *testing.T, db *testcontainers.DB, head string) (*engine.Node, *partner, string) {
 	t.Helper()
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == head && n == 1 {
-			return hl7.AckError
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, "retry: {backoff: 1m}"))
-	n := cluster.StartNode(t, db, cfg, nil)
+	n, p, listen := startDownstream(t, db, failFirst(head, 1, hl7.AckError), nil, "retry: {backoff: 1m}")
 	send(t, listen, adt(head, "P1"))
 	fixtures.Eventually(t, 20*time.Second, "the drainer parked behind its failed head", func() bool {
 		_, attempts, _, err := tryOutboundRow(db, head)
@@ -263,14 +249,8 @@ func TestEnqueueIntoLiveLaneDoesNotWriteDrainerJob(t *testing.T) {
 	const lane = "outbound:downstream"
 	jobID, _, xmin := laneJob(t, db, lane)
 
-	ids := []string{"A000"}
-	var msgs [][]byte
-	for i := 1; i <= 50; i++ {
-		id := fmt.Sprintf("A%03d", i)
-		ids = append(ids, id)
-		msgs = append(msgs, adt(id, "P1"))
-	}
-	send(t, listen, msgs...)
+	ids := controlIDs("A%03d", 51) // A000 is the parked head
+	send(t, listen, adts(ids[1:], onePatient)...)
 	fixtures.Eventually(t, 30*time.Second, "50 messages queued behind the head", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE lane = $1 AND status = 'pending'`, lane) == len(ids)
 	})

@@ -12,7 +12,6 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -29,12 +28,9 @@ func workScans(t *testing.T, db *testcontainers.DB) int {
 func TestLingeringDrainersDoNotPoll(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr))
 	// Long, so the drainers still linger after a slow delivery on a loaded machine.
 	const linger = 15 * time.Second
-	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+	n, p, listen := startDownstream(t, db, nil, func(o *engine.Options) {
 		o.Limits.Linger = linger
 		o.Limits.Poll = 20 * time.Millisecond // what a poll would be, were there one
 		o.ReclaimInterval = time.Hour         // its sweep reads mefor_work too
@@ -76,14 +72,11 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 		t.Run(fmt.Sprintf("contended=%v", contended), func(t *testing.T) {
 			t.Parallel()
 			db := testcontainers.NewDB(t)
-			p := newPartner(t, "")
-			listen := fixtures.FreeAddr(t)
-			cfg := testConfig(t, listen, downstream(p.addr))
 			// Long, so that a gather cannot pass unnoticed, nor a message
 			// sent in the middle of one miss it; a row every 300ms is then
 			// plenty of company.
 			const gather = 3 * time.Second
-			node := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+			node, p, listen := startDownstream(t, db, nil, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute
 				o.Limits.Gather = gather
 				o.Contended = func() bool { return contended }

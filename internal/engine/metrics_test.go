@@ -130,7 +130,7 @@ func (h histogram) minus(o histogram) histogram {
 func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	lab := newPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
 	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   lab:

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -17,20 +16,11 @@ import (
 func TestParallelDestinationUsesNLanes(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
 	const lanes = 4
-	cfg := testConfig(t, listen, downstream(p.addr, fmt.Sprintf("ordering: {mode: parallel, lanes: %d}", lanes)))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, nil, nil, fmt.Sprintf("ordering: {mode: parallel, lanes: %d}", lanes))
 
-	var ids []string
-	var msgs [][]byte
-	for i := range 40 {
-		id := fmt.Sprintf("Q%03d", i)
-		ids = append(ids, id)
-		msgs = append(msgs, adt(id, fmt.Sprintf("P%d", i)))
-	}
-	send(t, listen, msgs...)
+	ids := controlIDs("Q%03d", 40)
+	send(t, listen, adts(ids, patientEach)...)
 	fixtures.Eventually(t, 30*time.Second, "all delivered", func() bool { return len(p.acceptedIDs()) == len(ids) })
 
 	got := p.acceptedIDs()
@@ -54,10 +44,7 @@ func TestParallelDestinationUsesNLanes(t *testing.T) {
 func TestPartitionedDestinationKeepsPerPatientOrder(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, "ordering: {mode: partitioned, lanes: 4, key: PID-3.1}"))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, nil, nil, "ordering: {mode: partitioned, lanes: 4, key: PID-3.1}")
 
 	const patients, each = 8, 8
 	patientOf := map[string]string{}

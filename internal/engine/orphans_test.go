@@ -28,13 +28,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
     mllp: {address: "%s"}
     retry: {backoff: 1h, max_backoff: 1h}
 `, down))
-	n1, err := engine.New(engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n1.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	n1 := startOwnNode(t, engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
 	send(t, listen, adt("R1", "P1"), adt("R2", "P2"))
 	fixtures.Eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
 		var n int
@@ -45,7 +39,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	after := testConfig(t, fixtures.FreeAddr(t), fmt.Sprintf(`
   new:
     type: mllp
@@ -94,13 +88,8 @@ func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
     retry: {backoff: 200ms, max_backoff: 500ms}
 `, downAddr))
 	cluster.StartNode(t, db, cfgA, func(o *engine.Options) { o.NodeID = "a" })
-	var ids []string
-	var msgs [][]byte
-	for i := range 50 {
-		ids = append(ids, fmt.Sprintf("OR%03d", i))
-		msgs = append(msgs, adt(ids[i], "P1"))
-	}
-	send(t, listen, msgs...)
+	ids := controlIDs("OR%03d", 50)
+	send(t, listen, adts(ids, onePatient)...)
 	fixtures.Eventually(t, 30*time.Second, "all 50 queued for downstream", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE destination = 'downstream' AND status = 'pending'`) == 50
 	})
@@ -118,7 +107,7 @@ func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
 		t.Fatalf("%d rows dead-lettered by a node whose file the cluster has not agreed on", n)
 	}
 
-	p := newCtlPartner(t, downAddr, nil)
+	p := newPartner(t, downAddr, nil)
 	fixtures.Eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
 	if got := ours(p.acceptedIDs(), "OR"); !slices.Equal(got, ids) {
 		t.Fatalf("partner accepted %v, want all 50 in order", got)

@@ -20,7 +20,7 @@ import (
 func TestEndToEndMLLPToMLLPAndFile(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dir := t.TempDir()
 	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
@@ -33,14 +33,8 @@ func TestEndToEndMLLPToMLLPAndFile(t *testing.T) {
 `, p.addr, dir))
 	cluster.StartNode(t, db, cfg, nil)
 
-	var msgs [][]byte
-	var ids []string
-	for i := range 20 {
-		id := fmt.Sprintf("C%03d", i)
-		ids = append(ids, id)
-		msgs = append(msgs, adt(id, fmt.Sprintf("P%d", i)))
-	}
-	acks := send(t, listen, msgs...)
+	ids := controlIDs("C%03d", 20)
+	acks := send(t, listen, adts(ids, patientEach)...)
 	for i, a := range acks {
 		if a.Code != hl7.AckAccept || a.ControlID != ids[i] {
 			t.Fatalf("ack %d = %s for %q, want AA for %q", i, a.Code, a.ControlID, ids[i])

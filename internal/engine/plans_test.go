@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -91,14 +90,8 @@ func TestWorkerTransactionsPlanGenerically(t *testing.T) {
 	})
 	listen, p := startTracedNode(t, db, tracer, 100*time.Millisecond)
 
-	var want []string
-	var msgs [][]byte
-	for i := range 10 {
-		id := fmt.Sprintf("G%d", i)
-		want = append(want, id)
-		msgs = append(msgs, adt(id, "P1"))
-	}
-	send(t, listen, msgs...)
+	want := controlIDs("G%d", 10)
+	send(t, listen, adts(want, onePatient)...)
 	fixtures.Eventually(t, 20*time.Second, "all delivered", func() bool { return len(firstDeliveries(p.acceptedIDs())) == len(want) })
 	fixtures.Eventually(t, 10*time.Second, "the lanes' drainers done", func() bool { return liveDrainers(t, db) == 0 })
 	if got := firstDeliveries(p.acceptedIDs()); !slices.Equal(got, want) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -19,25 +18,16 @@ import (
 func TestRecordWindowKeepsOrderAndRecordsEachOnce(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
 	const rows = 8
-	cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, fmt.Sprintf("record_batch: {rows: %d, window: 300ms}", rows))), nil)
-	var ids []string
-	var msgs [][]byte
-	for i := range 60 {
-		ids = append(ids, fmt.Sprintf("W%03d", i))
-		msgs = append(msgs, adt(ids[i], fmt.Sprintf("P%d", i%3)))
-	}
-	send(t, listen, msgs...)
+	_, p, listen := startDownstream(t, db, nil, nil, fmt.Sprintf("record_batch: {rows: %d, window: 300ms}", rows))
+	ids := controlIDs("W%03d", 60)
+	send(t, listen, adts(ids, func(i int) string { return fmt.Sprintf("P%d", i%3) })...)
 	fixtures.Eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
 
 	if got := p.receivedIDs(); !slices.Equal(got, ids) {
 		t.Fatalf("partner received %v, want each message once, in order %v", got, ids)
 	}
-	if n := queryInt(t, db, `
-		SELECT count(*) FROM (SELECT message_id FROM mefor_event WHERE event = 'delivered'
-		GROUP BY message_id HAVING count(*) = 1) x`); n != len(ids) {
+	if n := deliveredOnce(t, db); n != len(ids) {
 		t.Fatalf("%d messages have exactly one delivered event, want %d", n, len(ids))
 	}
 	if n := queryInt(t, db, `SELECT count(*) FROM mefor_response WHERE outcome = 'delivered'`); n != len(ids) {
@@ -60,30 +50,18 @@ func TestRecordWindowKeepsOrderAndRecordsEachOnce(t *testing.T) {
 func TestRecordWindowClosesOnTime(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	arrived := make(chan struct{})
-	release := make(chan struct{})
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "T004" && n == 1 {
-			close(arrived)
-			<-release
-		}
+	held := newGate(t)
+	holdT004 := holdFirst(held, "T004")
+	_, _, listen := startDownstream(t, db, func(ctx context.Context, id string, n int) hl7.AckCode {
+		code := holdT004(ctx, id, n)
 		time.Sleep(60 * time.Millisecond)
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, "record_batch: {rows: 1000, window: 100ms}")), nil)
-	var msgs [][]byte
-	for i := range 6 {
-		msgs = append(msgs, adt(fmt.Sprintf("T%03d", i), "P1"))
-	}
+		return code
+	}, nil, "record_batch: {rows: 1000, window: 100ms}")
+	msgs := adts(controlIDs("T%03d", 6), onePatient)
 	send(t, listen, msgs...)
-	select {
-	case <-arrived:
-	case <-time.After(30 * time.Second):
-		t.Fatal("T004 never reached the partner")
-	}
+	held.wait(t, "T004")
 	recorded := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`)
-	close(release)
+	held.let()
 	if recorded < 2 {
 		t.Fatalf("%d deliveries recorded when the fifth send went out; want at least the first two (window 100ms, sends of 60ms)", recorded)
 	}

@@ -1,14 +1,12 @@
 package engine_test
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -31,14 +29,8 @@ func TestPartnerRejectPolicy(t *testing.T) {
 			t.Parallel()
 			db := testcontainers.NewDB(t)
 			const rejects = 3
-			p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-				if id == "AR000" && n <= rejects {
-					return hl7.AckReject
-				}
-				return hl7.AckAccept
-			})
-			listen := fixtures.FreeAddr(t)
-			cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr, "retry: {backoff: 100ms, max_backoff: 100ms}", tc.policy)), nil)
+			_, p, listen := startDownstream(t, db, failFirst("AR000", rejects, hl7.AckReject), nil,
+				"retry: {backoff: 100ms, max_backoff: 100ms}", tc.policy)
 			send(t, listen, adt("AR000", "P1"), adt("AR001", "P2"))
 			// Recorded, not only sent: a delivery's record may follow its
 			// send by the destination's record window.

@@ -85,10 +85,6 @@ func configFile(t *testing.T, name, content string) (string, *config.Config) {
 	return path, cfg
 }
 
-func named(id string) func(*engine.Options) {
-	return func(o *engine.Options) { o.NodeID = id }
-}
-
 func receive(t *testing.T, n *engine.Node, controlID string) {
 	t.Helper()
 	if _, err := n.Intake().Receive(context.Background(), "adt", "test", "test", adt(controlID, "P1")); err != nil {
@@ -118,6 +114,42 @@ func clusterVersion(t *testing.T, db *testcontainers.DB) int64 {
 	return cc.Version
 }
 
+// reloadPair is nodes a and b on one database, each started from its own
+// copy of a config whose destination down is at partner p1. The nodes
+// share a host here, so their copies differ in the listen address (la,
+// lb): b's is flagged as a different file.
+type reloadPair struct {
+	heartbeat    string
+	p1, p2       *partner
+	la, lb       string
+	pathA, pathB string
+	cfgA, cfgB   *config.Config
+	a, b         *engine.Node
+}
+
+// startReloadPair starts a reloadPair whose config has the given
+// heartbeat (see reloadYAML).
+func startReloadPair(t *testing.T, db *testcontainers.DB, heartbeat string) *reloadPair {
+	t.Helper()
+	r := &reloadPair{heartbeat: heartbeat, p1: newPartner(t, "", nil), p2: newPartner(t, "", nil),
+		la: fixtures.FreeAddr(t), lb: fixtures.FreeAddr(t)}
+	r.pathA, r.cfgA = configFile(t, "a.yaml", r.v1(r.la))
+	r.pathB, r.cfgB = configFile(t, "b.yaml", r.v1(r.lb))
+	r.a = cluster.StartNode(t, db, r.cfgA, named("a"))
+	r.b = cluster.StartNode(t, db, r.cfgB, named("b"))
+	return r
+}
+
+// v1 is the config the nodes start with, for a node listening on listen;
+// v2 is the same with down moved to partner p2.
+func (r *reloadPair) v1(listen string) string {
+	return reloadYAML{listen: listen, heartbeat: r.heartbeat, dests: [][2]string{{"down", r.p1.addr}}}.String()
+}
+
+func (r *reloadPair) v2(listen string) string {
+	return reloadYAML{listen: listen, heartbeat: r.heartbeat, dests: [][2]string{{"down", r.p2.addr}}}.String()
+}
+
 // SIGHUP on one node (Reload) applies its file and every other node reloads
 // its own copy within a heartbeat: deliveries follow the new destination
 // address on both, and status shows both on the new version and file.
@@ -125,43 +157,34 @@ func TestReloadConvergesAcrossNodes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p1, p2 := newPartner(t, ""), newPartner(t, "")
-	// The nodes share a host here, so their files differ in the listen
-	// address: b's is flagged as a different file.
-	la, lb := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
-	v1 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String() }
-	v2 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String() }
-	pathA, cfgA := configFile(t, "a.yaml", v1(la))
-	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
-	a := cluster.StartNode(t, db, cfgA, named("a"))
-	b := cluster.StartNode(t, db, cfgB, named("b"))
+	r := startReloadPair(t, db, "")
 
-	receive(t, b, "M1")
+	receive(t, r.b, "M1")
 	fixtures.Eventually(t, 20*time.Second, "M1 delivered to the first address", func() bool {
-		return slices.Contains(p1.acceptedIDs(), "M1")
+		return slices.Contains(r.p1.acceptedIDs(), "M1")
 	})
 
-	writeFile(t, pathA, v2(la))
-	writeFile(t, pathB, v2(lb))
-	hashB := loadHash(t, pathB)
-	res, err := a.Reload(ctx)
+	writeFile(t, r.pathA, r.v2(r.la))
+	writeFile(t, r.pathB, r.v2(r.lb))
+	hashB := loadHash(t, r.pathB)
+	res, err := r.a.Reload(ctx)
 	if err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	if res.Version != 1 || !res.Changed || res.Hash == cfgA.Hash() {
+	if res.Version != 1 || !res.Changed || res.Hash == r.cfgA.Hash() {
 		t.Fatalf("reload result = %+v, want version 1, changed, new hash", res)
 	}
 	fixtures.Eventually(t, 10*time.Second, "node b to reload its own file", func() bool {
-		return b.AppliedConfigVersion() == 1 && b.Config().Hash() == hashB
+		return r.b.AppliedConfigVersion() == 1 && r.b.Config().Hash() == hashB
 	})
 
-	receive(t, a, "M2")
-	receive(t, b, "M3")
+	receive(t, r.a, "M2")
+	receive(t, r.b, "M3")
 	fixtures.Eventually(t, 20*time.Second, "M2 and M3 delivered to the new address", func() bool {
-		got := p2.acceptedIDs()
+		got := r.p2.acceptedIDs()
 		return slices.Contains(got, "M2") && slices.Contains(got, "M3")
 	})
-	if got := p1.receivedIDs(); !slices.Equal(got, []string{"M1"}) {
+	if got := r.p1.receivedIDs(); !slices.Equal(got, []string{"M1"}) {
 		t.Errorf("old address received %v after the reload, want only M1", got)
 	}
 
@@ -197,39 +220,32 @@ func TestReloadBadFileChangesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p1, p2 := newPartner(t, ""), newPartner(t, "")
-	la, lb := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
-	v1 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p1.addr}}}.String() }
-	v2 := func(l string) string { return reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String() }
-	bad := func(l string) string { return strings.Replace(v2(l), "type: mllp", "type: carrier-pigeon", 1) }
-	pathA, cfgA := configFile(t, "a.yaml", v1(la))
-	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
-	a := cluster.StartNode(t, db, cfgA, named("a"))
-	b := cluster.StartNode(t, db, cfgB, named("b"))
+	r := startReloadPair(t, db, "")
+	bad := func(l string) string { return strings.Replace(r.v2(l), "type: mllp", "type: carrier-pigeon", 1) }
 
 	// The node's own reload (SIGHUP).
-	writeFile(t, pathA, bad(la))
-	_, err := a.Reload(ctx)
+	writeFile(t, r.pathA, bad(r.la))
+	_, err := r.a.Reload(ctx)
 	var cerrs config.Errors
-	if !errors.As(err, &cerrs) || !strings.Contains(err.Error(), pathA+":") || !strings.Contains(err.Error(), "carrier-pigeon") {
+	if !errors.As(err, &cerrs) || !strings.Contains(err.Error(), r.pathA+":") || !strings.Contains(err.Error(), "carrier-pigeon") {
 		t.Fatalf("reload of a bad file: err = %v, want the config errors with file:line", err)
 	}
-	if a.Config().Hash() != cfgA.Hash() || clusterVersion(t, db) != 0 {
+	if r.a.Config().Hash() != r.cfgA.Hash() || clusterVersion(t, db) != 0 {
 		t.Fatalf("a bad file changed something: hash %s (want %s), cluster version %d (want 0)",
-			a.Config().Hash()[:12], cfgA.Hash()[:12], clusterVersion(t, db))
+			r.a.Config().Hash()[:12], r.cfgA.Hash()[:12], clusterVersion(t, db))
 	}
 	if st := configStatus(t, db)["a"]; !strings.Contains(st.Error, "carrier-pigeon") {
 		t.Errorf("node a's row does not say why the reload failed: %+v", st)
 	}
-	receive(t, a, "M1")
+	receive(t, r.a, "M1")
 	fixtures.Eventually(t, 20*time.Second, "M1 delivered by the old config", func() bool {
-		return slices.Contains(p1.acceptedIDs(), "M1")
+		return slices.Contains(r.p1.acceptedIDs(), "M1")
 	})
 
 	// A peer's bad copy, when a good file is reloaded elsewhere.
-	writeFile(t, pathA, v2(la))
-	writeFile(t, pathB, bad(lb))
-	res, err := a.Reload(ctx)
+	writeFile(t, r.pathA, r.v2(r.la))
+	writeFile(t, r.pathB, bad(r.lb))
+	res, err := r.a.Reload(ctx)
 	if err != nil {
 		t.Fatalf("reload: %v", err)
 	}
@@ -238,18 +254,18 @@ func TestReloadBadFileChangesNothing(t *testing.T) {
 		return st.ErrorVersion != nil && *st.ErrorVersion == res.Version
 	})
 	st := configStatus(t, db)["b"]
-	if !st.Behind || !strings.Contains(st.Error, pathB) || b.AppliedConfigVersion() != 0 || b.Config().Hash() != cfgB.Hash() {
+	if !st.Behind || !strings.Contains(st.Error, r.pathB) || r.b.AppliedConfigVersion() != 0 || r.b.Config().Hash() != r.cfgB.Hash() {
 		t.Fatalf("node b with a bad copy: status %+v, applied %d; want behind, old config, error naming %s",
-			st, b.AppliedConfigVersion(), pathB)
+			st, r.b.AppliedConfigVersion(), r.pathB)
 	}
 	if st := configStatus(t, db)["a"]; st.Error != "" || st.Behind {
 		t.Errorf("node a still flagged after a good reload: %+v", st)
 	}
 
-	writeFile(t, pathB, v2(lb))
-	hashB := loadHash(t, pathB)
+	writeFile(t, r.pathB, r.v2(r.lb))
+	hashB := loadHash(t, r.pathB)
 	fixtures.Eventually(t, 10*time.Second, "node b to converge once its file is fixed", func() bool {
-		return b.AppliedConfigVersion() == res.Version && b.Config().Hash() == hashB
+		return r.b.AppliedConfigVersion() == res.Version && r.b.Config().Hash() == hashB
 	})
 	// The node applies, then records it on its row: give the row a moment.
 	fixtures.Eventually(t, 10*time.Second, "node b's row to show it converged", func() bool {
@@ -265,7 +281,7 @@ func TestNodeStartingLaterDoesNotReload(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p1, p2 := newPartner(t, ""), newPartner(t, "")
+	p1, p2 := newPartner(t, "", nil), newPartner(t, "", nil)
 	for range 2 {
 		if _, err := leader.BumpClusterConfig(ctx, db.Pool, "earlier", "test"); err != nil {
 			t.Fatal(err)
@@ -292,7 +308,7 @@ func TestReloadRefusesClusterTimings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
 	n := cluster.StartNode(t, db, cfg, named("a"))
@@ -314,7 +330,7 @@ func TestReloadRebindsChangedListener(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	addr1, addr2 := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: addr1, dests: [][2]string{{"down", p.addr}}}.String())
 	n := cluster.StartNode(t, db, cfg, named("a"))
@@ -343,7 +359,7 @@ func TestReloadRefusesUnbindableAddress(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p1, p2 := newPartner(t, ""), newPartner(t, "")
+	p1, p2 := newPartner(t, "", nil), newPartner(t, "", nil)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +385,7 @@ func TestReloadDeadLettersRowsOfRemovedDestination(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	down := downAddr(t) // nothing listens: deliveries to "old" wait an hour
 	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml",
@@ -406,7 +422,7 @@ func TestReloadDoesNotCutASendInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p2 := newPartner(t, "")
+	p2 := newPartner(t, "", nil)
 	arrived, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	slow := &mllp.Server{Handler: mllp.HandlerFunc(func(_ context.Context, raw []byte, _ mllp.ConnInfo) []byte {
@@ -455,27 +471,16 @@ func TestReloadReachesPeersThroughNotify(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p1, p2 := newPartner(t, ""), newPartner(t, "")
-	la, lb := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
-	v1 := func(l string) string {
-		return reloadYAML{listen: l, heartbeat: "20s", dests: [][2]string{{"down", p1.addr}}}.String()
-	}
-	v2 := func(l string) string {
-		return reloadYAML{listen: l, heartbeat: "20s", dests: [][2]string{{"down", p2.addr}}}.String()
-	}
-	pathA, cfgA := configFile(t, "a.yaml", v1(la))
-	pathB, cfgB := configFile(t, "b.yaml", v1(lb))
-	a := cluster.StartNode(t, db, cfgA, named("a"))
-	b := cluster.StartNode(t, db, cfgB, named("b"))
+	r := startReloadPair(t, db, "20s")
 	time.Sleep(500 * time.Millisecond) // let b's LISTEN connection come up
 
-	writeFile(t, pathA, v2(la))
-	writeFile(t, pathB, v2(lb))
-	if _, err := a.Reload(ctx); err != nil {
+	writeFile(t, r.pathA, r.v2(r.la))
+	writeFile(t, r.pathB, r.v2(r.lb))
+	if _, err := r.a.Reload(ctx); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
 	fixtures.Eventually(t, 8*time.Second, "node b to reload well before its next heartbeat", func() bool {
-		return b.AppliedConfigVersion() == 1
+		return r.b.AppliedConfigVersion() == 1
 	})
 }
 
@@ -485,7 +490,7 @@ func TestReloadRefusesEncryptionKeyChange(t *testing.T) {
 	t.Setenv("MEFOR_RELOAD_TEST_KEYS", "k1=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	l := fixtures.FreeAddr(t)
 	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
 	n := cluster.StartNode(t, db, cfg, named("a"))

@@ -67,7 +67,7 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	var up atomic.Bool // until then the partner answers AE: every delivery is retried
-	p := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode {
+	p := newPartner(t, "", func(context.Context, string, int) hl7.AckCode {
 		if up.Load() {
 			return hl7.AckAccept
 		}
@@ -93,19 +93,7 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`)
 	}
 
-	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = n.Stop(ctx)
-		}
-	})
+	n := startOwnNode(t, engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a"})
 	send(t, listen, batch("A")...)
 	fixtures.Eventually(t, 30*time.Second, "the first 60 queued", func() bool { return pendingOutbound() == 60 })
 	// Let the old lanes' heads fail a few times, so their backoff is longer
@@ -117,7 +105,6 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		if err := n.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
-		stopped = true
 		next, err := config.Load(path)
 		if err != nil {
 			t.Fatal(err)

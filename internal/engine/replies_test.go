@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
@@ -18,15 +17,6 @@ import (
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
-
-func parseConfig(t *testing.T, y string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(y), nil)
-	if err != nil {
-		t.Fatalf("test config: %v\n%s", err, y)
-	}
-	return cfg
-}
 
 // replyRow is a message stored from a reply, with its parent's control id.
 type replyRow struct {
@@ -62,7 +52,7 @@ func replyRows(t *testing.T, db *testcontainers.DB, channel string) []replyRow {
 // shown both ways by messages show.
 func TestMLLPRepliesRoutedIntoChannelAndArchived(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	listen, archive := fixtures.FreeAddr(t), t.TempDir()
 	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
@@ -137,7 +127,7 @@ destinations:
 // with the reason and not routed.
 func TestReplyLoopStopsAtDepthLimit(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	listen := fixtures.FreeAddr(t)
 	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}

@@ -59,15 +59,8 @@ func TestHeadOfLineBlockingOnAE(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	const failures = 4
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "H000" && n <= failures {
-			return hl7.AckError
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, "retry: {backoff: 250ms, multiplier: 3, max_backoff: 1500ms}"))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, failFirst("H000", failures, hl7.AckError), nil,
+		"retry: {backoff: 250ms, multiplier: 3, max_backoff: 1500ms}")
 
 	ids := []string{"H000", "H001", "H002"}
 	for _, a := range send(t, listen, adt(ids[0], "P1"), adt(ids[1], "P2"), adt(ids[2], "P3")) {
@@ -163,7 +156,7 @@ func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 		t.Fatalf("message behind the head: status %s, attempts %d; want pending, never attempted", status, attempts)
 	}
 
-	p := newCtlPartner(t, down, nil)
+	p := newPartner(t, down, nil)
 	fixtures.Eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
 	if got := p.receivedIDs(); !slices.Equal(got, []string{"D000", "D001"}) {
 		t.Fatalf("partner received %v, want [D000 D001]", got)
@@ -180,12 +173,7 @@ func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 func TestHeadOfLineBlockingOnAckTimeout(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "T000" && n == 1 {
-			return hang
-		}
-		return hl7.AckAccept
-	})
+	p := newPartner(t, "", failFirst("T000", 1, hang))
 	listen := fixtures.FreeAddr(t)
 	cfg := testConfig(t, listen, fmt.Sprintf(`
   downstream:
@@ -212,15 +200,7 @@ func TestHeadOfLineBlockingOnAckTimeout(t *testing.T) {
 func TestMaxAttemptsDeadLettersHeadAndLaneMovesOn(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", func(_ context.Context, id string, _ int) hl7.AckCode {
-		if id == "X000" {
-			return hl7.AckError
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, "retry: {max_attempts: 3, backoff: 100ms, multiplier: 1}"))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, failFirst("X000", 0, hl7.AckError), nil, "retry: {max_attempts: 3, backoff: 100ms, multiplier: 1}")
 	send(t, listen, adt("X000", "P1"), adt("X001", "P2"), adt("X002", "P3"))
 
 	fixtures.Eventually(t, 20*time.Second, "the rest delivered", func() bool { return len(p.acceptedIDs()) == 2 })

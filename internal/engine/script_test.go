@@ -49,22 +49,6 @@ func loadConfig(t testing.TB, dir, yaml string) *config.Config {
 	return cfg
 }
 
-// bodies returns what a partner received, parsed, in arrival order.
-func (p *ctlPartner) messages(t testing.TB) []*hl7.Message {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []*hl7.Message
-	for _, r := range p.received {
-		m, err := hl7.Parse(r.raw)
-		if err != nil {
-			t.Fatalf("partner received an unparsable message: %v", err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // fields returns path of every message, in order.
 func fields(msgs []*hl7.Message, path string) []string {
 	out := make([]string, len(msgs))
@@ -106,7 +90,7 @@ func TestScriptTransformFilterSplitAndDestinations(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab, archive := newCtlPartner(t, "", nil), newCtlPartner(t, "", nil)
+	lab, archive := newPartner(t, "", nil), newPartner(t, "", nil)
 	writeScript(t, dir, "lib/ids.js", `function mrn(id) { return "MRN-" + id; }`)
 	js := writeScript(t, dir, "adt.js", `
 function transform(msg, ctx) {
@@ -150,7 +134,7 @@ func TestScriptFailuresAreContained(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	js := writeScript(t, dir, "adt.js", `var runs = 0;
 function transform(msg, ctx) {
   var id = msg.get("MSH-10");
@@ -193,7 +177,7 @@ func TestScriptOnErrorHoldWaitsAtTheMessage(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	// A message needs the clinic's opening registered in state first.
 	js := writeScript(t, dir, "adt.js", `
 function transform(msg, ctx) {
@@ -265,7 +249,7 @@ func TestScriptStateNoLostUpdateAcrossLanesAndNodes(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	js := writeScript(t, dir, "count.js", counterScript)
 	listenA, listenB := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	yaml := fmt.Sprintf(`
@@ -350,7 +334,7 @@ func TestScriptStateReadsTheLastCommittedWrite(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	js := writeScript(t, dir, "count.js", counterScript)
 	listen := fixtures.FreeAddr(t)
 	cfg := loadConfig(t, dir, oneChannel(listen, js, "", map[string]string{"lab": lab.addr}))
@@ -377,7 +361,7 @@ func TestScriptStateExactlyOnceAcrossSupersededDrainer(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	// K1's first run takes a second and a half, leaving time to supersede
 	// the drainer running it.
 	js := writeScript(t, dir, "count.js", `var slowed = false;
@@ -434,7 +418,7 @@ func TestScriptReload(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	js := writeScript(t, dir, "adt.js", `function transform(msg) { msg.set("ZVC-1", "v1"); }`)
 	listen := fixtures.FreeAddr(t)
 	cfg := loadConfig(t, dir, oneChannel(listen, js, "", map[string]string{"lab": lab.addr}))
@@ -471,7 +455,7 @@ func TestScriptLookup(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	csv := writeScript(t, dir, "sex.csv", "code,label\nF,female\nM,male\n")
 	js := writeScript(t, dir, "adt.js", `function transform(msg, ctx) {
   msg.set("PID-8", ctx.lookup("sex", msg.get("PID-8")) || "unknown");

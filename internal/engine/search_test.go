@@ -16,7 +16,7 @@ import (
 func TestIntakeStoresPatientForSearch(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	listen := fixtures.FreeAddr(t)
 	cluster.StartNode(t, db, testConfig(t, listen, `
   lab:

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/pipeline"
@@ -54,8 +53,8 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testcontainers.NewDB(t)
-			p := newPartner(t, "")
-			cfg, listens := channelsToPartners(t, []string{p.addr, p.addr, p.addr, p.addr})
+			p := newPartner(t, "", nil)
+			cfg, listens := channelsTo(t, p, p, p, p)
 			n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute // every drainer lingers through the test
 				tc.opts(o)
@@ -67,18 +66,12 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			fixtures.Eventually(t, 30*time.Second, "W0 to W3 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
 			fixtures.Eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
-			release := make(chan struct{})
-			var once sync.Once
-			releaseS0 := func() { once.Do(func() { close(release) }) }
-			defer releaseS0()
+			s0 := newGate(t)
+			defer s0.let()
 			if tc.hook {
-				held := make(chan struct{})
-				var first sync.Once
-				engine.SetHandoffHook(n, func(int) {
-					first.Do(func() { close(held); <-release })
-				})
+				engine.SetHandoffHook(n, func(int) { s0.hold() })
 				send(t, listens[0], adt("S0", "P1"))
-				<-held
+				<-s0.arrived
 			} else {
 				hold, err := db.Pool.Begin(ctx)
 				if err != nil {
@@ -87,7 +80,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				if err := jobs.LockLanes(ctx, hold, []string{jobs.RoutedLane("c0")}); err != nil {
 					t.Fatal(err)
 				}
-				go func() { <-release; hold.Rollback(ctx) }() // also when the test fails
+				go func() { <-s0.release; hold.Rollback(ctx) }() // also when the test fails
 				send(t, listens[0], adt("S0", "P1"))
 				fixtures.Eventually(t, 30*time.Second, "S0's route hand-off waiting for its lane", func() bool {
 					return queryInt(t, db, `SELECT count(*)::int FROM pg_stat_activity
@@ -111,7 +104,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 					t.Fatal("S0 delivered while its hand-off was held")
 				}
 			}
-			releaseS0()
+			s0.let()
 			fixtures.Eventually(t, 30*time.Second, "S0 to S3 delivered", func() bool { return delivered() && slices.Contains(p.acceptedIDs(), "S0") })
 			// The partner has them; their records follow its ACKs.
 			fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
@@ -157,24 +150,19 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
 	defer openGate()
 	var entered atomic.Int32
-	partners := make([]*partner, 4)
+	partners := newPartners(t, 4)
 	for i := range partners {
-		partners[i] = newPartner(t, "")
 		if i > 0 {
-			partners[i].fail = func(id string, _ int) hl7.AckCode {
+			partners[i].setAnswer(func(_ context.Context, id string, _ int) hl7.AckCode {
 				if strings.HasPrefix(id, "S") {
 					entered.Add(1)
 					<-gate
 				}
 				return hl7.AckAccept
-			}
+			})
 		}
 	}
-	addrs := make([]string, len(partners))
-	for i, p := range partners {
-		addrs[i] = p.addr
-	}
-	cfg, listens := channelsToPartners(t, addrs)
+	cfg, listens := channelsTo(t, partners...)
 	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Limits.Linger = time.Minute // every drainer lingers through the test
 		o.HandoffPatience = time.Minute
@@ -188,18 +176,14 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 		send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
 	}
 	fixtures.Eventually(t, 30*time.Second, "S1 to S3 sent, their partners holding the answers", func() bool { return entered.Load() == 3 })
-	release := make(chan struct{})
-	var once sync.Once
-	releaseS0 := func() { once.Do(func() { close(release) }) }
-	defer releaseS0()
-	held := make(chan struct{})
-	var first sync.Once
-	engine.SetHandoffHook(n, func(int) { first.Do(func() { close(held); <-release }) })
+	s0 := newGate(t)
+	defer s0.let()
+	engine.SetHandoffHook(n, func(int) { s0.hold() })
 	send(t, listens[0], adt("S0", "P1"))
-	<-held
+	<-s0.arrived
 	openGate()
 	fixtures.Eventually(t, 30*time.Second, "S1 to S3's records waiting for S0's hand-off", func() bool { return engine.WaitingHandoffs(n) == 3 })
-	releaseS0()
+	s0.let()
 	fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 
 	for i := 1; i < 4; i++ {
@@ -215,27 +199,4 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	if shared := value(gatherMetrics(t, n), "mefor_handoffs_shared_total", "stage", "outbound"); shared < 3 {
 		t.Errorf("mefor_handoffs_shared_total{stage=outbound} = %v, want at least the 3 shared records", shared)
 	}
-}
-
-// channelsToPartners is a config of one channel per partner address, c<i>
-// listening on a free port and routing to destination d<i>, which
-// delivers to addrs[i]; it returns the channels' listen addresses.
-func channelsToPartners(t *testing.T, addrs []string) (*config.Config, []string) {
-	t.Helper()
-	var y strings.Builder
-	listens := make([]string, len(addrs))
-	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
-	for i := range listens {
-		listens[i] = fixtures.FreeAddr(t)
-		fmt.Fprintf(&y, "  c%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
-	}
-	y.WriteString("destinations:\n")
-	for i, a := range addrs {
-		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, a)
-	}
-	cfg, err := config.Parse("test.yaml", []byte(y.String()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg, listens
 }

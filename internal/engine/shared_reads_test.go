@@ -27,13 +27,8 @@ func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := testcontainers.NewDB(t)
-			partners := make([]*partner, 4)
-			addrs := make([]string, len(partners))
-			for i := range partners {
-				partners[i] = newPartner(t, "")
-				addrs[i] = partners[i].addr
-			}
-			cfg, listens := channelsToPartners(t, addrs)
+			partners := newPartners(t, 4)
+			cfg, listens := channelsTo(t, partners...)
 			n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute // every drainer lingers through the test
 				o.ReadsAlone = tc.alone
@@ -44,23 +39,19 @@ func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
 			fixtures.Eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
 			// The next read (c0's ingress drainer, woken by S0) is held.
-			release := make(chan struct{})
-			var once sync.Once
-			releaseS0 := func() { once.Do(func() { close(release) }) }
-			defer releaseS0()
-			held := make(chan struct{})
+			s0 := newGate(t)
+			defer s0.let()
 			var mu sync.Mutex
 			var turns []int
-			var first sync.Once
 			engine.SetReadHook(n, func(reads int) {
 				mu.Lock()
 				turns = append(turns, reads)
 				mu.Unlock()
-				first.Do(func() { close(held); <-release })
+				s0.hold()
 			})
 			send(t, listens[0], adt("S0", "P1"))
 			if !tc.alone {
-				<-held
+				<-s0.arrived
 			}
 			for i := 1; i < 4; i++ {
 				send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
@@ -75,7 +66,7 @@ func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
 				if got := countStatus(t, db, pipeline.StatusProcessed); got != 4 {
 					t.Errorf("%d messages processed while the reads waited, want the 4 of the warm-up", got)
 				}
-				releaseS0()
+				s0.let()
 				fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 			}
 			for i, p := range partners {

@@ -2,15 +2,12 @@ package engine_test
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
-	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -30,36 +27,12 @@ func TestSnoozedDrainersAreAnnounced(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := testcontainers.NewDB(t)
-			p := newPartner(t, "")
-			var failed atomic.Bool
-			p.fail = func(id string, _ int) hl7.AckCode {
-				if id == "R1" && failed.CompareAndSwap(false, true) {
-					return hl7.AckError
-				}
-				return hl7.AckAccept
-			}
-			listen := fixtures.FreeAddr(t)
-			cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
-channels:
-  c:
-    inbound: {mllp: {listen: %q}}
-    routes:
-      - {name: out, destinations: [d]}
-destinations:
-  d:
-    type: mllp
-    mllp: {address: %q}
-    retry: {backoff: 200ms, max_backoff: 200ms}
-`, listen, p.addr)), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+			_, p, listen := startDownstream(t, db, failFirst("R1", 1, hl7.AckError), func(o *engine.Options) {
 				o.StageQueuePoll = time.Hour
 				o.Limits.MaxRows = 1
 				o.Limits.Linger = time.Minute // no drainer completes: each goes on only by its snooze
 				o.NoSnoozeWake = !tc.wake
-			})
+			}, "retry: {backoff: 200ms, max_backoff: 200ms}")
 			want := []string{"M1", "M2", "R1", "M3"}
 			for _, id := range want {
 				send(t, listen, adt(id, "P1"))

@@ -119,7 +119,7 @@ func TestTLSIntake(t *testing.T) {
 	p := newPKI(t)
 	listen := fixtures.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(fixtures.FreeAddr(t))
-	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "0.0.0.0:"+port, newPartner(t, "").addr))
+	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "0.0.0.0:"+port, newPartner(t, "", nil).addr))
 	n := cluster.StartNode(t, db, cfg, named("tls-node"))
 
 	partnerA := newTLSSender(t, p, listen, p.ca.Issue(t, "partner-a", certtest.Options{}))
@@ -211,7 +211,7 @@ func TestReloadRenewsCertificateKeepingConnections(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPKI(t)
 	listen := fixtures.FreeAddr(t)
-	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "", newPartner(t, "").addr))
+	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "", newPartner(t, "", nil).addr))
 	n := cluster.StartNode(t, db, cfg, named("renew"))
 
 	client := p.ca.Issue(t, "partner-a", certtest.Options{})
@@ -344,7 +344,7 @@ channels:
     routes: [{destinations: [down]}]
 destinations:
   down: {type: mllp, mllp: {address: %q}}
-`, listen, extra, newPartner(t, "").addr)
+`, listen, extra, newPartner(t, "", nil).addr)
 	}
 	path, cfg := configFile(t, "plain.yaml", doc(""))
 	n := cluster.StartNode(t, db, cfg, named("plain"))
