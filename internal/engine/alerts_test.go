@@ -16,7 +16,6 @@ import (
 	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
@@ -81,18 +80,13 @@ func (h *hookReceiver) count(state string, status int) int {
 // rejects it all, and alerts are evaluated every second; it ends inside
 // the sinks block, where the test writes its sink "hook" and the rest.
 func stuckLabConfig(listen, labAddr string) string {
-	return fixtures.ADTChannel(listen) + fmt.Sprintf(`
+	return fixtures.ADTChannel(listen) + `
       - destinations: [lab]
 destinations:
-  lab:
-    type: mllp
-    mllp: {address: "%s"}
-    on_reject: retry   # the partner rejects everything: keep the queue stuck
-    retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
-alerts:
+` + stuckLab(labAddr) + `alerts:
   interval: 1s
   sinks:
-    hook:`, labAddr)
+    hook:`
 }
 
 // An alert rule on a stuck destination fires once for the whole cluster
@@ -103,7 +97,7 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 1)
-	lab := newPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	lab := newPartner(t, "", rejectAll)
 	listen := fixtures.FreeAddr(t)
 	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
       webhook: {url: "%s/mefor?token=URLSECRET", headers: {Authorization: "${HOOK_TOKEN}"}}
@@ -234,7 +228,7 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 3)
-	lab := newPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	lab := newPartner(t, "", rejectAll)
 	listen := fixtures.FreeAddr(t)
 	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
       webhook: {url: "%s"}

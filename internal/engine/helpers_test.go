@@ -276,16 +276,21 @@ func parseConfig(t testing.TB, y string) *config.Config {
 	return cfg
 }
 
-// testConfig is a one-channel config delivering ADT to the given
+// adtYAML is a one-channel config's text, delivering ADT to the given
 // destinations YAML.
-func testConfig(t testing.TB, listen, destinations string) *config.Config {
-	t.Helper()
-	return parseConfig(t, fixtures.ADTChannel(listen)+fmt.Sprintf(`
+func adtYAML(listen, destinations string) string {
+	return fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         match: {message_type: [ADT]}
         destinations: [%s]
 destinations:
-%s`, destNames(destinations), destinations))
+%s`, destNames(destinations), destinations)
+}
+
+// testConfig is adtYAML parsed.
+func testConfig(t testing.TB, listen, destinations string) *config.Config {
+	t.Helper()
+	return parseConfig(t, adtYAML(listen, destinations))
 }
 
 // idleConfig is a testConfig whose one destination is a directory nothing
@@ -299,15 +304,34 @@ func idleConfig(t testing.TB) *config.Config {
 `)
 }
 
-// downstream is the destinations block of testConfig for one MLLP
-// destination "downstream" at addr, with more lines of its block (retry,
-// ordering, record_batch...) each as one string.
-func downstream(addr string, more ...string) string {
-	b := fmt.Sprintf("  downstream:\n    type: mllp\n    mllp: {address: \"%s\"}\n", addr)
+// mllpDest is an MLLP destination's entry in a destinations block: name
+// delivering to addr, with mllpOpts as further keys of its mllp map ("" for
+// none, or such as "connect_timeout: 1s") and more lines of its block
+// (retry, ordering, record_batch...), each one string.
+func mllpDest(name, addr, mllpOpts string, more ...string) string {
+	if mllpOpts != "" {
+		mllpOpts = ", " + mllpOpts
+	}
+	b := fmt.Sprintf("  %s:\n    type: mllp\n    mllp: {address: %q%s}\n", name, addr, mllpOpts)
 	for _, l := range more {
 		b += "    " + l + "\n"
 	}
 	return b
+}
+
+// stuckLab is destination lab at addr, whose partner answers rejectAll:
+// it retries the rejects, so its queue stays stuck.
+func stuckLab(addr string) string {
+	return mllpDest("lab", addr, "", "on_reject: retry", "retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}")
+}
+
+// rejectAll is a partner's answer that rejects every message.
+func rejectAll(context.Context, string, int) hl7.AckCode { return hl7.AckReject }
+
+// downstream is the destinations block of testConfig for one MLLP
+// destination "downstream" at addr, with more lines of its block.
+func downstream(addr string, more ...string) string {
+	return mllpDest("downstream", addr, "", more...)
 }
 
 // destNames pulls the top-level destination names out of a destinations block.
