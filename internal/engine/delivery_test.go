@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
+
+// Delivery: a message reaches each of its destinations once and in order,
+// a file destination writes it under a name that stays in its directory,
+// and a lane's sends are recorded in windows of bounded size and age.
 
 // A message sent to a channel is acknowledged AA with its control id, reaches
 // both destinations, in order, once, and ends processed.
@@ -60,4 +65,142 @@ func TestEndToEndMLLPToMLLPAndFile(t *testing.T) {
 			t.Fatalf("archive file for %s is not HL7: %v", id, err)
 		}
 	}
+}
+
+// File names built from MSH-10 stay in the destination's directory, never
+// replace another message's file or follow a planted symlink, and a name
+// that cannot be written dead-letters at once with its reason, though
+// retries are unlimited, so the lane moves on.
+func TestFileNamesFromControlIDs(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	archive, nested, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(archive, "PLANT.hl7")); err != nil {
+		t.Fatal(err)
+	}
+	// nested puts each file under the channel's directory, which is a
+	// symlink out of it: no name there can be written.
+	if err := os.Symlink(outside, filepath.Join(nested, "adt")); err != nil {
+		t.Fatal(err)
+	}
+	listen := fixtures.FreeAddr(t)
+	cfg := testConfig(t, listen, fmt.Sprintf(`
+  archive:
+    type: file
+    file: {directory: "%s", filename: "{{.ControlID}}.hl7"}
+  nested:
+    type: file
+    file: {directory: "%s", filename: "{{.Channel}}/{{.ControlID}}.hl7"}
+`, archive, nested))
+	cluster.StartNode(t, db, cfg, nil)
+
+	long := strings.Repeat("L", 300)
+	ids := []string{"A/B", "..", long, "DUP", "DUP", "PLANT", "LAST", "N\x00UL"}
+	for i, a := range send(t, listen, adts(ids, patientEach)...) {
+		if a.Code != hl7.AckAccept {
+			t.Fatalf("ack %d = %s", i, a.Code)
+		}
+	}
+
+	fixtures.Eventually(t, 30*time.Second, "every message ended", func() bool {
+		return countStatus(t, db, "error") == len(ids)
+	})
+	want := map[string]string{
+		"A_B.hl7": "P0", "__.hl7": "P1", strings.Repeat("L", 100) + ".hl7": "P2",
+		"DUP.hl7": "P3", "DUP.1.hl7": "P4", "PLANT.1.hl7": "P5", "LAST.hl7": "P6", "N_UL.hl7": "P7",
+	}
+	for name, patient := range want {
+		body, err := os.ReadFile(filepath.Join(archive, name))
+		if err != nil {
+			t.Fatalf("archive file %s: %v", name, err)
+		}
+		if !strings.Contains(string(body), "PID|1||"+patient+"^") {
+			t.Fatalf("archive file %s holds another message than %s's", name, patient)
+		}
+	}
+	if entries, _ := os.ReadDir(archive); len(entries) != len(want)+1 { // the planted symlink
+		t.Fatalf("archive holds %d entries, want %d", len(entries), len(want)+1)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Fatalf("planted symlink followed: victim now %q", b)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Fatalf("written through the symlinked directory: %d entries outside", len(entries))
+	}
+
+	// Each nested row died at its first attempt, with the reason, and
+	// neither the reason nor last_error holds the control id.
+	rows := queryStrings(t, db, `
+		SELECT w.status || ' ' || w.attempts || ' ' || coalesce(w.last_error, '') || ' | ' || e.detail
+		FROM mefor_work w JOIN mefor_event e ON e.message_id = w.message_id AND e.event = 'dead'
+		WHERE w.destination = 'nested' ORDER BY w.message_id`)
+	if len(rows) != len(ids) {
+		t.Fatalf("%d dead nested rows, want %d: %q", len(rows), len(ids), rows)
+	}
+	for _, r := range rows {
+		if !strings.HasPrefix(r, "dead 1 bad-name: ") || !strings.Contains(r, "| file name cannot be written: bad-name: ") ||
+			strings.Contains(r, "DUP") || strings.Contains(r, "LAST") {
+			t.Fatalf("nested row %q: want dead after one attempt, the reason given, no control id", r)
+		}
+	}
+}
+
+// With a record window on, a lane's sends still go one at a time in commit
+// order, each message is delivered and recorded exactly once, and no record
+// transaction covers more sends than the window's rows.
+func TestRecordWindowKeepsOrderAndRecordsEachOnce(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	const rows = 8
+	_, p, listen := startDownstream(t, db, nil, nil, fmt.Sprintf("record_batch: {rows: %d, window: 300ms}", rows))
+	ids := controlIDs("W%03d", 60)
+	send(t, listen, adts(ids, func(i int) string { return fmt.Sprintf("P%d", i%3) })...)
+	fixtures.Eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(ids) })
+
+	if got := p.receivedIDs(); !slices.Equal(got, ids) {
+		t.Fatalf("partner received %v, want each message once, in order %v", got, ids)
+	}
+	if n := deliveredOnce(t, db); n != len(ids) {
+		t.Fatalf("%d messages have exactly one delivered event, want %d", n, len(ids))
+	}
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_response WHERE outcome = 'delivered'`); n != len(ids) {
+		t.Fatalf("%d delivered responses recorded, want %d", n, len(ids))
+	}
+	// Rows a record transaction wrote share its xmin.
+	perRecord := queryInt(t, db, `SELECT max(n) FROM (SELECT count(*) AS n FROM mefor_work
+		WHERE stage = 'outbound' GROUP BY xmin::text) x`)
+	if perRecord > rows {
+		t.Fatalf("a record transaction covered %d sends; record_batch rows is %d", perRecord, rows)
+	}
+	t.Logf("%d record transactions for %d deliveries, at most %d per transaction",
+		queryInt(t, db, `SELECT count(DISTINCT xmin::text) FROM mefor_work WHERE stage = 'outbound'`), len(ids), perRecord)
+}
+
+// A window is recorded once its time is up, even while the lane keeps
+// sending: with sends of at least 60ms and a 100ms window, no window holds
+// more than two sends, so by the time the fifth send reaches the partner
+// the first two are recorded.
+func TestRecordWindowClosesOnTime(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	held := newGate(t)
+	holdT004 := holdFirst(held, "T004")
+	_, _, listen := startDownstream(t, db, func(ctx context.Context, id string, n int) hl7.AckCode {
+		code := holdT004(ctx, id, n)
+		time.Sleep(60 * time.Millisecond)
+		return code
+	}, nil, "record_batch: {rows: 1000, window: 100ms}")
+	msgs := adts(controlIDs("T%03d", 6), onePatient)
+	send(t, listen, msgs...)
+	held.wait(t, "T004")
+	recorded := queryInt(t, db, `SELECT count(*) FROM mefor_event WHERE event = 'delivered'`)
+	held.let()
+	if recorded < 2 {
+		t.Fatalf("%d deliveries recorded when the fifth send went out; want at least the first two (window 100ms, sends of 60ms)", recorded)
+	}
+	fixtures.Eventually(t, 30*time.Second, "all processed", func() bool { return countStatus(t, db, "processed") == len(msgs) })
 }
