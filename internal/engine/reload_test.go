@@ -24,45 +24,39 @@ import (
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
-// reloadYAML is a one-channel config routing ADT to the destinations given
-// as name → MLLP address.
+// Config changes: a reload (SIGHUP) applies a node's file and the other
+// nodes converge, what must wait for a restart is refused, and the rows of
+// a destination that is no longer in the file are dead-lettered, by a
+// reload or at start, but only once the cluster agrees on the file.
+
+// reloadYAML is adtYAML's config with the destinations given as name →
+// MLLP address, each with more lines of its block.
 type reloadYAML struct {
 	heartbeat string // "" means 1s (fence 3s, lease 5s)
 	listen    string // each node needs its own: they run on one host here
 	dests     [][2]string
 	backoff   string
+	more      []string
 }
 
 func (y reloadYAML) String() string {
-	cluster := "{heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}"
-	switch y.heartbeat {
-	case "", "1s":
-	case "20s":
-		cluster = "{heartbeat: 20s, fence_timeout: 40s, lease_ttl: 60s}"
-	default:
-		cluster = fmt.Sprintf("{heartbeat: %s, fence_timeout: 3s, lease_ttl: 5s}", y.heartbeat)
-	}
-	listen := y.listen
-	var names []string
 	var b strings.Builder
 	for _, d := range y.dests {
-		names = append(names, d[0])
-		fmt.Fprintf(&b, "  %s:\n    type: mllp\n    mllp: {address: %q}\n", d[0], d[1])
+		more := y.more
 		if y.backoff != "" {
-			fmt.Fprintf(&b, "    retry: {backoff: %s, max_backoff: %s}\n", y.backoff, y.backoff)
+			more = append([]string{fmt.Sprintf("retry: {backoff: %s, max_backoff: %s}", y.backoff, y.backoff)}, more...)
 		}
+		b.WriteString(mllpDest(d[0], d[1], "", more...))
 	}
-	return fmt.Sprintf(`cluster: %s
-channels:
-  adt:
-    inbound:
-      mllp: {listen: %q}
-    routes:
-      - name: out
-        match: {message_type: [ADT]}
-        destinations: [%s]
-destinations:
-%s`, cluster, listen, strings.Join(names, ", "), b.String())
+	s := adtYAML(y.listen, b.String())
+	switch y.heartbeat {
+	case "", "1s":
+		return s
+	case "20s":
+		return strings.Replace(s, fixtures.ClusterTimings, "cluster: {heartbeat: 20s, fence_timeout: 40s, lease_ttl: 60s}", 1)
+	default:
+		return strings.Replace(s, fixtures.ClusterTimings, fmt.Sprintf("cluster: {heartbeat: %s, fence_timeout: 3s, lease_ttl: 5s}", y.heartbeat), 1)
+	}
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -112,6 +106,23 @@ func clusterVersion(t *testing.T, db *testcontainers.DB) int64 {
 		t.Fatal(err)
 	}
 	return cc.Version
+}
+
+// startFromFile starts node a on db from file a.yaml holding y, as `mefor
+// run` does, and returns it with the file's path and its config.
+func startFromFile(t *testing.T, db *testcontainers.DB, y reloadYAML) (*engine.Node, string, *config.Config) {
+	t.Helper()
+	path, cfg := configFile(t, "a.yaml", y.String())
+	return cluster.StartNode(t, db, cfg, named("a")), path, cfg
+}
+
+// refusedChangesNothing fails the test unless n still runs cfg and the
+// cluster's config version is still 0, as after a refused reload.
+func refusedChangesNothing(t *testing.T, db *testcontainers.DB, n *engine.Node, cfg *config.Config) {
+	t.Helper()
+	if n.Config().Hash() != cfg.Hash() || clusterVersion(t, db) != 0 {
+		t.Fatal("a refused reload changed the config or the cluster version")
+	}
 }
 
 // reloadPair is nodes a and b on one database, each started from its own
@@ -310,8 +321,7 @@ func TestReloadRefusesClusterTimings(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "", nil)
 	l := fixtures.FreeAddr(t)
-	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
-	n := cluster.StartNode(t, db, cfg, named("a"))
+	n, path, cfg := startFromFile(t, db, reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}})
 
 	writeFile(t, path, reloadYAML{listen: l, heartbeat: "2s", dests: [][2]string{{"down", p.addr}}}.String())
 	_, err := n.Reload(ctx)
@@ -319,9 +329,7 @@ func TestReloadRefusesClusterTimings(t *testing.T) {
 	if !errors.As(err, &rerr) || !strings.Contains(err.Error(), "heartbeat") || !strings.Contains(err.Error(), "restart") {
 		t.Fatalf("reload changing the heartbeat: err = %v, want a RestartError naming it", err)
 	}
-	if n.Config().Hash() != cfg.Hash() || clusterVersion(t, db) != 0 {
-		t.Fatal("a refused reload changed the config or the cluster version")
-	}
+	refusedChangesNothing(t, db, n, cfg)
 }
 
 // A channel whose listen address changed is rebound on the node that
@@ -332,8 +340,7 @@ func TestReloadRebindsChangedListener(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "", nil)
 	addr1, addr2 := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
-	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: addr1, dests: [][2]string{{"down", p.addr}}}.String())
-	n := cluster.StartNode(t, db, cfg, named("a"))
+	n, path, _ := startFromFile(t, db, reloadYAML{listen: addr1, dests: [][2]string{{"down", p.addr}}})
 	fixtures.Eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr1 })
 
 	writeFile(t, path, reloadYAML{listen: addr2, dests: [][2]string{{"down", p.addr}}}.String())
@@ -366,8 +373,7 @@ func TestReloadRefusesUnbindableAddress(t *testing.T) {
 	}
 	defer busy.Close()
 	addr := fixtures.FreeAddr(t)
-	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: addr, dests: [][2]string{{"down", p1.addr}}}.String())
-	n := cluster.StartNode(t, db, cfg, named("a"))
+	n, path, cfg := startFromFile(t, db, reloadYAML{listen: addr, dests: [][2]string{{"down", p1.addr}}})
 	fixtures.Eventually(t, 10*time.Second, "the listener to be bound", func() bool { return n.ListenerAddrs()["adt"] == addr })
 
 	writeFile(t, path, reloadYAML{listen: busy.Addr().String(), dests: [][2]string{{"down", p2.addr}}}.String())
@@ -388,9 +394,7 @@ func TestReloadDeadLettersRowsOfRemovedDestination(t *testing.T) {
 	p := newPartner(t, "", nil)
 	down := downAddr(t) // nothing listens: deliveries to "old" wait an hour
 	l := fixtures.FreeAddr(t)
-	path, cfg := configFile(t, "a.yaml",
-		reloadYAML{listen: l, backoff: "1h", dests: [][2]string{{"old", down}, {"new", p.addr}}}.String())
-	n := cluster.StartNode(t, db, cfg, named("a"))
+	n, path, _ := startFromFile(t, db, reloadYAML{listen: l, backoff: "1h", dests: [][2]string{{"old", down}, {"new", p.addr}}})
 	receive(t, n, "R1")
 	fixtures.Eventually(t, 20*time.Second, "the delivery to old to fail once and wait", func() bool {
 		var k int
@@ -439,8 +443,7 @@ func TestReloadDoesNotCutASendInFlight(t *testing.T) {
 	t.Cleanup(func() { _ = slow.Shutdown(context.Background()) })
 
 	l := fixtures.FreeAddr(t)
-	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", ln.Addr().String()}}}.String())
-	n := cluster.StartNode(t, db, cfg, named("a"))
+	n, path, _ := startFromFile(t, db, reloadYAML{listen: l, dests: [][2]string{{"down", ln.Addr().String()}}})
 	receive(t, n, "S1")
 	<-arrived
 	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p2.addr}}}.String())
@@ -492,8 +495,7 @@ func TestReloadRefusesEncryptionKeyChange(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "", nil)
 	l := fixtures.FreeAddr(t)
-	path, cfg := configFile(t, "a.yaml", reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String())
-	n := cluster.StartNode(t, db, cfg, named("a"))
+	n, path, cfg := startFromFile(t, db, reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}})
 
 	writeFile(t, path, reloadYAML{listen: l, dests: [][2]string{{"down", p.addr}}}.String()+
 		"encryption:\n  keys: \"${MEFOR_RELOAD_TEST_KEYS}\"\n")
@@ -505,7 +507,95 @@ func TestReloadRefusesEncryptionKeyChange(t *testing.T) {
 	if strings.Contains(err.Error(), "MDEyMzQ1") {
 		t.Errorf("the refusal shows the key: %v", err)
 	}
-	if n.Config().Hash() != cfg.Hash() || clusterVersion(t, db) != 0 {
-		t.Fatal("a refused reload changed the config or the cluster version")
+	refusedChangesNothing(t, db, n, cfg)
+}
+
+// Rows queued for a destination that was removed from the config are
+// dead-lettered when a node starts, with that reason, instead of blocking
+// their lane forever; their messages end in error.
+func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	listen := fixtures.FreeAddr(t)
+	down := downAddr(t) // nothing listens: deliveries to "old" stay queued
+	before := testConfig(t, listen, mllpDest("old", down, "", "retry: {backoff: 1h, max_backoff: 1h}"))
+	n1 := startOwnNode(t, engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
+	send(t, listen, adt("R1", "P1"), adt("R2", "P2"))
+	fixtures.Eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE destination = 'old' AND status = 'pending'`).Scan(&n)
+		return n == 2
+	})
+	if err := n1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p := newPartner(t, "", nil)
+	after := testConfig(t, fixtures.FreeAddr(t), mllpDest("new", p.addr, ""))
+	cluster.StartNode(t, db, after, nil)
+
+	rows, err := db.Pool.Query(ctx, `
+		SELECT w.status, w.last_error, m.status
+		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		WHERE w.destination = 'old' ORDER BY w.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	count := 0
+	for rows.Next() {
+		var status, lastErr, msgStatus string
+		if err := rows.Scan(&status, &lastErr, &msgStatus); err != nil {
+			t.Fatal(err)
+		}
+		count++
+		if status != "dead" || lastErr != `destination 'old' is not in the config` || msgStatus != "error" {
+			t.Errorf("row: status %q, last_error %q, message %q; want dead, the reason, error", status, lastErr, msgStatus)
+		}
+	}
+	if count != 2 {
+		t.Fatalf("%d rows for the removed destination, want 2", count)
+	}
+}
+
+// Node a runs with downstream down and 50 messages queued for it. Node b
+// starts with an older file that lacks downstream. The cluster has not agreed
+// on b's file (a runs another), so b must neither dead-letter those rows nor
+// try to serve them: nothing ends dead, and once downstream is back node a
+// delivers all 50, in order.
+func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	listen := fixtures.FreeAddr(t)
+	downAddr := downAddr(t) // nothing listens yet
+	cfgA := testConfig(t, listen, mllpDest("downstream", downAddr, "connect_timeout: 200ms", "retry: {backoff: 200ms, max_backoff: 500ms}"))
+	cluster.StartNode(t, db, cfgA, func(o *engine.Options) { o.NodeID = "a" })
+	ids := controlIDs("OR%03d", 50)
+	send(t, listen, adts(ids, onePatient)...)
+	fixtures.Eventually(t, 30*time.Second, "all 50 queued for downstream", func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE destination = 'downstream' AND status = 'pending'`) == 50
+	})
+
+	cfgB := testConfig(t, fixtures.FreeAddr(t), fmt.Sprintf(`
+  archive:
+    type: file
+    file: {directory: %q}
+`, t.TempDir()))
+	cluster.StartNode(t, db, cfgB, func(o *engine.Options) { o.NodeID = "b" })
+	// Give b time to do what it would: its start-up sweep and, should River
+	// hand it the downstream lane, its drainer.
+	time.Sleep(3 * time.Second)
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
+		t.Fatalf("%d rows dead-lettered by a node whose file the cluster has not agreed on", n)
+	}
+
+	p := newPartner(t, downAddr, nil)
+	fixtures.Eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
+	if got := ours(p.acceptedIDs(), "OR"); !slices.Equal(got, ids) {
+		t.Fatalf("partner accepted %v, want all 50 in order", got)
+	}
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
+		t.Fatalf("%d rows dead", n)
 	}
 }
