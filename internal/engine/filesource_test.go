@@ -84,20 +84,7 @@ func dropFile(t *testing.T, dir, name, content string, mtime time.Time) {
 // order.
 func storedControlIDs(t *testing.T, db *testcontainers.DB, channel string) []string {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT coalesce(control_id, '') FROM mefor_message WHERE channel = $1 ORDER BY id`, channel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	return ids
+	return queryStrings(t, db, `SELECT coalesce(control_id, '') FROM mefor_message WHERE channel = $1 ORDER BY id`, channel)
 }
 
 func exists(path string) bool {
@@ -314,18 +301,7 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	dropFile(t, dirs.in, "second.hl7", oru("S1"), time.Now().Add(-time.Minute))
 	fixtures.Eventually(t, 10*time.Second, "second.hl7 moved", func() bool { return exists(filepath.Join(dirs.done, "second.hl7")) })
 
-	rows, err := db.Pool.Query(context.Background(), `SELECT name || ' ' || node_id FROM mefor_intake_file ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var taken []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		taken = append(taken, s)
-	}
+	taken := queryStrings(t, db, `SELECT name || ' ' || node_id FROM mefor_intake_file ORDER BY id`)
 	if want := []string{"first.hl7 node-a", "second.hl7 node-b"}; !slices.Equal(taken, want) {
 		t.Fatalf("files taken %v, want %v", taken, want)
 	}

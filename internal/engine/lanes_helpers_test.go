@@ -27,11 +27,17 @@ func queryInt(t *testing.T, db *testcontainers.DB, sql string, args ...any) int 
 // queryStrings runs a query returning one text column.
 func queryStrings(t *testing.T, db *testcontainers.DB, sql string, args ...any) []string {
 	t.Helper()
+	return queryRows(t, db, pgx.RowTo[string], sql, args...)
+}
+
+// queryRows runs a query and reads each row with scan.
+func queryRows[T any](t *testing.T, db *testcontainers.DB, scan pgx.RowToFunc[T], sql string, args ...any) []T {
+	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), sql, args...)
 	if err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := pgx.CollectRows(rows, scan)
 	if err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
@@ -535,27 +536,17 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 	after := testConfig(t, fixtures.FreeAddr(t), mllpDest("new", p.addr, ""))
 	cluster.StartNode(t, db, after, nil)
 
-	rows, err := db.Pool.Query(ctx, `
+	rows := queryRows(t, db, pgx.RowToStructByPos[struct{ Status, LastErr, MsgStatus string }], `
 		SELECT w.status, w.last_error, m.status
 		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
 		WHERE w.destination = 'old' ORDER BY w.id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	count := 0
-	for rows.Next() {
-		var status, lastErr, msgStatus string
-		if err := rows.Scan(&status, &lastErr, &msgStatus); err != nil {
-			t.Fatal(err)
-		}
-		count++
-		if status != "dead" || lastErr != `destination 'old' is not in the config` || msgStatus != "error" {
-			t.Errorf("row: status %q, last_error %q, message %q; want dead, the reason, error", status, lastErr, msgStatus)
+	for _, r := range rows {
+		if r.Status != "dead" || r.LastErr != `destination 'old' is not in the config` || r.MsgStatus != "error" {
+			t.Errorf("row: status %q, last_error %q, message %q; want dead, the reason, error", r.Status, r.LastErr, r.MsgStatus)
 		}
 	}
-	if count != 2 {
-		t.Fatalf("%d rows for the removed destination, want 2", count)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows for the removed destination, want 2", len(rows))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
@@ -28,23 +29,14 @@ type replyRow struct {
 
 func replyRows(t *testing.T, db *testcontainers.DB, channel string) []replyRow {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `
+	return queryRows(t, db, func(row pgx.CollectableRow) (replyRow, error) {
+		var r replyRow
+		err := row.Scan(&r.id, &r.parent, &r.parentCtl, &r.status, &r.depth, &r.source, &r.errorReason)
+		return r, err
+	}, `
 		SELECT m.id, coalesce(m.parent_id, 0), coalesce(p.control_id, ''), m.status, m.reply_depth, m.source, coalesce(m.error, '')
 		FROM mefor_message m LEFT JOIN mefor_message p ON p.id = m.parent_id
 		WHERE m.channel = $1 ORDER BY m.id`, channel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []replyRow
-	for rows.Next() {
-		var r replyRow
-		if err := rows.Scan(&r.id, &r.parent, &r.parentCtl, &r.status, &r.depth, &r.source, &r.errorReason); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 // A partner's ACKs are stored as messages of the replies channel, linked to

@@ -1,13 +1,13 @@
 package engine_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
@@ -28,25 +28,13 @@ type attemptRecord struct {
 // attemptsOf returns a message's delivery attempts, oldest first.
 func attemptsOf(t *testing.T, db *testcontainers.DB, controlID string) []attemptRecord {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `
+	return queryRows(t, db, func(row pgx.CollectableRow) (attemptRecord, error) {
+		var a attemptRecord
+		err := row.Scan(&a.outcome, &a.at)
+		return a, err
+	}, `
 		SELECT r.outcome, r.received_at FROM mefor_response r JOIN mefor_message m ON m.id = r.message_id
 		WHERE m.control_id = $1 ORDER BY r.attempt`, controlID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []attemptRecord
-	for rows.Next() {
-		var a attemptRecord
-		if err := rows.Scan(&a.outcome, &a.at); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // failedDetails returns the details of a message's failed events, oldest first.

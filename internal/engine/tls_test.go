@@ -303,16 +303,7 @@ destinations:
 	if !strings.HasPrefix(lastErr, "tls: ") || !strings.Contains(lastErr, mllp.ReasonUnknownAuthority) {
 		t.Errorf("last_error %q, want outcome tls with the reason", lastErr)
 	}
-	var outcomes []string
-	rows, err := db.Pool.Query(ctx, `SELECT outcome FROM mefor_response ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var o string
-		_ = rows.Scan(&o)
-		outcomes = append(outcomes, o)
-	}
+	outcomes := queryStrings(t, db, `SELECT outcome FROM mefor_response ORDER BY id`)
 	if len(outcomes) < 2 || slices.ContainsFunc(outcomes, func(o string) bool { return o != "tls" }) {
 		t.Errorf("attempt outcomes %v, want tls each time", outcomes)
 	}
