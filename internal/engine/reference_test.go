@@ -66,6 +66,28 @@ func lastSyncID(t *testing.T, db *testcontainers.DB) int {
 	return queryInt(t, db, `SELECT coalesce(max(id), 0) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'ok'`)
 }
 
+// syncs counts the recorded syncs of sex-codes that ended with outcome.
+func syncs(t *testing.T, db *testcontainers.DB, outcome string) int {
+	return queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = $1`, outcome)
+}
+
+// syncUntil asks n to sync sex-codes until done holds. The sync kind is
+// unique per set while live, and River marks a job completed a moment
+// after its record commits: an insert right after a sync can be skipped as
+// a duplicate of it, so one insert is not enough.
+func syncUntil(t *testing.T, n *engine.Node, what string, done func() bool) {
+	t.Helper()
+	fixtures.Eventually(t, 30*time.Second, what, func() bool {
+		if done() {
+			return true
+		}
+		if _, err := n.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return false
+	})
+}
+
 // A set synced by whichever node works the job is served by every node
 // within a heartbeat, from the database: the source is gone by then.
 func TestReferenceSetReachesEveryNode(t *testing.T) {
@@ -98,18 +120,7 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := lastSyncID(t, db)
-	// The sync kind is unique per set while live, and River marks a job
-	// completed a moment after its audit commits: an insert right after the
-	// first sync can be skipped as a duplicate of it. Insert until one runs.
-	fixtures.Eventually(t, 30*time.Second, "second sync", func() bool {
-		if lastSyncID(t, db) > before {
-			return true
-		}
-		if _, err := b.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return false
-	})
+	syncUntil(t, b, "second sync", func() bool { return lastSyncID(t, db) > before })
 	if err := os.Remove(csvPath); err != nil {
 		t.Fatal(err)
 	}
@@ -123,15 +134,7 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 	fixtures.Eventually(t, 30*time.Second, "R2 filed with the new translation", func() bool { return filedPID8(out, "R2") == "FEMALE" })
 
 	// A sync from the missing source fails and keeps the snapshot.
-	fixtures.Eventually(t, 30*time.Second, "failed sync recorded", func() bool {
-		if queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0 {
-			return true
-		}
-		if _, err := a.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return false
-	})
+	syncUntil(t, a, "failed sync recorded", func() bool { return syncs(t, db, "failed") > 0 })
 	send(t, listen, adt("R3", "P3"))
 	fixtures.Eventually(t, 30*time.Second, "R3 filed with the kept snapshot", func() bool { return filedPID8(out, "R3") == "FEMALE" })
 }
@@ -150,7 +153,7 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 	n := cluster.StartNode(t, db, cfg, nil)
 
 	fixtures.Eventually(t, 30*time.Second, "failed first sync", func() bool {
-		return queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0
+		return syncs(t, db, "failed") > 0
 	})
 	send(t, listen, adt("W1", "P1"))
 	// Give the routed drainer time to try (several retries of 2s would
@@ -168,17 +171,8 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Insert until a sync runs: the failed one may not be finalized yet, and
-	// the kind is unique per set while live.
-	fixtures.Eventually(t, 30*time.Second, "a successful sync", func() bool {
-		if queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'ok'`) > 0 {
-			return true
-		}
-		if _, err := n.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return false
-	})
+	// The failed sync may not be finalized yet.
+	syncUntil(t, n, "a successful sync", func() bool { return syncs(t, db, "ok") > 0 })
 	fixtures.Eventually(t, 30*time.Second, "W1 filed translated", func() bool { return filedPID8(out, "W1") == "female" })
 
 	// M is not in the set.
