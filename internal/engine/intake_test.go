@@ -252,9 +252,35 @@ func TestNodeOpensItsConnectionsAtStart(t *testing.T) {
 	}
 }
 
+// commitLog records how many messages each intake commit of a node carried.
+type commitLog struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (l *commitLog) add(messages int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sizes = append(l.sizes, messages)
+}
+
+// get returns the sizes recorded since the last reset, in commit order.
+func (l *commitLog) get() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sizes)
+}
+
+func (l *commitLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sizes = nil
+}
+
 // twoChannelNode starts a node with channels ch0 and ch1, both delivering to
-// one partner, and returns their listen addresses.
-func twoChannelNode(t *testing.T, db *testcontainers.DB) (*engine.Node, [2]string) {
+// one partner, and returns their listen addresses and the log of the node's
+// intake commits.
+func twoChannelNode(t *testing.T, db *testcontainers.DB) (*engine.Node, [2]string, *commitLog) {
 	t.Helper()
 	p := newPartner(t, "", nil)
 	var addrs [2]string
@@ -269,7 +295,10 @@ func twoChannelNode(t *testing.T, db *testcontainers.DB) (*engine.Node, [2]strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cluster.StartNode(t, db, cfg, nil), addrs
+	n := cluster.StartNode(t, db, cfg, nil)
+	commits := &commitLog{}
+	engine.SetCommitHook(n.Intake(), commits.add)
+	return n, addrs, commits
 }
 
 type sent struct {
@@ -316,23 +345,14 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	n, addrs := twoChannelNode(t, db)
-	var mu sync.Mutex
-	var batches []int
-	engine.SetCommitHook(n.Intake(), func(m int) {
-		mu.Lock()
-		batches = append(batches, m)
-		mu.Unlock()
-	})
+	n, addrs, commits := twoChannelNode(t, db)
 	// Warm up: both lanes get their drainers.
 	for i, a := range addrs {
 		if r := <-sendAsync(t, a, adt(fmt.Sprintf("W%d", i), "P0")); r.err != nil || r.ack.Code != hl7.AckAccept {
 			t.Fatalf("warm-up message: %+v", r)
 		}
 	}
-	mu.Lock()
-	batches = nil
-	mu.Unlock()
+	commits.reset()
 	// The node's intake metrics split each ACK into the wait for a commit
 	// and the commit itself.
 	const slow = 0.25 // seconds: a bucket bound below the 300ms hold
@@ -374,9 +394,7 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 	// end while the lock is held.
 	fixtures.Eventually(t, 20*time.Second, "the commit of A started", func() bool {
 		noAnswerYet(t, map[string]<-chan sent{"A": a})
-		mu.Lock()
-		defer mu.Unlock()
-		return len(batches) == 1
+		return len(commits.get()) == 1
 	})
 	b := sendAsync(t, addrs[1], adt("GC-B", "P2"))
 	fixtures.Eventually(t, 20*time.Second, "B queued behind A's commit", func() bool {
@@ -407,12 +425,10 @@ func TestIntakeGroupCommitAcksOnlyAfterCommit(t *testing.T) {
 			t.Errorf("%s stored %d times, want once", id, len(got))
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	// A alone (nobody else was there), then B and X together; the batch
 	// refused for X is then stored message by message.
-	if !slices.Equal(batches, []int{1, 2, 1, 1}) {
-		t.Errorf("intake commits carried %v messages, want [1 2 1 1]", batches)
+	if got := commits.get(); !slices.Equal(got, []int{1, 2, 1, 1}) {
+		t.Errorf("intake commits carried %v messages, want [1 2 1 1]", got)
 	}
 	// A's commit waited on the lock, B and X waited for A's commit to end;
 	// the four commits are counted with their sizes.
@@ -435,14 +451,7 @@ func TestIntakeGroupCommitKeepsLaneOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	n, addrs := twoChannelNode(t, db)
-	var mu sync.Mutex
-	commits := 0
-	engine.SetCommitHook(n.Intake(), func(int) {
-		mu.Lock()
-		commits++
-		mu.Unlock()
-	})
+	_, addrs, commits := twoChannelNode(t, db)
 	const conns, perConn = 6, 40
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)
@@ -464,11 +473,9 @@ func TestIntakeGroupCommitKeepsLaneOrder(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if commits >= conns*perConn {
-		t.Errorf("%d messages took %d intake commits; want them batched", conns*perConn, commits)
+	if got := len(commits.get()); got >= conns*perConn {
+		t.Errorf("%d messages took %d intake commits; want them batched", conns*perConn, got)
 	}
-	mu.Unlock()
 
 	rows, err := db.Pool.Query(ctx, `
 		SELECT w.lane, m.control_id, m.id FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
