@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
@@ -420,6 +421,86 @@ func TestReloadDeadLettersRowsOfRemovedDestination(t *testing.T) {
 	}
 }
 
+// Rows queued for a destination that was removed from the config are
+// dead-lettered when a node starts, with that reason, instead of blocking
+// their lane forever; their messages end in error.
+func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	listen := fixtures.FreeAddr(t)
+	down := downAddr(t) // nothing listens: deliveries to "old" stay queued
+	before := testConfig(t, listen, mllpDest("old", down, "", "retry: {backoff: 1h, max_backoff: 1h}"))
+	n1 := startOwnNode(t, engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
+	send(t, listen, adt("R1", "P1"), adt("R2", "P2"))
+	fixtures.Eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE destination = 'old' AND status = 'pending'`).Scan(&n)
+		return n == 2
+	})
+	if err := n1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p := newPartner(t, "", nil)
+	after := testConfig(t, fixtures.FreeAddr(t), mllpDest("new", p.addr, ""))
+	cluster.StartNode(t, db, after, nil)
+
+	rows := queryRows(t, db, pgx.RowToStructByPos[struct{ Status, LastErr, MsgStatus string }], `
+		SELECT w.status, w.last_error, m.status
+		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+		WHERE w.destination = 'old' ORDER BY w.id`)
+	for _, r := range rows {
+		if r.Status != "dead" || r.LastErr != `destination 'old' is not in the config` || r.MsgStatus != "error" {
+			t.Errorf("row: status %q, last_error %q, message %q; want dead, the reason, error", r.Status, r.LastErr, r.MsgStatus)
+		}
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows for the removed destination, want 2", len(rows))
+	}
+}
+
+// Node a runs with downstream down and 50 messages queued for it. Node b
+// starts with an older file that lacks downstream. The cluster has not agreed
+// on b's file (a runs another), so b must neither dead-letter those rows nor
+// try to serve them: nothing ends dead, and once downstream is back node a
+// delivers all 50, in order.
+func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	listen := fixtures.FreeAddr(t)
+	downAddr := downAddr(t) // nothing listens yet
+	cfgA := testConfig(t, listen, mllpDest("downstream", downAddr, "connect_timeout: 200ms", "retry: {backoff: 200ms, max_backoff: 500ms}"))
+	cluster.StartNode(t, db, cfgA, func(o *engine.Options) { o.NodeID = "a" })
+	ids := controlIDs("OR%03d", 50)
+	send(t, listen, adts(ids, onePatient)...)
+	fixtures.Eventually(t, 30*time.Second, "all 50 queued for downstream", func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE destination = 'downstream' AND status = 'pending'`) == 50
+	})
+
+	cfgB := testConfig(t, fixtures.FreeAddr(t), fmt.Sprintf(`
+  archive:
+    type: file
+    file: {directory: %q}
+`, t.TempDir()))
+	cluster.StartNode(t, db, cfgB, func(o *engine.Options) { o.NodeID = "b" })
+	// Give b time to do what it would: its start-up sweep and, should River
+	// hand it the downstream lane, its drainer.
+	time.Sleep(3 * time.Second)
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
+		t.Fatalf("%d rows dead-lettered by a node whose file the cluster has not agreed on", n)
+	}
+
+	p := newPartner(t, downAddr, nil)
+	fixtures.Eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
+	if got := ours(p.acceptedIDs(), "OR"); !slices.Equal(got, ids) {
+		t.Fatalf("partner accepted %v, want all 50 in order", got)
+	}
+	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
+		t.Fatalf("%d rows dead", n)
+	}
+}
+
 // A send in flight when the reload changes its destination's address
 // finishes on the old connection: it is delivered once, not cut off and
 // retried; the next message goes to the new address.
@@ -509,84 +590,4 @@ func TestReloadRefusesEncryptionKeyChange(t *testing.T) {
 		t.Errorf("the refusal shows the key: %v", err)
 	}
 	refusedChangesNothing(t, db, n, cfg)
-}
-
-// Rows queued for a destination that was removed from the config are
-// dead-lettered when a node starts, with that reason, instead of blocking
-// their lane forever; their messages end in error.
-func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testcontainers.NewDB(t)
-	listen := fixtures.FreeAddr(t)
-	down := downAddr(t) // nothing listens: deliveries to "old" stay queued
-	before := testConfig(t, listen, mllpDest("old", down, "", "retry: {backoff: 1h, max_backoff: 1h}"))
-	n1 := startOwnNode(t, engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
-	send(t, listen, adt("R1", "P1"), adt("R2", "P2"))
-	fixtures.Eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
-		var n int
-		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE destination = 'old' AND status = 'pending'`).Scan(&n)
-		return n == 2
-	})
-	if err := n1.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	p := newPartner(t, "", nil)
-	after := testConfig(t, fixtures.FreeAddr(t), mllpDest("new", p.addr, ""))
-	cluster.StartNode(t, db, after, nil)
-
-	rows := queryRows(t, db, pgx.RowToStructByPos[struct{ Status, LastErr, MsgStatus string }], `
-		SELECT w.status, w.last_error, m.status
-		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
-		WHERE w.destination = 'old' ORDER BY w.id`)
-	for _, r := range rows {
-		if r.Status != "dead" || r.LastErr != `destination 'old' is not in the config` || r.MsgStatus != "error" {
-			t.Errorf("row: status %q, last_error %q, message %q; want dead, the reason, error", r.Status, r.LastErr, r.MsgStatus)
-		}
-	}
-	if len(rows) != 2 {
-		t.Fatalf("%d rows for the removed destination, want 2", len(rows))
-	}
-}
-
-// Node a runs with downstream down and 50 messages queued for it. Node b
-// starts with an older file that lacks downstream. The cluster has not agreed
-// on b's file (a runs another), so b must neither dead-letter those rows nor
-// try to serve them: nothing ends dead, and once downstream is back node a
-// delivers all 50, in order.
-func TestNodeWithDifferentFileLeavesOthersRowsAlone(t *testing.T) {
-	t.Parallel()
-	db := testcontainers.NewDB(t)
-	listen := fixtures.FreeAddr(t)
-	downAddr := downAddr(t) // nothing listens yet
-	cfgA := testConfig(t, listen, mllpDest("downstream", downAddr, "connect_timeout: 200ms", "retry: {backoff: 200ms, max_backoff: 500ms}"))
-	cluster.StartNode(t, db, cfgA, func(o *engine.Options) { o.NodeID = "a" })
-	ids := controlIDs("OR%03d", 50)
-	send(t, listen, adts(ids, onePatient)...)
-	fixtures.Eventually(t, 30*time.Second, "all 50 queued for downstream", func() bool {
-		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE destination = 'downstream' AND status = 'pending'`) == 50
-	})
-
-	cfgB := testConfig(t, fixtures.FreeAddr(t), fmt.Sprintf(`
-  archive:
-    type: file
-    file: {directory: %q}
-`, t.TempDir()))
-	cluster.StartNode(t, db, cfgB, func(o *engine.Options) { o.NodeID = "b" })
-	// Give b time to do what it would: its start-up sweep and, should River
-	// hand it the downstream lane, its drainer.
-	time.Sleep(3 * time.Second)
-	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
-		t.Fatalf("%d rows dead-lettered by a node whose file the cluster has not agreed on", n)
-	}
-
-	p := newPartner(t, downAddr, nil)
-	fixtures.Eventually(t, 60*time.Second, "all 50 delivered", func() bool { return len(ours(p.acceptedIDs(), "OR")) == len(ids) })
-	if got := ours(p.acceptedIDs(), "OR"); !slices.Equal(got, ids) {
-		t.Fatalf("partner accepted %v, want all 50 in order", got)
-	}
-	if n := queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); n != 0 {
-		t.Fatalf("%d rows dead", n)
-	}
 }
