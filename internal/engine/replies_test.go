@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
