@@ -99,13 +99,14 @@ func (s *tlsSender) send(t *testing.T, controlID string) hl7.AckCode {
 	return ack.Code
 }
 
-func messagesStored(t *testing.T, db *testcontainers.DB) int {
+// startTLSNode starts node id on db from a file holding p's
+// tlsListenYAML, listening with TLS on a free address it returns, and in
+// plaintext on plain when that is not "".
+func startTLSNode(t *testing.T, db *testcontainers.DB, p *pki, plain, id string) (*engine.Node, string) {
 	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM mefor_message`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	listen := fixtures.FreeAddr(t)
+	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, plain, newPartner(t, "", nil).addr))
+	return cluster.StartNode(t, db, cfg, named(id)), listen
 }
 
 // A partner with a certificate the node's CA signed gets AA, and the
@@ -117,10 +118,8 @@ func TestTLSIntake(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPKI(t)
-	listen := fixtures.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(fixtures.FreeAddr(t))
-	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "0.0.0.0:"+port, newPartner(t, "", nil).addr))
-	n := cluster.StartNode(t, db, cfg, named("tls-node"))
+	n, listen := startTLSNode(t, db, p, "0.0.0.0:"+port, "tls-node")
 
 	partnerA := newTLSSender(t, p, listen, p.ca.Issue(t, "partner-a", certtest.Options{}))
 	if code := partnerA.send(t, "T1"); code != hl7.AckAccept {
@@ -152,7 +151,7 @@ func TestTLSIntake(t *testing.T) {
 		}
 		c.Close()
 	}
-	if got := messagesStored(t, db); got != 1 {
+	if got := queryInt(t, db, `SELECT count(*) FROM mefor_message`); got != 1 {
 		t.Fatalf("%d messages stored, want only the one from the verified partner", got)
 	}
 
@@ -210,9 +209,7 @@ func TestReloadRenewsCertificateKeepingConnections(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPKI(t)
-	listen := fixtures.FreeAddr(t)
-	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "", newPartner(t, "", nil).addr))
-	n := cluster.StartNode(t, db, cfg, named("renew"))
+	n, listen := startTLSNode(t, db, p, "", "renew")
 
 	client := p.ca.Issue(t, "partner-a", certtest.Options{})
 	early := newTLSSender(t, p, listen, client)
