@@ -20,9 +20,12 @@ import (
 )
 
 // refConfig is a channel whose handler translates PID-8 (sex) through the
-// reference set "sex-codes", read from csvPath, and files the result.
-func refConfig(t *testing.T, listen, csvPath, outDir, onMiss string) *config.Config {
+// reference set "sex-codes", read from a CSV file, and files the result. It
+// returns the config, the CSV file's path (no file is there yet) and the
+// directory the results are filed in.
+func refConfig(t *testing.T, listen, onMiss string) (*config.Config, string, string) {
 	t.Helper()
+	csvPath, outDir := filepath.Join(t.TempDir(), "sex.csv"), t.TempDir()
 	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         handler: translate
@@ -42,11 +45,7 @@ reference_sets:
     source:
       csv: {path: "%s"}
 `, onMiss, outDir, csvPath)
-	cfg, err := config.Parse("test.yaml", []byte(y), nil)
-	if err != nil {
-		t.Fatalf("test config: %v\n%s", err, y)
-	}
-	return cfg
+	return parseConfig(t, y), csvPath, outDir
 }
 
 // filedPID8 is PID-8 of the message filed as id, "" until it is there.
@@ -93,13 +92,9 @@ func syncUntil(t *testing.T, n *engine.Node, what string, done func() bool) {
 func TestReferenceSetReachesEveryNode(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir, out := t.TempDir(), t.TempDir()
-	csvPath := filepath.Join(dir, "sex.csv")
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\nM,male\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	listen := fixtures.FreeAddr(t)
-	cfg := refConfig(t, listen, csvPath, out, "on_miss: keep")
+	cfg, csvPath, out := refConfig(t, listen, "on_miss: keep")
+	writeFile(t, csvPath, "code,text\nF,female\nM,male\n")
 	a := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
 	b := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-b" })
 
@@ -116,9 +111,7 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 	}
 
 	// New content, synced through the job (any node may work it).
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,FEMALE\nM,MALE\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, csvPath, "code,text\nF,FEMALE\nM,MALE\n")
 	before := lastSyncID(t, db)
 	syncUntil(t, b, "second sync", func() bool { return lastSyncID(t, db) > before })
 	if err := os.Remove(csvPath); err != nil {
@@ -146,10 +139,8 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir, out := t.TempDir(), t.TempDir()
-	csvPath := filepath.Join(dir, "sex.csv") // not there yet: the first sync fails
 	listen := fixtures.FreeAddr(t)
-	cfg := refConfig(t, listen, csvPath, out, "on_miss: dead-letter")
+	cfg, csvPath, out := refConfig(t, listen, "on_miss: dead-letter") // no CSV yet: the first sync fails
 	n := cluster.StartNode(t, db, cfg, nil)
 
 	fixtures.Eventually(t, 30*time.Second, "failed first sync", func() bool {
@@ -168,9 +159,7 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 		t.Fatalf("%d rows dead-lettered while the set has no snapshot", dead)
 	}
 
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, csvPath, "code,text\nF,female\n")
 	// The failed sync may not be finalized yet.
 	syncUntil(t, n, "a successful sync", func() bool { return syncs(t, db, "ok") > 0 })
 	fixtures.Eventually(t, 30*time.Second, "W1 filed translated", func() bool { return filedPID8(out, "W1") == "female" })
@@ -192,12 +181,8 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 func TestNodeLoadsSnapshotsBeforeWorking(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir, out := t.TempDir(), t.TempDir()
-	csvPath := filepath.Join(dir, "sex.csv")
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := refConfig(t, fixtures.FreeAddr(t), csvPath, out, "on_miss: keep")
+	cfg, csvPath, _ := refConfig(t, fixtures.FreeAddr(t), "on_miss: keep")
+	writeFile(t, csvPath, "code,text\nF,female\n")
 	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "earlier"}
 	if _, err := syncer.Sync(context.Background(), cfg.ReferenceSet("sex-codes")); err != nil {
 		t.Fatal(err)
