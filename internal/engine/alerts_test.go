@@ -75,18 +75,28 @@ func (h *hookReceiver) count(state string, status int) int {
 	return n
 }
 
-// stuckLabConfig is the start of an alerts test's config: channel adt on
-// listen routes everything to destination lab at labAddr, whose partner
-// rejects it all, and alerts are evaluated every second; it ends inside
-// the sinks block, where the test writes its sink "hook" and the rest.
-func stuckLabConfig(listen, labAddr string) string {
-	return fixtures.ADTChannel(listen) + `
+// stuckLabConfig is an alerts test's config: channel adt routes
+// everything to destination lab, whose partner rejects it all, and alerts
+// are evaluated every second. sinks is the rest of the file, from inside
+// the sinks block: the test's sink "hook" and the rest; getenv expands
+// its variables. It returns the config, lab's partner and the channel's
+// listen address.
+func stuckLabConfig(t *testing.T, sinks string, getenv func(string) (string, bool)) (*config.Config, *partner, string) {
+	t.Helper()
+	lab := newPartner(t, "", rejectAll)
+	listen := fixtures.FreeAddr(t)
+	y := fixtures.ADTChannel(listen) + `
       - destinations: [lab]
 destinations:
-` + stuckLab(labAddr) + `alerts:
+` + stuckLab(lab.addr) + `alerts:
   interval: 1s
   sinks:
-    hook:`
+    hook:` + sinks
+	cfg, err := config.Parse("alerts.yaml", []byte(y), getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, lab, listen
 }
 
 // An alert rule on a stuck destination fires once for the whole cluster
@@ -97,9 +107,7 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 1)
-	lab := newPartner(t, "", rejectAll)
-	listen := fixtures.FreeAddr(t)
-	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
+	cfg, lab, listen := stuckLabConfig(t, fmt.Sprintf(`
       webhook: {url: "%s/mefor?token=URLSECRET", headers: {Authorization: "${HOOK_TOKEN}"}}
     journal:
       log: {level: warn}
@@ -109,13 +117,9 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
       queue_depth: 3
       oldest_queued: 1h
       sinks: [hook, journal]
-`, hook.srv.URL)
-	cfg, err := config.Parse("alerts.yaml", []byte(y), func(k string) (string, bool) {
+`, hook.srv.URL), func(k string) (string, bool) {
 		return "Bearer HEADERSECRET", k == "HOOK_TOKEN"
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs fixtures.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts := func(id string) func(*engine.Options) {
@@ -228,20 +232,14 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 3)
-	lab := newPartner(t, "", rejectAll)
-	listen := fixtures.FreeAddr(t)
-	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
+	cfg, lab, listen := stuckLabConfig(t, fmt.Sprintf(`
       webhook: {url: "%s"}
   rules:
     - name: lab-stuck
       destination: lab
       queue_depth: 1
       sinks: [hook]
-`, hook.srv.URL)
-	cfg, err := config.Parse("alerts.yaml", []byte(y), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, hook.srv.URL), nil)
 	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
 	send(t, listen, adt("R000", "P1"))
 	fixtures.Eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })
