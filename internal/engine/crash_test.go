@@ -41,7 +41,7 @@ func TestRescueCountsOneCrashOnce(t *testing.T) {
 	cfg := testConfig(t, listen, mllpDest("downstream", partnerAddr, "connect_timeout: 200ms", "retry: {backoff: 100ms, max_backoff: 100ms}"))
 	limits := workers.DefaultLimits
 	limits.Batch, limits.MaxRows = 1, 2 // each execution serves two rows, then yields
-	a := startOwnNode(t, engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a", Limits: limits})
+	a := cluster.Start(t, engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a", Limits: limits})
 	ids := controlIDs("RC%03d", 6)
 	send(t, listen, adts(ids, onePatient)...) // the partner is down: all six queue
 	fixtures.Eventually(t, 20*time.Second, "all queued, the head failing", func() bool {

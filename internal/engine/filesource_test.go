@@ -16,7 +16,6 @@ import (
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
-	"github.com/mefor/mefor/workers"
 )
 
 // fileDirs are a file channel's directories in a test.
@@ -245,13 +244,7 @@ func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 	// move_to under a regular file: the move fails after every commit.
 	cfg := fileConfig(t, dirs, filepath.Join(blocked, "done"), p.addr)
 	opts := func(o *engine.Options) { o.NodeID = "first" }
-	a, err := engine.New(engineOptions(t, db, cfg, opts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a := cluster.Start(t, cluster.NodeOptions(t, db, cfg, opts))
 	fixtures.Eventually(t, 20*time.Second, "the file's messages delivered", func() bool { return len(p.acceptedIDs()) >= 3 })
 	time.Sleep(500 * time.Millisecond) // ten more polls, each finding the file still there
 	if err := a.Stop(context.Background()); err != nil {
@@ -309,15 +302,4 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	if got := storedControlIDs(t, db, "lab"); !slices.Equal(got, []string{"F1", "S1"}) {
 		t.Fatalf("stored %v", got)
 	}
-}
-
-// engineOptions are cluster.StartNode's options, for a test that starts and stops
-// a node itself.
-func engineOptions(t *testing.T, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) engine.Options {
-	opts := engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: t.Name(),
-		ReclaimInterval: time.Second, Limits: workers.DefaultLimits}
-	if mod != nil {
-		mod(&opts)
-	}
-	return opts
 }

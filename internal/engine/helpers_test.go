@@ -401,21 +401,6 @@ func startTracedNode(t *testing.T, db *testcontainers.DB, tracer pgx.QueryTracer
 	return listen, p
 }
 
-// startOwnNode starts a node with opts as they are, for a test that stops
-// it itself; one the test did not stop is stopped when it ends.
-func startOwnNode(t *testing.T, opts engine.Options) *engine.Node {
-	t.Helper()
-	n, err := engine.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
-	return n
-}
-
 // named sets a node's id.
 func named(id string) func(*engine.Options) {
 	return func(o *engine.Options) { o.NodeID = id }

@@ -159,7 +159,7 @@ func testOrderingChange(t *testing.T, tc reorderCase) {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`)
 	}
 
-	n := startOwnNode(t, engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a"})
+	n := cluster.Start(t, engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "a"})
 	send(t, listen, batch("A")...)
 	fixtures.Eventually(t, 30*time.Second, "the first 60 queued", func() bool { return pendingOutbound() == 60 })
 	// Let the old lanes' heads fail a few times, so their backoff is longer

@@ -431,7 +431,7 @@ func TestRowsOfRemovedDestinationDeadLetteredAtStart(t *testing.T) {
 	listen := fixtures.FreeAddr(t)
 	down := downAddr(t) // nothing listens: deliveries to "old" stay queued
 	before := testConfig(t, listen, mllpDest("old", down, "", "retry: {backoff: 1h, max_backoff: 1h}"))
-	n1 := startOwnNode(t, engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
+	n1 := cluster.Start(t, engine.Options{Config: before, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: "n1"})
 	send(t, listen, adt("R1", "P1"), adt("R2", "P2"))
 	fixtures.Eventually(t, 20*time.Second, "both deliveries to fail once and wait", func() bool {
 		var n int

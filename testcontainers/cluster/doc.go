@@ -16,5 +16,6 @@
 // takes about two seconds.
 //
 // StartNode runs a node in the test's own process instead, for tests that
-// drive the engine's options directly.
+// drive the engine's options directly; Start does it with options exactly
+// as the test gives them.
 package cluster
