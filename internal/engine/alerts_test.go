@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -216,13 +217,11 @@ func alertRow(t *testing.T, db *testcontainers.DB, rule string) alert.Alert {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range list {
-		if a.Rule == rule {
-			return a
-		}
+	i := slices.IndexFunc(list, func(a alert.Alert) bool { return a.Rule == rule })
+	if i < 0 {
+		t.Fatalf("no alert row for %s in %+v", rule, list)
 	}
-	t.Fatalf("no alert row for %s in %+v", rule, list)
-	return alert.Alert{}
+	return list[i]
 }
 
 // A rule that resolves while its firing notification is still being

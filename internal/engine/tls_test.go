@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/tlsconf"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
@@ -241,11 +242,7 @@ func TestReloadRenewsCertificateKeepingConnections(t *testing.T) {
 	if got, want := late.serial.Load().(string), renewed.Leaf.SerialNumber.Text(16); got != want || got == oldSerial {
 		t.Fatalf("a new connection got certificate %s, want the renewed %s (old %s)", got, want, oldSerial)
 	}
-	var inUse bool
-	for _, c := range n.Certificates() {
-		inUse = inUse || c.Serial == renewed.Leaf.SerialNumber.Text(16)
-	}
-	if !inUse {
+	if !slices.ContainsFunc(n.Certificates(), func(c tlsconf.Certificate) bool { return c.Serial == renewed.Leaf.SerialNumber.Text(16) }) {
 		t.Error("the node does not list the renewed certificate")
 	}
 }
