@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/ops"
+	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -34,14 +34,7 @@ destinations:
 	if err != nil {
 		e.t.Fatalf("config: %v\n%s", err, y)
 	}
-	n, err := engine.New(engine.Options{Config: cfg, Pool: e.db.Pool, NodeID: e.t.Name(), ReclaimInterval: time.Hour})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := n.Start(e.ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	cluster.Start(e.t, engine.Options{Config: cfg, Pool: e.db.Pool, NodeID: e.t.Name(), ReclaimInterval: time.Hour})
 }
 
 func (e *env) waitFor(what string, timeout time.Duration, cond func() bool) {

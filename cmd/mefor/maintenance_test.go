@@ -16,6 +16,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -48,14 +49,7 @@ maintenance:
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: "node-1", ReclaimInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	cluster.Start(t, engine.Options{Config: cfg, Pool: db.Pool, NodeID: "node-1", ReclaimInterval: time.Hour})
 
 	// 250 delivered messages received 40 days ago, 1 received today.
 	if _, err := db.Pool.Exec(ctx, `

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -64,14 +64,7 @@ reference_sets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: "cli-node"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+	cluster.Start(t, engine.Options{Config: cfg, Pool: db.Pool, NodeID: "cli-node"})
 
 	out := f.ok(t, "reference", "sync", "lab-codes", "--config", cfgPath, "--wait", "30s")
 	if !strings.Contains(out, "lab-codes: synced on cli-node") || !strings.Contains(out, "2 rows") {

@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
@@ -49,16 +50,8 @@ func inProcessNode(t *testing.T, db *testcontainers.DB, id, path string) *engine
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := engine.New(engine.Options{Config: cfg, Pool: db.Pool, NodeID: id,
+	return cluster.Start(t, engine.Options{Config: cfg, Pool: db.Pool, NodeID: id,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
-	return n
 }
 
 func reloadCLI(t *testing.T, db *testcontainers.DB, args ...string) (reloadResult, int, string) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
@@ -76,23 +76,28 @@ func (h *hookReceiver) count(state string, status int) int {
 	return n
 }
 
-// stuckLabConfig is the start of an alerts test's config: channel adt on
-// listen routes everything to destination lab at labAddr, whose partner
-// rejects it all, and alerts are evaluated every second; it ends inside
-// the sinks block, where the test writes its sink "hook" and the rest.
-func stuckLabConfig(listen, labAddr string) string {
-	return fixtures.ADTChannel(listen) + fmt.Sprintf(`
+// stuckLabConfig is an alerts test's config: channel adt routes
+// everything to destination lab, whose partner rejects it all, and alerts
+// are evaluated every second. sinks is the rest of the file, from inside
+// the sinks block: the test's sink "hook" and the rest; getenv expands
+// its variables. It returns the config, lab's partner and the channel's
+// listen address.
+func stuckLabConfig(t *testing.T, sinks string, getenv func(string) (string, bool)) (*config.Config, *partner, string) {
+	t.Helper()
+	lab := newPartner(t, "", rejectAll)
+	listen := fixtures.FreeAddr(t)
+	y := fixtures.ADTChannel(listen) + `
       - destinations: [lab]
 destinations:
-  lab:
-    type: mllp
-    mllp: {address: "%s"}
-    on_reject: retry   # the partner rejects everything: keep the queue stuck
-    retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
-alerts:
+` + stuckLab(lab.addr) + `alerts:
   interval: 1s
   sinks:
-    hook:`, labAddr)
+    hook:` + sinks
+	cfg, err := config.Parse("alerts.yaml", []byte(y), getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, lab, listen
 }
 
 // An alert rule on a stuck destination fires once for the whole cluster
@@ -103,9 +108,7 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 1)
-	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := fixtures.FreeAddr(t)
-	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
+	cfg, lab, listen := stuckLabConfig(t, fmt.Sprintf(`
       webhook: {url: "%s/mefor?token=URLSECRET", headers: {Authorization: "${HOOK_TOKEN}"}}
     journal:
       log: {level: warn}
@@ -115,13 +118,9 @@ func TestAlertFiresOnceAcrossNodesAndResolves(t *testing.T) {
       queue_depth: 3
       oldest_queued: 1h
       sinks: [hook, journal]
-`, hook.srv.URL)
-	cfg, err := config.Parse("alerts.yaml", []byte(y), func(k string) (string, bool) {
+`, hook.srv.URL), func(k string) (string, bool) {
 		return "Bearer HEADERSECRET", k == "HOOK_TOKEN"
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs fixtures.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts := func(id string) func(*engine.Options) {
@@ -218,13 +217,11 @@ func alertRow(t *testing.T, db *testcontainers.DB, rule string) alert.Alert {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range list {
-		if a.Rule == rule {
-			return a
-		}
+	i := slices.IndexFunc(list, func(a alert.Alert) bool { return a.Rule == rule })
+	if i < 0 {
+		t.Fatalf("no alert row for %s in %+v", rule, list)
 	}
-	t.Fatalf("no alert row for %s in %+v", rule, list)
-	return alert.Alert{}
+	return list[i]
 }
 
 // A rule that resolves while its firing notification is still being
@@ -234,20 +231,14 @@ func TestAlertResolvedWaitsForFiring(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	hook := newHookReceiver(t, 3)
-	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
-	listen := fixtures.FreeAddr(t)
-	y := stuckLabConfig(listen, lab.addr) + fmt.Sprintf(`
+	cfg, lab, listen := stuckLabConfig(t, fmt.Sprintf(`
       webhook: {url: "%s"}
   rules:
     - name: lab-stuck
       destination: lab
       queue_depth: 1
       sinks: [hook]
-`, hook.srv.URL)
-	cfg, err := config.Parse("alerts.yaml", []byte(y), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, hook.srv.URL), nil)
 	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.AlertRetryBase = 100 * time.Millisecond })
 	send(t, listen, adt("R000", "P1"))
 	fixtures.Eventually(t, 30*time.Second, "the first firing POST (answered 500)", func() bool { return len(hook.list()) >= 1 })

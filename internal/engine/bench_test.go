@@ -138,7 +138,7 @@ func pipelineYAML(lanes int, listens []string, routeHandler, extra, partner stri
 func runPipelineScenario(b *testing.B, env *benchEnv, sc benchScenario) scenarioResult {
 	db := testcontainers.NewDB(b)
 	stm := newStatements(b, db)
-	p := newPartner(b, "")
+	p := newPartner(b, "", nil)
 	defer p.stop()
 
 	routeHandler, extra := "passthrough", ""

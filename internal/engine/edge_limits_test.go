@@ -107,10 +107,8 @@ func sendUntilClosed(t *testing.T, addr string, frames [][]byte) (acks []hl7.Ack
 func TestJunkFramesCutAndConnectionClosed(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
 	logs := &fixtures.SyncBuffer{}
-	node := cluster.StartNode(t, db, testConfig(t, listen, downstream(p.addr)), func(o *engine.Options) {
+	node, p, listen := startDownstream(t, db, nil, func(o *engine.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 
@@ -228,7 +226,7 @@ func TestJunkFramesCutAndConnectionClosed(t *testing.T) {
 func TestMaxMessagesPerSecondSlowsSender(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
+	p := newPartner(t, "", nil)
 	listen := fixtures.FreeAddr(t)
 	node := cluster.StartNode(t, db, limitedConfig(t, listen, ", max_messages_per_second: 5", downstream(p.addr)), nil)
 

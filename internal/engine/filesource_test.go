@@ -16,7 +16,6 @@ import (
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
-	"github.com/mefor/mefor/workers"
 )
 
 // fileDirs are a file channel's directories in a test.
@@ -84,20 +83,7 @@ func dropFile(t *testing.T, dir, name, content string, mtime time.Time) {
 // order.
 func storedControlIDs(t *testing.T, db *testcontainers.DB, channel string) []string {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT coalesce(control_id, '') FROM mefor_message WHERE channel = $1 ORDER BY id`, channel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	return ids
+	return queryStrings(t, db, `SELECT coalesce(control_id, '') FROM mefor_message WHERE channel = $1 ORDER BY id`, channel)
 }
 
 func exists(path string) bool {
@@ -110,7 +96,7 @@ func exists(path string) bool {
 // messages show the file they came from.
 func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	old := time.Now().Add(-time.Minute)
 	// Dropped before the node starts: taken oldest first, whatever their
@@ -172,7 +158,7 @@ func TestFileIntakeStoresFilesWholeInOrder(t *testing.T) {
 // taken whole: its messages are stored once, all together.
 func TestFileIntakeLeavesHalfWrittenFile(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	cluster.StartNode(t, db, fileConfig(t, dirs, "", p.addr), nil)
 
@@ -209,7 +195,7 @@ func TestFileIntakeLeavesHalfWrittenFile(t *testing.T) {
 // around it are taken as usual.
 func TestFileIntakeMovesUnparseableToErrorDir(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	old := time.Now().Add(-time.Minute)
 	dropFile(t, dirs.in, "1-good.hl7", oru("OK1"), old)
@@ -247,7 +233,7 @@ func TestFileIntakeMovesUnparseableToErrorDir(t *testing.T) {
 // polls, not after a restart.
 func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	blocked := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(blocked, nil, 0o640); err != nil {
@@ -258,13 +244,7 @@ func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 	// move_to under a regular file: the move fails after every commit.
 	cfg := fileConfig(t, dirs, filepath.Join(blocked, "done"), p.addr)
 	opts := func(o *engine.Options) { o.NodeID = "first" }
-	a, err := engine.New(engineOptions(t, db, cfg, opts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a := cluster.Start(t, cluster.NodeOptions(t, db, cfg, opts))
 	fixtures.Eventually(t, 20*time.Second, "the file's messages delivered", func() bool { return len(p.acceptedIDs()) >= 3 })
 	time.Sleep(500 * time.Millisecond) // ten more polls, each finding the file still there
 	if err := a.Stop(context.Background()); err != nil {
@@ -289,7 +269,7 @@ func TestFileStoredButNotMovedIsNotStoredAgain(t *testing.T) {
 // a stepdown the other node does.
 func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	dirs := newFileDirs(t)
 	cfg := fileConfig(t, dirs, "", p.addr)
 	a := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
@@ -314,18 +294,7 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	dropFile(t, dirs.in, "second.hl7", oru("S1"), time.Now().Add(-time.Minute))
 	fixtures.Eventually(t, 10*time.Second, "second.hl7 moved", func() bool { return exists(filepath.Join(dirs.done, "second.hl7")) })
 
-	rows, err := db.Pool.Query(context.Background(), `SELECT name || ' ' || node_id FROM mefor_intake_file ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var taken []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		taken = append(taken, s)
-	}
+	taken := queryStrings(t, db, `SELECT name || ' ' || node_id FROM mefor_intake_file ORDER BY id`)
 	if want := []string{"first.hl7 node-a", "second.hl7 node-b"}; !slices.Equal(taken, want) {
 		t.Fatalf("files taken %v, want %v", taken, want)
 	}
@@ -333,15 +302,4 @@ func TestOnlyLeaseHolderPollsAndStepdownMovesPolling(t *testing.T) {
 	if got := storedControlIDs(t, db, "lab"); !slices.Equal(got, []string{"F1", "S1"}) {
 		t.Fatalf("stored %v", got)
 	}
-}
-
-// engineOptions are cluster.StartNode's options, for a test that starts and stops
-// a node itself.
-func engineOptions(t *testing.T, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) engine.Options {
-	opts := engine.Options{Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: t.Name(),
-		ReclaimInterval: time.Second, Limits: workers.DefaultLimits}
-	if mod != nil {
-		mod(&opts)
-	}
-	return opts
 }

@@ -2,9 +2,7 @@ package engine_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,130 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mefor/mefor/internal/hl7"
-	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
-
-// hang, as an answer of a ctlPartner, sends no ACK: the partner holds the
-// message until the sender gives up and closes the connection.
-const hang hl7.AckCode = ""
-
-// receipt is one message as a ctlPartner received it.
-type receipt struct {
-	id     string // MSH-10
-	remote string // the sender's address: one per connection
-	raw    []byte
-}
-
-// ctlPartner is a fake downstream MLLP system whose answer to each message
-// is decided by the test, and may block: answer is called outside the
-// partner's lock with the control id and how many times that id has been
-// received so far (1 on first receipt).
-type ctlPartner struct {
-	addr string
-	srv  *mllp.Server
-
-	mu       sync.Mutex
-	received []receipt
-	accepted []string
-	seen     map[string]int
-	answer   func(ctx context.Context, id string, n int) hl7.AckCode
-}
-
-// newCtlPartner listens on addr ("" for any free port). A nil answer
-// accepts everything.
-func newCtlPartner(t *testing.T, addr string, answer func(ctx context.Context, id string, n int) hl7.AckCode) *ctlPartner {
-	t.Helper()
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	p := &ctlPartner{seen: map[string]int{}, answer: answer}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("partner listen: %v", err)
-	}
-	p.addr = ln.Addr().String()
-	p.srv = &mllp.Server{Handler: mllp.HandlerFunc(p.serve)}
-	go p.srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.srv.Shutdown(ctx)
-	})
-	return p
-}
-
-func (p *ctlPartner) serve(ctx context.Context, raw []byte, conn mllp.ConnInfo) []byte {
-	msg, err := hl7.Parse(raw)
-	if err != nil {
-		return hl7.NewACKForUnparsed(raw, hl7.AckReject, "unparseable", hl7.NewControlID(), time.Now())
-	}
-	id := msg.ControlID()
-	remote := ""
-	if conn.RemoteAddr != nil {
-		remote = conn.RemoteAddr.String()
-	}
-	p.mu.Lock()
-	p.received = append(p.received, receipt{id: id, remote: remote, raw: raw})
-	p.seen[id]++
-	n := p.seen[id]
-	answer := p.answer
-	p.mu.Unlock()
-
-	code := hl7.AckAccept
-	if answer != nil {
-		code = answer(ctx, id, n)
-	}
-	if code == hang {
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Minute):
-		}
-		return nil
-	}
-	if code == hl7.AckAccept {
-		p.mu.Lock()
-		p.accepted = append(p.accepted, id)
-		p.mu.Unlock()
-	}
-	return hl7.NewACK(msg, code, "test partner says "+string(code), hl7.NewControlID(), time.Now())
-}
-
-// setAnswer replaces the answer function for messages received from now on.
-func (p *ctlPartner) setAnswer(answer func(ctx context.Context, id string, n int) hl7.AckCode) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.answer = answer
-}
-
-func (p *ctlPartner) receivedIDs() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, len(p.received))
-	for i, r := range p.received {
-		out[i] = r.id
-	}
-	return out
-}
-
-func (p *ctlPartner) acceptedIDs() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.accepted...)
-}
-
-// connections returns how many distinct connections delivered messages.
-func (p *ctlPartner) connections() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	seen := map[string]bool{}
-	for _, r := range p.received {
-		seen[r.remote] = true
-	}
-	return len(seen)
-}
 
 // queryInt runs a query returning one integer.
 func queryInt(t *testing.T, db *testcontainers.DB, sql string, args ...any) int {
@@ -150,11 +27,17 @@ func queryInt(t *testing.T, db *testcontainers.DB, sql string, args ...any) int 
 // queryStrings runs a query returning one text column.
 func queryStrings(t *testing.T, db *testcontainers.DB, sql string, args ...any) []string {
 	t.Helper()
+	return queryRows(t, db, pgx.RowTo[string], sql, args...)
+}
+
+// queryRows runs a query and reads each row with scan.
+func queryRows[T any](t *testing.T, db *testcontainers.DB, scan pgx.RowToFunc[T], sql string, args ...any) []T {
+	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), sql, args...)
 	if err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := pgx.CollectRows(rows, scan)
 	if err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
@@ -246,6 +129,38 @@ func waitStartupReclaim(t *testing.T, db *testcontainers.DB) {
 	})
 }
 
+// deliveredOnce counts the messages with exactly one delivered event.
+func deliveredOnce(t *testing.T, db *testcontainers.DB) int {
+	t.Helper()
+	return queryInt(t, db, `
+		SELECT count(*) FROM (SELECT message_id FROM mefor_event WHERE event = 'delivered'
+		GROUP BY message_id HAVING count(*) = 1) x`)
+}
+
+// runningOutbound is the id of the outbound drainer job that is running.
+func runningOutbound(t *testing.T, db *testcontainers.DB) int64 {
+	t.Helper()
+	var id int64
+	if err := db.Pool.QueryRow(context.Background(),
+		`SELECT id FROM river_job WHERE kind = 'mefor_outbound' AND state = 'running'`).Scan(&id); err != nil {
+		t.Fatalf("find the running outbound drainer: %v", err)
+	}
+	return id
+}
+
+// rescue leaves the drainer jobs that match where (with args) as River's
+// rescuer and reclaim leave a job whose execution died: set (their state
+// and when they are due), an error entry appended, and river:rescue_count
+// bumped.
+func rescue(t *testing.T, db *testcontainers.DB, set, where string, args ...any) {
+	t.Helper()
+	fixtures.Exec(t, db, `
+		UPDATE river_job SET `+set+`,
+			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'rescued', 'trace', '')),
+			metadata = metadata || jsonb_build_object('river:rescue_count', coalesce((metadata->>'river:rescue_count')::int, 0) + 1)
+		WHERE `+where, args...)
+}
+
 // logWatch is a slog handler that counts records whose message contains a
 // watched text, so a test can wait for something the node only logs. It
 // passes every record on to next.
@@ -294,47 +209,4 @@ func (h *logWatch) count(text string) int {
 	h.state.mu.Lock()
 	defer h.state.mu.Unlock()
 	return h.state.seen[text]
-}
-
-// sendOne sends one message on its own connection and returns the ACK, or
-// the error when no ACK came.
-func sendOne(addr string, msg []byte) (hl7.Ack, error) {
-	c := &mllp.Client{Addr: addr, AckTimeout: 10 * time.Second}
-	defer c.Close()
-	raw, err := c.Send(context.Background(), msg)
-	if err != nil {
-		return hl7.Ack{}, err
-	}
-	ack, err := hl7.ParseACK(raw)
-	if err != nil {
-		return hl7.Ack{}, errors.Join(errors.New("reply is not an ACK"), err)
-	}
-	return ack, nil
-}
-
-// ours keeps the control ids of ids that start with prefix. Partners listen
-// on port 0, and a test of another package may point a node at a port it
-// closed for a partner that is down; should the kernel give that port to
-// one of ours, its messages would arrive too. Tests look at their own.
-func ours(ids []string, prefix string) []string {
-	var out []string
-	for _, id := range ids {
-		if strings.HasPrefix(id, prefix) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// firstDeliveries keeps the first occurrence of each id, in order.
-func firstDeliveries(ids []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
 }

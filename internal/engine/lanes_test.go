@@ -14,10 +14,17 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
+
+// The lane protocol: one drainer per lane delivers in commit order, no
+// lane is left with backlog and no live drainer, a drainer that snoozes or
+// yields is served again without waiting for River's poll, and a drainer
+// keeps its lane and worker slot only while nobody waits for them.
 
 // Messages sent at once by many senders, each on its own connection, reach a
 // fifo destination in the order their intake transactions committed, each
@@ -25,11 +32,8 @@ import (
 func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr))
 	// Without linger a drainer completes as soon as its lane runs dry.
-	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.Limits.Linger = 0 })
+	_, p, listen := startDownstream(t, db, nil, func(o *engine.Options) { o.Limits.Linger = 0 })
 
 	// Waves: every sender sends one message at the same moment into idle
 	// lanes, so each wave races its intake transactions against the
@@ -103,9 +107,7 @@ func TestFIFOManyProducersDeliverInCommitOrder(t *testing.T) {
 func TestNoStrandedBacklogUnderBurstyTraffic(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", nil)
-	cfg := testConfig(t, fixtures.FreeAddr(t), downstream(p.addr))
-	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+	n, p, _ := startDownstream(t, db, nil, func(o *engine.Options) {
 		o.Limits.Linger = 0 // complete as soon as the lane is empty: the race under test
 		o.ReclaimInterval = time.Hour
 	})
@@ -207,17 +209,9 @@ func window(s []string, i int) []string {
 // attempt of head and retries only after a minute, so the lane's drainer is
 // parked (snoozed, state scheduled) behind its head while the test works on
 // it. It returns the node, the partner and the address to send to.
-func parkedLane(t *testing.T, db *testcontainers.DB, head string) (*engine.Node, *ctlPartner, string) {
+func parkedLane(t *testing.T, db *testcontainers.DB, head string) (*engine.Node, *partner, string) {
 	t.Helper()
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == head && n == 1 {
-			return hl7.AckError
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, "retry: {backoff: 1m}"))
-	n := cluster.StartNode(t, db, cfg, nil)
+	n, p, listen := startDownstream(t, db, failFirst(head, 1, hl7.AckError), nil, "retry: {backoff: 1m}")
 	send(t, listen, adt(head, "P1"))
 	fixtures.Eventually(t, 20*time.Second, "the drainer parked behind its failed head", func() bool {
 		_, attempts, _, err := tryOutboundRow(db, head)
@@ -263,14 +257,8 @@ func TestEnqueueIntoLiveLaneDoesNotWriteDrainerJob(t *testing.T) {
 	const lane = "outbound:downstream"
 	jobID, _, xmin := laneJob(t, db, lane)
 
-	ids := []string{"A000"}
-	var msgs [][]byte
-	for i := 1; i <= 50; i++ {
-		id := fmt.Sprintf("A%03d", i)
-		ids = append(ids, id)
-		msgs = append(msgs, adt(id, "P1"))
-	}
-	send(t, listen, msgs...)
+	ids := controlIDs("A%03d", 51) // A000 is the parked head
+	send(t, listen, adts(ids[1:], onePatient)...)
 	fixtures.Eventually(t, 30*time.Second, "50 messages queued behind the head", func() bool {
 		return queryInt(t, db, `SELECT count(*) FROM mefor_work WHERE lane = $1 AND status = 'pending'`, lane) == len(ids)
 	})
@@ -360,4 +348,162 @@ func TestReclaimRevivesLaneWithoutDrainer(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A drainer that yields its lane, or snoozes until a retry is due, is
+// served again without waiting for River's poll: the node announces the
+// snooze once River has recorded it. Here the poll is an hour and every
+// drainer yields after each row (MaxRows 1), at every stage; R1's first
+// delivery is answered AE and retried 200 ms later. Announced, everything
+// arrives, in order, R1 twice; unannounced, the lanes stop at their first
+// yield.
+func TestSnoozedDrainersAreAnnounced(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		wake bool
+	}{{"announced", true}, {"unannounced", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := testcontainers.NewDB(t)
+			_, p, listen := startDownstream(t, db, failFirst("R1", 1, hl7.AckError), func(o *engine.Options) {
+				o.StageQueuePoll = time.Hour
+				o.Limits.MaxRows = 1
+				o.Limits.Linger = time.Minute // no drainer completes: each goes on only by its snooze
+				o.NoSnoozeWake = !tc.wake
+			}, "retry: {backoff: 200ms, max_backoff: 200ms}")
+			want := []string{"M1", "M2", "R1", "M3"}
+			for _, id := range want {
+				send(t, listen, adt(id, "P1"))
+			}
+			if !tc.wake {
+				time.Sleep(3 * time.Second)
+				if got := p.acceptedIDs(); len(got) == len(want) {
+					t.Fatalf("unannounced, with River's poll an hour, the lanes went on past their yields: %v", got)
+				}
+				return
+			}
+			fixtures.Eventually(t, 30*time.Second, "all four delivered", func() bool { return len(p.acceptedIDs()) == len(want) })
+			if got := fmt.Sprint(p.acceptedIDs()); got != fmt.Sprint(want) {
+				t.Errorf("accepted %s, want %v", got, want)
+			}
+			if got, want := fmt.Sprint(p.receivedIDs()), "[M1 M2 R1 R1 M3]"; got != want {
+				t.Errorf("received %s, want %s (R1 retried once)", got, want)
+			}
+		})
+	}
+}
+
+// holdLimits are drainer limits with a short slice and a longer hold, and
+// drainers that linger through the test.
+func holdLimits(o *engine.Options, hold time.Duration) {
+	o.Limits.Slice = 200 * time.Millisecond
+	o.Limits.Hold = hold
+	o.Limits.Linger = time.Minute
+}
+
+// ingressExecution is the attempted_at of the running drainer of c0's
+// ingress lane, "" when none runs.
+func ingressExecution(t *testing.T, db *testcontainers.DB, channel string) string {
+	t.Helper()
+	got := queryStrings(t, db, `SELECT coalesce(j.attempted_at::text, '') FROM mefor_lane l JOIN river_job j ON j.id = l.job_id
+		WHERE l.name = $1 AND j.state = 'running'`, "ingress:"+channel)
+	if len(got) == 0 {
+		return ""
+	}
+	return got[0]
+}
+
+// A drainer whose slice ends while no other drainer of its queue waits for
+// a worker slot keeps its lane, slice after slice, up to Limits.Hold: its
+// execution is the same after many slices. Without the look (a slice always
+// ends), the execution lingering on an empty lane yields after its first
+// slice, and another one follows it.
+func TestDrainerKeepsItsLaneWhileNobodyWaits(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	cfg, listens := channelsTo(t, newPartner(t, "", nil))
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) { holdLimits(o, time.Minute) })
+	send(t, listens[0], adt("W0", "P1"))
+	fixtures.Eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
+	first := ingressExecution(t, db, "c0")
+	if first == "" {
+		t.Fatal("no drainer runs on c0's ingress lane after W0")
+	}
+	time.Sleep(1500 * time.Millisecond) // 7 slices
+	if now := ingressExecution(t, db, "c0"); now != first {
+		t.Errorf("c0's ingress drainer after 7 slices: execution %q, want still %q", now, first)
+	}
+}
+
+// One ingress worker and two channels: the drainer holding the only slot
+// gives it up at the end of its slice because the other channel's drainer
+// waits for it, so the other channel's message is routed within a few
+// slices, not after the hold.
+func TestDrainerGivesItsSlotToOneWaiting(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	cfg, listens := channelsTo(t, newPartners(t, 2)...)
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+		holdLimits(o, time.Hour)
+		o.IngressWorkers = 1
+	})
+	send(t, listens[0], adt("W0", "P1"))
+	fixtures.Eventually(t, 30*time.Second, "W0 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 1 })
+	sent := time.Now()
+	send(t, listens[1], adt("W1", "P1"))
+	fixtures.Eventually(t, 10*time.Second, "W1 processed while c0's drainer holds the only ingress slot", func() bool {
+		return countStatus(t, db, pipeline.StatusProcessed) == 2
+	})
+	t.Logf("W1 processed %v after it was sent", time.Since(sent).Round(time.Millisecond))
+	for i := range 2 {
+		if got := queryInt(t, db, `SELECT count(*)::int FROM mefor_message WHERE control_id = $1`, fmt.Sprintf("W%d", i)); got != 1 {
+			t.Errorf("W%d stored %d times, want once", i, got)
+		}
+	}
+}
+
+// A drainer whose slice ends while it lingers on a lane that had work in
+// this execution yields (a snooze of zero: its job stays live) instead of
+// completing, so the lane's next message finds a live drainer and intake
+// stores it in one trip, as the message before it. Completing there made
+// every busy lane's drainer, at the end of its hold, hand the next message
+// to an intake that had to insert a new drainer, announce it and wait for
+// the announcement's commit, while every message stored with it waited
+// too. A lane that stays quiet still
+// completes its drainer: the next execution served nothing when its slice
+// ends.
+func TestDrainerYieldsALaneInUseAtTheEndOfItsSlice(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "", nil)
+	cfg, listens := channelsTo(t, p)
+	cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+		// No extension (the hold is one slice), and a linger longer than
+		// the test: only the end of a slice can end an execution.
+		o.Limits.Slice = 200 * time.Millisecond
+		o.Limits.Hold = o.Limits.Slice
+		o.Limits.Linger = time.Minute
+	})
+	const n = 30
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("Y%02d", i)
+		want = append(want, id)
+		send(t, listens[0], adt(id, "P1"))
+		time.Sleep(50 * time.Millisecond) // ~10 slices of traffic
+	}
+	fixtures.Eventually(t, 30*time.Second, "every message delivered", func() bool { return len(p.acceptedIDs()) == n })
+	if got := p.acceptedIDs(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("partner got %v, want %v", got, want)
+	}
+	// One drainer job for c0's ingress lane over ten slices of traffic:
+	// each execution yielded, none completed for the next message to
+	// start another.
+	if got := queryInt(t, db, `SELECT count(*)::int FROM river_job WHERE queue = $1`, jobs.QueueIngress); got != 1 {
+		t.Errorf("c0's ingress lane had %d drainer jobs over ten slices of traffic, want 1 (each execution yielding)", got)
+	}
+	fixtures.Eventually(t, 10*time.Second, "c0's quiet ingress lane completes its drainer", func() bool {
+		return queryInt(t, db, `SELECT count(*)::int FROM river_job WHERE queue = $1 AND state <> 'completed'`, jobs.QueueIngress) == 0
+	})
 }

@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/mefor/mefor/internal/admin"
 	"github.com/mefor/mefor/internal/engine"
-	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
@@ -130,19 +128,9 @@ func (h histogram) minus(o histogram) histogram {
 func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	lab := newCtlPartner(t, "", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	lab := newPartner(t, "", rejectAll)
 	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  lab:
-    type: mllp
-    mllp: {address: "%s"}
-    on_reject: retry   # the partner rejects everything: keep the queue stuck
-    retry: {backoff: 100ms, multiplier: 1, max_attempts: 1000}
-  void:
-    type: mllp
-    mllp: {address: "%s", connect_timeout: 1s}
-    retry: {max_attempts: 1}
-`, lab.addr, fixtures.FreeAddr(t)))
+	cfg := testConfig(t, listen, stuckLab(lab.addr)+mllpDest("void", fixtures.FreeAddr(t), "connect_timeout: 1s", "retry: {max_attempts: 1}"))
 	node := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.MetricsCacheTTL = 50 * time.Millisecond })
 	adm := &admin.Server{Pool: db.Pool, NodeID: t.Name(), Serving: node.Lease().Serving,
 		Metrics: node.MetricsHandler(), Logger: fixtures.Logger(t)}

@@ -20,9 +20,12 @@ import (
 )
 
 // refConfig is a channel whose handler translates PID-8 (sex) through the
-// reference set "sex-codes", read from csvPath, and files the result.
-func refConfig(t *testing.T, listen, csvPath, outDir, onMiss string) *config.Config {
+// reference set "sex-codes", read from a CSV file, and files the result. It
+// returns the config, the CSV file's path (no file is there yet) and the
+// directory the results are filed in.
+func refConfig(t *testing.T, listen, onMiss string) (*config.Config, string, string) {
 	t.Helper()
+	csvPath, outDir := filepath.Join(t.TempDir(), "sex.csv"), t.TempDir()
 	y := fixtures.ADTChannel(listen) + fmt.Sprintf(`
       - name: out
         handler: translate
@@ -42,11 +45,7 @@ reference_sets:
     source:
       csv: {path: "%s"}
 `, onMiss, outDir, csvPath)
-	cfg, err := config.Parse("test.yaml", []byte(y), nil)
-	if err != nil {
-		t.Fatalf("test config: %v\n%s", err, y)
-	}
-	return cfg
+	return parseConfig(t, y), csvPath, outDir
 }
 
 // filedPID8 is PID-8 of the message filed as id, "" until it is there.
@@ -66,18 +65,36 @@ func lastSyncID(t *testing.T, db *testcontainers.DB) int {
 	return queryInt(t, db, `SELECT coalesce(max(id), 0) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'ok'`)
 }
 
+// syncs counts the recorded syncs of sex-codes that ended with outcome.
+func syncs(t *testing.T, db *testcontainers.DB, outcome string) int {
+	return queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = $1`, outcome)
+}
+
+// syncUntil asks n to sync sex-codes until done holds. The sync kind is
+// unique per set while live, and River marks a job completed a moment
+// after its record commits: an insert right after a sync can be skipped as
+// a duplicate of it, so one insert is not enough.
+func syncUntil(t *testing.T, n *engine.Node, what string, done func() bool) {
+	t.Helper()
+	fixtures.Eventually(t, 30*time.Second, what, func() bool {
+		if done() {
+			return true
+		}
+		if _, err := n.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return false
+	})
+}
+
 // A set synced by whichever node works the job is served by every node
 // within a heartbeat, from the database: the source is gone by then.
 func TestReferenceSetReachesEveryNode(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir, out := t.TempDir(), t.TempDir()
-	csvPath := filepath.Join(dir, "sex.csv")
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\nM,male\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	listen := fixtures.FreeAddr(t)
-	cfg := refConfig(t, listen, csvPath, out, "on_miss: keep")
+	cfg, csvPath, out := refConfig(t, listen, "on_miss: keep")
+	writeFile(t, csvPath, "code,text\nF,female\nM,male\n")
 	a := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-a" })
 	b := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = "node-b" })
 
@@ -94,22 +111,9 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 	}
 
 	// New content, synced through the job (any node may work it).
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,FEMALE\nM,MALE\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, csvPath, "code,text\nF,FEMALE\nM,MALE\n")
 	before := lastSyncID(t, db)
-	// The sync kind is unique per set while live, and River marks a job
-	// completed a moment after its audit commits: an insert right after the
-	// first sync can be skipped as a duplicate of it. Insert until one runs.
-	fixtures.Eventually(t, 30*time.Second, "second sync", func() bool {
-		if lastSyncID(t, db) > before {
-			return true
-		}
-		if _, err := b.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return false
-	})
+	syncUntil(t, b, "second sync", func() bool { return lastSyncID(t, db) > before })
 	if err := os.Remove(csvPath); err != nil {
 		t.Fatal(err)
 	}
@@ -123,15 +127,7 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 	fixtures.Eventually(t, 30*time.Second, "R2 filed with the new translation", func() bool { return filedPID8(out, "R2") == "FEMALE" })
 
 	// A sync from the missing source fails and keeps the snapshot.
-	fixtures.Eventually(t, 30*time.Second, "failed sync recorded", func() bool {
-		if queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0 {
-			return true
-		}
-		if _, err := a.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return false
-	})
+	syncUntil(t, a, "failed sync recorded", func() bool { return syncs(t, db, "failed") > 0 })
 	send(t, listen, adt("R3", "P3"))
 	fixtures.Eventually(t, 30*time.Second, "R3 filed with the kept snapshot", func() bool { return filedPID8(out, "R3") == "FEMALE" })
 }
@@ -143,14 +139,12 @@ func TestReferenceSetReachesEveryNode(t *testing.T) {
 func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir, out := t.TempDir(), t.TempDir()
-	csvPath := filepath.Join(dir, "sex.csv") // not there yet: the first sync fails
 	listen := fixtures.FreeAddr(t)
-	cfg := refConfig(t, listen, csvPath, out, "on_miss: dead-letter")
+	cfg, csvPath, out := refConfig(t, listen, "on_miss: dead-letter") // no CSV yet: the first sync fails
 	n := cluster.StartNode(t, db, cfg, nil)
 
 	fixtures.Eventually(t, 30*time.Second, "failed first sync", func() bool {
-		return queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'failed'`) > 0
+		return syncs(t, db, "failed") > 0
 	})
 	send(t, listen, adt("W1", "P1"))
 	// Give the routed drainer time to try (several retries of 2s would
@@ -165,20 +159,9 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 		t.Fatalf("%d rows dead-lettered while the set has no snapshot", dead)
 	}
 
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Insert until a sync runs: the failed one may not be finalized yet, and
-	// the kind is unique per set while live.
-	fixtures.Eventually(t, 30*time.Second, "a successful sync", func() bool {
-		if queryInt(t, db, `SELECT count(*) FROM mefor_maintenance_run WHERE job = 'reference-sync:sex-codes' AND outcome = 'ok'`) > 0 {
-			return true
-		}
-		if _, err := n.Client().Insert(context.Background(), jobs.ReferenceSyncArgs{Set: "sex-codes"}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return false
-	})
+	writeFile(t, csvPath, "code,text\nF,female\n")
+	// The failed sync may not be finalized yet.
+	syncUntil(t, n, "a successful sync", func() bool { return syncs(t, db, "ok") > 0 })
 	fixtures.Eventually(t, 30*time.Second, "W1 filed translated", func() bool { return filedPID8(out, "W1") == "female" })
 
 	// M is not in the set.
@@ -198,12 +181,8 @@ func TestLookupWaitsForFirstSnapshot(t *testing.T) {
 func TestNodeLoadsSnapshotsBeforeWorking(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir, out := t.TempDir(), t.TempDir()
-	csvPath := filepath.Join(dir, "sex.csv")
-	if err := os.WriteFile(csvPath, []byte("code,text\nF,female\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := refConfig(t, fixtures.FreeAddr(t), csvPath, out, "on_miss: keep")
+	cfg, csvPath, _ := refConfig(t, fixtures.FreeAddr(t), "on_miss: keep")
+	writeFile(t, csvPath, "code,text\nF,female\n")
 	syncer := &reference.Syncer{Pool: db.Pool, NodeID: "earlier"}
 	if _, err := syncer.Sync(context.Background(), cfg.ReferenceSet("sex-codes")); err != nil {
 		t.Fatal(err)

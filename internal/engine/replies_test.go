@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/config"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
@@ -18,15 +19,6 @@ import (
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
-
-func parseConfig(t *testing.T, y string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(y), nil)
-	if err != nil {
-		t.Fatalf("test config: %v\n%s", err, y)
-	}
-	return cfg
-}
 
 // replyRow is a message stored from a reply, with its parent's control id.
 type replyRow struct {
@@ -38,23 +30,14 @@ type replyRow struct {
 
 func replyRows(t *testing.T, db *testcontainers.DB, channel string) []replyRow {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `
+	return queryRows(t, db, func(row pgx.CollectableRow) (replyRow, error) {
+		var r replyRow
+		err := row.Scan(&r.id, &r.parent, &r.parentCtl, &r.status, &r.depth, &r.source, &r.errorReason)
+		return r, err
+	}, `
 		SELECT m.id, coalesce(m.parent_id, 0), coalesce(p.control_id, ''), m.status, m.reply_depth, m.source, coalesce(m.error, '')
 		FROM mefor_message m LEFT JOIN mefor_message p ON p.id = m.parent_id
 		WHERE m.channel = $1 ORDER BY m.id`, channel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []replyRow
-	for rows.Next() {
-		var r replyRow
-		if err := rows.Scan(&r.id, &r.parent, &r.parentCtl, &r.status, &r.depth, &r.source, &r.errorReason); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 // A partner's ACKs are stored as messages of the replies channel, linked to
@@ -62,7 +45,7 @@ func replyRows(t *testing.T, db *testcontainers.DB, channel string) []replyRow {
 // shown both ways by messages show.
 func TestMLLPRepliesRoutedIntoChannelAndArchived(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	listen, archive := fixtures.FreeAddr(t), t.TempDir()
 	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
@@ -137,7 +120,7 @@ destinations:
 // with the reason and not routed.
 func TestReplyLoopStopsAtDepthLimit(t *testing.T) {
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
+	p := newPartner(t, "", nil)
 	listen := fixtures.FreeAddr(t)
 	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}

@@ -1,18 +1,24 @@
 package engine_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
+
+// Failed deliveries: a lane's head that fails (AE, AR, a refused
+// connection, no ACK in time) blocks its lane and is retried under its
+// destination's policy until it is delivered or dead-lettered; then the
+// lane moves on.
 
 // attemptRecord is one delivery attempt as the message timeline shows it.
 type attemptRecord struct {
@@ -23,25 +29,13 @@ type attemptRecord struct {
 // attemptsOf returns a message's delivery attempts, oldest first.
 func attemptsOf(t *testing.T, db *testcontainers.DB, controlID string) []attemptRecord {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `
+	return queryRows(t, db, func(row pgx.CollectableRow) (attemptRecord, error) {
+		var a attemptRecord
+		err := row.Scan(&a.outcome, &a.at)
+		return a, err
+	}, `
 		SELECT r.outcome, r.received_at FROM mefor_response r JOIN mefor_message m ON m.id = r.message_id
 		WHERE m.control_id = $1 ORDER BY r.attempt`, controlID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []attemptRecord
-	for rows.Next() {
-		var a attemptRecord
-		if err := rows.Scan(&a.outcome, &a.at); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // failedDetails returns the details of a message's failed events, oldest first.
@@ -59,15 +53,8 @@ func TestHeadOfLineBlockingOnAE(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	const failures = 4
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "H000" && n <= failures {
-			return hl7.AckError
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, "retry: {backoff: 250ms, multiplier: 3, max_backoff: 1500ms}"))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, failFirst("H000", failures, hl7.AckError), nil,
+		"retry: {backoff: 250ms, multiplier: 3, max_backoff: 1500ms}")
 
 	ids := []string{"H000", "H001", "H002"}
 	for _, a := range send(t, listen, adt(ids[0], "P1"), adt(ids[1], "P2"), adt(ids[2], "P3")) {
@@ -138,12 +125,7 @@ func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	down := downAddr(t)
 	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s", connect_timeout: 1s}
-    retry: {backoff: 100ms, multiplier: 1.5, max_backoff: 400ms}
-`, down))
+	cfg := testConfig(t, listen, mllpDest("downstream", down, "connect_timeout: 1s", "retry: {backoff: 100ms, multiplier: 1.5, max_backoff: 400ms}"))
 	cluster.StartNode(t, db, cfg, nil)
 	send(t, listen, adt("D000", "P1"), adt("D001", "P2"))
 
@@ -163,7 +145,7 @@ func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 		t.Fatalf("message behind the head: status %s, attempts %d; want pending, never attempted", status, attempts)
 	}
 
-	p := newCtlPartner(t, down, nil)
+	p := newPartner(t, down, nil)
 	fixtures.Eventually(t, 20*time.Second, "both delivered", func() bool { return len(p.acceptedIDs()) == 2 })
 	if got := p.receivedIDs(); !slices.Equal(got, []string{"D000", "D001"}) {
 		t.Fatalf("partner received %v, want [D000 D001]", got)
@@ -180,19 +162,9 @@ func TestHeadOfLineBlockingWhilePartnerDown(t *testing.T) {
 func TestHeadOfLineBlockingOnAckTimeout(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", func(_ context.Context, id string, n int) hl7.AckCode {
-		if id == "T000" && n == 1 {
-			return hang
-		}
-		return hl7.AckAccept
-	})
+	p := newPartner(t, "", failFirst("T000", 1, hang))
 	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, fmt.Sprintf(`
-  downstream:
-    type: mllp
-    mllp: {address: "%s", ack_timeout: 500ms}
-    retry: {backoff: 100ms}
-`, p.addr))
+	cfg := testConfig(t, listen, mllpDest("downstream", p.addr, "ack_timeout: 500ms", "retry: {backoff: 100ms}"))
 	cluster.StartNode(t, db, cfg, nil)
 	send(t, listen, adt("T000", "P1"), adt("T001", "P2"))
 
@@ -212,15 +184,7 @@ func TestHeadOfLineBlockingOnAckTimeout(t *testing.T) {
 func TestMaxAttemptsDeadLettersHeadAndLaneMovesOn(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newCtlPartner(t, "", func(_ context.Context, id string, _ int) hl7.AckCode {
-		if id == "X000" {
-			return hl7.AckError
-		}
-		return hl7.AckAccept
-	})
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr, "retry: {max_attempts: 3, backoff: 100ms, multiplier: 1}"))
-	cluster.StartNode(t, db, cfg, nil)
+	_, p, listen := startDownstream(t, db, failFirst("X000", 0, hl7.AckError), nil, "retry: {max_attempts: 3, backoff: 100ms, multiplier: 1}")
 	send(t, listen, adt("X000", "P1"), adt("X001", "P2"), adt("X002", "P3"))
 
 	fixtures.Eventually(t, 20*time.Second, "the rest delivered", func() bool { return len(p.acceptedIDs()) == 2 })
@@ -239,5 +203,60 @@ func TestMaxAttemptsDeadLettersHeadAndLaneMovesOn(t *testing.T) {
 		WHERE m.control_id = 'X000' AND e.event = 'dead'`)
 	if len(dead) != 1 || dead[0] != "gave up after 3 attempts" {
 		t.Fatalf("dead events %q", dead)
+	}
+}
+
+// A partner's AR says it will never accept the message. By default
+// (on_reject: dead-letter) the row is dead-lettered at the first AR, with
+// the partner's reply kept, and the lane moves on at once instead of
+// retrying forever behind it. on_reject: retry keeps retrying it under the
+// retry policy, the head blocking its lane as any failure does.
+func TestPartnerRejectPolicy(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, policy string
+		retried      bool
+	}{
+		{"default dead-letters", "", false},
+		{"retry", "on_reject: retry", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := testcontainers.NewDB(t)
+			const rejects = 3
+			_, p, listen := startDownstream(t, db, failFirst("AR000", rejects, hl7.AckReject), nil,
+				"retry: {backoff: 100ms, max_backoff: 100ms}", tc.policy)
+			send(t, listen, adt("AR000", "P1"), adt("AR001", "P2"))
+			// Recorded, not only sent: a delivery's record may follow its
+			// send by the destination's record window.
+			fixtures.Eventually(t, 30*time.Second, "AR001 delivered", func() bool {
+				status, _, _, err := tryOutboundRow(db, "AR001")
+				return slices.Contains(ours(p.acceptedIDs(), "AR0"), "AR001") && err == nil && status == "done"
+			})
+
+			status, attempts, lastErr := outboundRow(t, db, "AR000")
+			if !tc.retried {
+				if got := ours(p.receivedIDs(), "AR0"); !slices.Equal(got, []string{"AR000", "AR001"}) {
+					t.Fatalf("partner received %v, want AR000 once, then AR001", got)
+				}
+				if status != "dead" || attempts != 1 {
+					t.Fatalf("rejected row: status %s after %d attempts (%s); want dead after 1", status, attempts, lastErr)
+				}
+				if n := queryInt(t, db, `SELECT count(*) FROM mefor_response r JOIN mefor_message m ON m.id = r.message_id
+					WHERE m.control_id = 'AR000' AND r.ack_code = 'AR' AND r.body IS NOT NULL`); n != 1 {
+					t.Fatalf("rejected row keeps %d AR replies, want 1", n)
+				}
+				fixtures.Eventually(t, 10*time.Second, "AR000 in error", func() bool { return messageStatus(t, db, "AR000") == "error" })
+				return
+			}
+			want := []string{"AR000", "AR000", "AR000", "AR000", "AR001"}
+			if got := ours(p.receivedIDs(), "AR0"); !slices.Equal(got, want) {
+				t.Fatalf("partner received %v, want %v: the rejected head retried, blocking its lane", got, want)
+			}
+			if status != "done" || attempts != rejects+1 {
+				t.Fatalf("retried row: status %s after %d attempts; want done after %d", status, attempts, rejects+1)
+			}
+		})
 	}
 }

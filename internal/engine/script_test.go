@@ -49,22 +49,6 @@ func loadConfig(t testing.TB, dir, yaml string) *config.Config {
 	return cfg
 }
 
-// bodies returns what a partner received, parsed, in arrival order.
-func (p *ctlPartner) messages(t testing.TB) []*hl7.Message {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []*hl7.Message
-	for _, r := range p.received {
-		m, err := hl7.Parse(r.raw)
-		if err != nil {
-			t.Fatalf("partner received an unparsable message: %v", err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // fields returns path of every message, in order.
 func fields(msgs []*hl7.Message, path string) []string {
 	out := make([]string, len(msgs))
@@ -102,11 +86,25 @@ destinations:
 	return b.String()
 }
 
+// startScript starts a node on db whose channel adt sends every message
+// through the handler in script, written as dir/name (jsExtra: further keys
+// of its javascript block), to partner lab; mod, when not nil, changes the
+// node's options. It returns the node, lab, the channel's listen address
+// and the script's path.
+func startScript(t *testing.T, db *testcontainers.DB, dir, name, script, jsExtra string, mod func(*engine.Options)) (*engine.Node, *partner, string, string) {
+	t.Helper()
+	lab := newPartner(t, "", nil)
+	js := writeScript(t, dir, name, script)
+	listen := fixtures.FreeAddr(t)
+	n := cluster.StartNode(t, db, loadConfig(t, dir, oneChannel(listen, js, jsExtra, map[string]string{"lab": lab.addr})), mod)
+	return n, lab, listen, js
+}
+
 func TestScriptTransformFilterSplitAndDestinations(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab, archive := newCtlPartner(t, "", nil), newCtlPartner(t, "", nil)
+	lab, archive := newPartner(t, "", nil), newPartner(t, "", nil)
 	writeScript(t, dir, "lib/ids.js", `function mrn(id) { return "MRN-" + id; }`)
 	js := writeScript(t, dir, "adt.js", `
 function transform(msg, ctx) {
@@ -149,9 +147,7 @@ function transform(msg, ctx) {
 func TestScriptFailuresAreContained(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
-	js := writeScript(t, dir, "adt.js", `var runs = 0;
+	_, lab, listen, js := startScript(t, db, t.TempDir(), "adt.js", `var runs = 0;
 function transform(msg, ctx) {
   var id = msg.get("MSH-10");
   if (id === "THROW") {
@@ -160,10 +156,7 @@ function transform(msg, ctx) {
   if (id === "LOOP") { while (true) {} }
   if (id === "BAD") return "not a message";
   msg.set("ZVC-1", "ok");
-}`)
-	listen := fixtures.FreeAddr(t)
-	cfg := loadConfig(t, dir, oneChannel(listen, js, ", timeout: 300ms", map[string]string{"lab": lab.addr}))
-	cluster.StartNode(t, db, cfg, nil)
+}`, ", timeout: 300ms", nil)
 
 	send(t, listen, adt("OK1", "P1"), adt("THROW", "SECRET-PATIENT"), adt("LOOP", "P3"), adt("BAD", "P4"), adt("OK2", "P5"))
 	fixtures.Eventually(t, 30*time.Second, "the good messages delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
@@ -193,7 +186,7 @@ func TestScriptOnErrorHoldWaitsAtTheMessage(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	// A message needs the clinic's opening registered in state first.
 	js := writeScript(t, dir, "adt.js", `
 function transform(msg, ctx) {
@@ -265,7 +258,7 @@ func TestScriptStateNoLostUpdateAcrossLanesAndNodes(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	js := writeScript(t, dir, "count.js", counterScript)
 	listenA, listenB := fixtures.FreeAddr(t), fixtures.FreeAddr(t)
 	yaml := fmt.Sprintf(`
@@ -349,12 +342,7 @@ func sendEventually(t *testing.T, addr string, msgs [][]byte) {
 func TestScriptStateReadsTheLastCommittedWrite(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
-	js := writeScript(t, dir, "count.js", counterScript)
-	listen := fixtures.FreeAddr(t)
-	cfg := loadConfig(t, dir, oneChannel(listen, js, "", map[string]string{"lab": lab.addr}))
-	cluster.StartNode(t, db, cfg, nil)
+	_, lab, listen, _ := startScript(t, db, t.TempDir(), "count.js", counterScript, "", nil)
 
 	send(t, listen, adt("C1", "P1"))
 	fixtures.Eventually(t, 20*time.Second, "C1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
@@ -376,11 +364,9 @@ func TestScriptStateReadsTheLastCommittedWrite(t *testing.T) {
 func TestScriptStateExactlyOnceAcrossSupersededDrainer(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
 	// K1's first run takes a second and a half, leaving time to supersede
 	// the drainer running it.
-	js := writeScript(t, dir, "count.js", `var slowed = false;
+	node, lab, listen, _ := startScript(t, db, t.TempDir(), "count.js", `var slowed = false;
 function transform(msg, ctx) {
   var n = (ctx.state.get("test", "counter") || 0) + 1;
   ctx.state.set("test", "counter", n);
@@ -390,10 +376,7 @@ function transform(msg, ctx) {
     var t0 = Date.now();
     while (Date.now() - t0 < 1500) {}
   }
-}`)
-	listen := fixtures.FreeAddr(t)
-	cfg := loadConfig(t, dir, oneChannel(listen, js, ", timeout: 10s", map[string]string{"lab": lab.addr}))
-	node := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.ReclaimInterval = time.Hour })
+}`, ", timeout: 10s", func(o *engine.Options) { o.ReclaimInterval = time.Hour })
 	waitStartupReclaim(t, db)
 
 	send(t, listen, adt("K1", "P1"))
@@ -434,11 +417,7 @@ func TestScriptReload(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
-	js := writeScript(t, dir, "adt.js", `function transform(msg) { msg.set("ZVC-1", "v1"); }`)
-	listen := fixtures.FreeAddr(t)
-	cfg := loadConfig(t, dir, oneChannel(listen, js, "", map[string]string{"lab": lab.addr}))
-	node := cluster.StartNode(t, db, cfg, nil)
+	node, lab, listen, js := startScript(t, db, dir, "adt.js", `function transform(msg) { msg.set("ZVC-1", "v1"); }`, "", nil)
 	ctx := context.Background()
 
 	send(t, listen, adt("R1", "P1"))
@@ -471,7 +450,7 @@ func TestScriptLookup(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	dir := t.TempDir()
-	lab := newCtlPartner(t, "", nil)
+	lab := newPartner(t, "", nil)
 	csv := writeScript(t, dir, "sex.csv", "code,label\nF,female\nM,male\n")
 	js := writeScript(t, dir, "adt.js", `function transform(msg, ctx) {
   msg.set("PID-8", ctx.lookup("sex", msg.get("PID-8")) || "unknown");

@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/tlsconf"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
@@ -100,13 +101,14 @@ func (s *tlsSender) send(t *testing.T, controlID string) hl7.AckCode {
 	return ack.Code
 }
 
-func messagesStored(t *testing.T, db *testcontainers.DB) int {
+// startTLSNode starts node id on db from a file holding p's
+// tlsListenYAML, listening with TLS on a free address it returns, and in
+// plaintext on plain when that is not "".
+func startTLSNode(t *testing.T, db *testcontainers.DB, p *pki, plain, id string) (*engine.Node, string) {
 	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM mefor_message`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	listen := fixtures.FreeAddr(t)
+	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, plain, newPartner(t, "", nil).addr))
+	return cluster.StartNode(t, db, cfg, named(id)), listen
 }
 
 // A partner with a certificate the node's CA signed gets AA, and the
@@ -118,10 +120,8 @@ func TestTLSIntake(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPKI(t)
-	listen := fixtures.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(fixtures.FreeAddr(t))
-	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "0.0.0.0:"+port, newPartner(t, "").addr))
-	n := cluster.StartNode(t, db, cfg, named("tls-node"))
+	n, listen := startTLSNode(t, db, p, "0.0.0.0:"+port, "tls-node")
 
 	partnerA := newTLSSender(t, p, listen, p.ca.Issue(t, "partner-a", certtest.Options{}))
 	if code := partnerA.send(t, "T1"); code != hl7.AckAccept {
@@ -153,7 +153,7 @@ func TestTLSIntake(t *testing.T) {
 		}
 		c.Close()
 	}
-	if got := messagesStored(t, db); got != 1 {
+	if got := queryInt(t, db, `SELECT count(*) FROM mefor_message`); got != 1 {
 		t.Fatalf("%d messages stored, want only the one from the verified partner", got)
 	}
 
@@ -211,9 +211,7 @@ func TestReloadRenewsCertificateKeepingConnections(t *testing.T) {
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
 	p := newPKI(t)
-	listen := fixtures.FreeAddr(t)
-	_, cfg := configFile(t, "tls.yaml", p.tlsListenYAML(listen, "", newPartner(t, "").addr))
-	n := cluster.StartNode(t, db, cfg, named("renew"))
+	n, listen := startTLSNode(t, db, p, "", "renew")
 
 	client := p.ca.Issue(t, "partner-a", certtest.Options{})
 	early := newTLSSender(t, p, listen, client)
@@ -245,11 +243,7 @@ func TestReloadRenewsCertificateKeepingConnections(t *testing.T) {
 	if got, want := late.serial.Load().(string), renewed.Leaf.SerialNumber.Text(16); got != want || got == oldSerial {
 		t.Fatalf("a new connection got certificate %s, want the renewed %s (old %s)", got, want, oldSerial)
 	}
-	var inUse bool
-	for _, c := range n.Certificates() {
-		inUse = inUse || c.Serial == renewed.Leaf.SerialNumber.Text(16)
-	}
-	if !inUse {
+	if !slices.ContainsFunc(n.Certificates(), func(c tlsconf.Certificate) bool { return c.Serial == renewed.Leaf.SerialNumber.Text(16) }) {
 		t.Error("the node does not list the renewed certificate")
 	}
 }
@@ -304,16 +298,7 @@ destinations:
 	if !strings.HasPrefix(lastErr, "tls: ") || !strings.Contains(lastErr, mllp.ReasonUnknownAuthority) {
 		t.Errorf("last_error %q, want outcome tls with the reason", lastErr)
 	}
-	var outcomes []string
-	rows, err := db.Pool.Query(ctx, `SELECT outcome FROM mefor_response ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var o string
-		_ = rows.Scan(&o)
-		outcomes = append(outcomes, o)
-	}
+	outcomes := queryStrings(t, db, `SELECT outcome FROM mefor_response ORDER BY id`)
 	if len(outcomes) < 2 || slices.ContainsFunc(outcomes, func(o string) bool { return o != "tls" }) {
 		t.Errorf("attempt outcomes %v, want tls each time", outcomes)
 	}
@@ -345,7 +330,7 @@ channels:
     routes: [{destinations: [down]}]
 destinations:
   down: {type: mllp, mllp: {address: %q}}
-`, listen, extra, newPartner(t, "").addr)
+`, listen, extra, newPartner(t, "", nil).addr)
 	}
 	path, cfg := configFile(t, "plain.yaml", doc(""))
 	n := cluster.StartNode(t, db, cfg, named("plain"))

@@ -20,5 +20,6 @@
 // builds its acknowledgments.
 //
 // StartNode runs a node in the test's own process instead, for tests that
-// drive the engine's options directly.
+// drive the engine's options directly; Start does it with options exactly
+// as the test gives them.
 package cluster

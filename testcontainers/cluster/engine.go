@@ -13,10 +13,15 @@ import (
 )
 
 // StartNode runs a node in this process on db with cfg until the test ends,
-// named after the test. mod, when not nil, changes its options before it
-// starts.
+// with NodeOptions.
 func StartNode(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) *engine.Node {
 	t.Helper()
+	return Start(t, NodeOptions(t, db, cfg, mod))
+}
+
+// NodeOptions are the options of a node on db with cfg for a test, named
+// after the test. mod, when not nil, changes them.
+func NodeOptions(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod func(*engine.Options)) engine.Options {
 	opts := engine.Options{
 		Config: cfg, Pool: db.Pool, Logger: fixtures.Logger(t), NodeID: t.Name(),
 		ReclaimInterval: time.Second,
@@ -31,6 +36,13 @@ func StartNode(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod func
 	if mod != nil {
 		mod(&opts)
 	}
+	return opts
+}
+
+// Start runs a node in this process with opts as they are, until the test
+// ends: it is stopped then, unless the test stopped it itself.
+func Start(t testing.TB, opts engine.Options) *engine.Node {
+	t.Helper()
 	n, err := engine.New(opts)
 	if err != nil {
 		t.Fatalf("new node: %v", err)

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mefor/mefor/internal/config"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/pipeline"
@@ -19,6 +20,11 @@ import (
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
+
+// Hand-off transactions: the route hand-offs and delivery records of
+// several lanes that come together share a transaction, one lane cannot
+// hold up the others for long, and each transaction runs with the
+// pipeline's plan settings.
 
 // Route hand-offs of several lanes that arrive while another is in flight
 // share the next transaction; without sharing each takes its own. A
@@ -54,8 +60,8 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testcontainers.NewDB(t)
-			p := newPartner(t, "")
-			cfg, listens := channelsToPartners(t, []string{p.addr, p.addr, p.addr, p.addr})
+			p := newPartner(t, "", nil)
+			cfg, listens := channelsTo(t, p, p, p, p)
 			n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute // every drainer lingers through the test
 				tc.opts(o)
@@ -67,18 +73,12 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 			fixtures.Eventually(t, 30*time.Second, "W0 to W3 delivered", func() bool { return len(p.acceptedIDs()) == 4 })
 			fixtures.Eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
 
-			release := make(chan struct{})
-			var once sync.Once
-			releaseS0 := func() { once.Do(func() { close(release) }) }
-			defer releaseS0()
+			s0 := newGate(t)
+			defer s0.let()
 			if tc.hook {
-				held := make(chan struct{})
-				var first sync.Once
-				engine.SetHandoffHook(n, func(int) {
-					first.Do(func() { close(held); <-release })
-				})
+				engine.SetHandoffHook(n, func(int) { s0.hold() })
 				send(t, listens[0], adt("S0", "P1"))
-				<-held
+				<-s0.arrived
 			} else {
 				hold, err := db.Pool.Begin(ctx)
 				if err != nil {
@@ -87,7 +87,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 				if err := jobs.LockLanes(ctx, hold, []string{jobs.RoutedLane("c0")}); err != nil {
 					t.Fatal(err)
 				}
-				go func() { <-release; hold.Rollback(ctx) }() // also when the test fails
+				go func() { <-s0.release; hold.Rollback(ctx) }() // also when the test fails
 				send(t, listens[0], adt("S0", "P1"))
 				fixtures.Eventually(t, 30*time.Second, "S0's route hand-off waiting for its lane", func() bool {
 					return queryInt(t, db, `SELECT count(*)::int FROM pg_stat_activity
@@ -111,7 +111,7 @@ func TestHandoffsArrivingTogetherShareATransaction(t *testing.T) {
 					t.Fatal("S0 delivered while its hand-off was held")
 				}
 			}
-			releaseS0()
+			s0.let()
 			fixtures.Eventually(t, 30*time.Second, "S0 to S3 delivered", func() bool { return delivered() && slices.Contains(p.acceptedIDs(), "S0") })
 			// The partner has them; their records follow its ACKs.
 			fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
@@ -157,24 +157,19 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
 	defer openGate()
 	var entered atomic.Int32
-	partners := make([]*partner, 4)
+	partners := newPartners(t, 4)
 	for i := range partners {
-		partners[i] = newPartner(t, "")
 		if i > 0 {
-			partners[i].fail = func(id string, _ int) hl7.AckCode {
+			partners[i].setAnswer(func(_ context.Context, id string, _ int) hl7.AckCode {
 				if strings.HasPrefix(id, "S") {
 					entered.Add(1)
 					<-gate
 				}
 				return hl7.AckAccept
-			}
+			})
 		}
 	}
-	addrs := make([]string, len(partners))
-	for i, p := range partners {
-		addrs[i] = p.addr
-	}
-	cfg, listens := channelsToPartners(t, addrs)
+	cfg, listens := channelsTo(t, partners...)
 	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.Limits.Linger = time.Minute // every drainer lingers through the test
 		o.HandoffPatience = time.Minute
@@ -188,18 +183,14 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 		send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
 	}
 	fixtures.Eventually(t, 30*time.Second, "S1 to S3 sent, their partners holding the answers", func() bool { return entered.Load() == 3 })
-	release := make(chan struct{})
-	var once sync.Once
-	releaseS0 := func() { once.Do(func() { close(release) }) }
-	defer releaseS0()
-	held := make(chan struct{})
-	var first sync.Once
-	engine.SetHandoffHook(n, func(int) { first.Do(func() { close(held); <-release }) })
+	s0 := newGate(t)
+	defer s0.let()
+	engine.SetHandoffHook(n, func(int) { s0.hold() })
 	send(t, listens[0], adt("S0", "P1"))
-	<-held
+	<-s0.arrived
 	openGate()
 	fixtures.Eventually(t, 30*time.Second, "S1 to S3's records waiting for S0's hand-off", func() bool { return engine.WaitingHandoffs(n) == 3 })
-	releaseS0()
+	s0.let()
 	fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
 
 	for i := 1; i < 4; i++ {
@@ -217,25 +208,99 @@ func TestDeliveryRecordsOfSeveralLanesShareATransaction(t *testing.T) {
 	}
 }
 
-// channelsToPartners is a config of one channel per partner address, c<i>
-// listening on a free port and routing to destination d<i>, which
-// delivers to addrs[i]; it returns the channels' listen addresses.
-func channelsToPartners(t *testing.T, addrs []string) (*config.Config, []string) {
-	t.Helper()
-	var y strings.Builder
-	listens := make([]string, len(addrs))
-	y.WriteString("cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}\nchannels:\n")
-	for i := range listens {
-		listens[i] = fixtures.FreeAddr(t)
-		fmt.Fprintf(&y, "  c%d:\n    inbound: {mllp: {listen: %q}}\n    routes:\n      - {name: out, destinations: [d%d]}\n", i, listens[i], i)
+// pipelineTxTracer follows each connection's transaction: whether it began
+// with the pipeline's plan settings (pipeline.PipelineTx), which set
+// plan_cache_mode in the BEGIN's own round trip. For the workers'
+// statements named in marks it counts where they ran: in such a
+// transaction, or in any other.
+type pipelineTxTracer struct {
+	tripCounter                   // the tracer methods it has no use for
+	marks       map[string]string // label: a fragment only that statement has
+
+	mu       sync.Mutex
+	pipeline map[*pgx.Conn]bool // open transactions: began with the settings
+	inTx     map[string]int     // label: executions in a pipeline transaction
+	plain    map[string]int     // label: executions in another transaction
+}
+
+func newPipelineTxTracer(marks map[string]string) *pipelineTxTracer {
+	return &pipelineTxTracer{marks: marks, pipeline: map[*pgx.Conn]bool{}, inTx: map[string]int{}, plain: map[string]int{}}
+}
+
+func (p *pipelineTxTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	sql := strings.ToLower(strings.TrimSpace(data.SQL))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case strings.HasPrefix(sql, "begin"):
+		p.pipeline[conn] = strings.Contains(sql, "plan_cache_mode")
+	case sql == "commit" || sql == "rollback":
+		delete(p.pipeline, conn)
+	default:
+		p.count(conn, data.SQL)
 	}
-	y.WriteString("destinations:\n")
-	for i, a := range addrs {
-		fmt.Fprintf(&y, "  d%d: {type: mllp, mllp: {address: %q}}\n", i, a)
+	return ctx
+}
+
+func (p *pipelineTxTracer) TraceBatchQuery(_ context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count(conn, data.SQL)
+}
+
+// count files a statement run in a transaction under its label. Outside a
+// transaction (a lingering drainer's poll) it is not the transactions'
+// concern.
+func (p *pipelineTxTracer) count(conn *pgx.Conn, sql string) {
+	pipeline, open := p.pipeline[conn]
+	if !open {
+		return
 	}
-	cfg, err := config.Parse("test.yaml", []byte(y.String()), nil)
-	if err != nil {
-		t.Fatal(err)
+	for label, mark := range p.marks {
+		if !strings.Contains(sql, mark) {
+			continue
+		}
+		if pipeline {
+			p.inTx[label]++
+		} else {
+			p.plain[label]++
+		}
 	}
-	return cfg, listens
+}
+
+// The workers' transactions (the route and transform hand-offs, the
+// delivery records, the drainer's empty check) run with the pipeline's plan
+// settings, as intake and the lane reads do (TestPipelineStatementsPlanOnce,
+// drainer): without them every execution of these statements is planned
+// again, which cost the server more than running them.
+func TestWorkerTransactionsPlanGenerically(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	tracer := newPipelineTxTracer(map[string]string{
+		"route hand-off":     "SELECT c.message_id, 'routed', r.lane, r.channel",
+		"transform hand-off": "INSERT INTO mefor_work (message_id, stage, lane, channel, route, handler, destination, payload)",
+		"delivery record":    "UPDATE mefor_work w SET status = 'done', attempts = w.attempts + 1",
+		"empty check":        "WHERE lane = $1 AND status = 'pending' ORDER BY seq LIMIT 1",
+	})
+	listen, p := startTracedNode(t, db, tracer, 100*time.Millisecond)
+
+	want := controlIDs("G%d", 10)
+	send(t, listen, adts(want, onePatient)...)
+	fixtures.Eventually(t, 20*time.Second, "all delivered", func() bool { return len(firstDeliveries(p.acceptedIDs())) == len(want) })
+	fixtures.Eventually(t, 10*time.Second, "the lanes' drainers done", func() bool { return liveDrainers(t, db) == 0 })
+	if got := firstDeliveries(p.acceptedIDs()); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+
+	tracer.mu.Lock()
+	defer tracer.mu.Unlock()
+	for label := range tracer.marks {
+		if tracer.inTx[label]+tracer.plain[label] == 0 {
+			t.Errorf("%s: never ran in a transaction (has its statement changed?)", label)
+		}
+		if n := tracer.plain[label]; n > 0 {
+			t.Errorf("%s: %d of %d executions in a transaction without the pipeline's plan settings",
+				label, n, n+tracer.inTx[label])
+		}
+	}
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mefor/mefor/internal/engine"
@@ -15,6 +19,11 @@ import (
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
+
+// Lane reads and idle cost: a lingering drainer does not poll its lane, a
+// light lane is read about once per message, the reads of drainers woken
+// together share a round trip, and a woken drainer waits to gather rows
+// only while the CPUs are short.
 
 // workScans is how often mefor_work has been read, as far as the server's
 // statistics have been flushed (each backend flushes about once a second).
@@ -29,12 +38,9 @@ func workScans(t *testing.T, db *testcontainers.DB) int {
 func TestLingeringDrainersDoNotPoll(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "")
-	listen := fixtures.FreeAddr(t)
-	cfg := testConfig(t, listen, downstream(p.addr))
 	// Long, so the drainers still linger after a slow delivery on a loaded machine.
 	const linger = 15 * time.Second
-	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+	n, p, listen := startDownstream(t, db, nil, func(o *engine.Options) {
 		o.Limits.Linger = linger
 		o.Limits.Poll = 20 * time.Millisecond // what a poll would be, were there one
 		o.ReclaimInterval = time.Hour         // its sweep reads mefor_work too
@@ -76,14 +82,11 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 		t.Run(fmt.Sprintf("contended=%v", contended), func(t *testing.T) {
 			t.Parallel()
 			db := testcontainers.NewDB(t)
-			p := newPartner(t, "")
-			listen := fixtures.FreeAddr(t)
-			cfg := testConfig(t, listen, downstream(p.addr))
 			// Long, so that a gather cannot pass unnoticed, nor a message
 			// sent in the middle of one miss it; a row every 300ms is then
 			// plenty of company.
 			const gather = 3 * time.Second
-			node := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+			node, p, listen := startDownstream(t, db, nil, func(o *engine.Options) {
 				o.Limits.Linger = time.Minute
 				o.Limits.Gather = gather
 				o.Contended = func() bool { return contended }
@@ -151,4 +154,123 @@ func gatherMetrics(t *testing.T, n *engine.Node) map[string]*dto.MetricFamily {
 		fams[f.GetName()] = f
 	}
 	return fams
+}
+
+// laneReads counts the drainers' reads of their lanes (pipeline.PendingRows).
+type laneReads struct {
+	tripCounter
+	n atomic.Int64
+}
+
+func (r *laneReads) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if strings.Contains(data.SQL, "FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id") {
+		r.n.Add(1)
+	}
+}
+
+// A lightly loaded interface, one message at a time with its drainers
+// lingering in between, costs each stage about one read of its lane per
+// message: the read that finds the message. A drainer that has served all
+// that a read found waits to be woken instead of reading again at once,
+// which before found the lane empty every time and doubled the reads.
+func TestLightLaneReadOncePerMessage(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	tracer := &laneReads{}
+	// The drainers stay through the whole run.
+	listen, p := startTracedNode(t, db, tracer, 3*time.Second)
+
+	const n = 10
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("L%d", i)
+		want = append(want, id)
+		send(t, listen, adt(id, "P1"))
+		fixtures.Eventually(t, 10*time.Second, id+" delivered", func() bool { return slices.Contains(p.acceptedIDs(), id) })
+	}
+	if got := firstDeliveries(p.acceptedIDs()); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	// Three stages, one read each per message, and a little slack for a
+	// wake that lands while a stage is between its read and its hand-off.
+	reads := tracer.n.Load()
+	t.Logf("%d lane reads for %d messages", reads, n)
+	if reads > 3*n+6 {
+		t.Errorf("%d lane reads for %d messages through 3 stages, want at most %d", reads, n, 3*n+6)
+	}
+}
+
+// Drainers of several lanes woken while a lane read is in flight read
+// their lanes together, in one round trip, once it ends; each lane still
+// delivers its own messages, in order, once. With reads alone, the other
+// lanes do not wait for the read held.
+func TestLaneReadsOfSeveralLanesShareARoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		alone bool
+	}{{"shared", false}, {"alone", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := testcontainers.NewDB(t)
+			partners := newPartners(t, 4)
+			cfg, listens := channelsTo(t, partners...)
+			n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
+				o.Limits.Linger = time.Minute // every drainer lingers through the test
+				o.ReadsAlone = tc.alone
+			})
+			for i, l := range listens {
+				send(t, l, adt(fmt.Sprintf("W%d", i), "P1"))
+			}
+			fixtures.Eventually(t, 30*time.Second, "W0 to W3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 4 })
+
+			// The next read (c0's ingress drainer, woken by S0) is held.
+			s0 := newGate(t)
+			defer s0.let()
+			var mu sync.Mutex
+			var turns []int
+			engine.SetReadHook(n, func(reads int) {
+				mu.Lock()
+				turns = append(turns, reads)
+				mu.Unlock()
+				s0.hold()
+			})
+			send(t, listens[0], adt("S0", "P1"))
+			if !tc.alone {
+				<-s0.arrived
+			}
+			for i := 1; i < 4; i++ {
+				send(t, listens[i], adt(fmt.Sprintf("S%d", i), "P1"))
+			}
+			if tc.alone {
+				fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed, nobody waiting", func() bool {
+					return countStatus(t, db, pipeline.StatusProcessed) == 8
+				})
+			} else {
+				fixtures.Eventually(t, 30*time.Second, "S1 to S3's reads waiting for S0's", func() bool { return engine.WaitingReads(n) == 3 })
+				time.Sleep(100 * time.Millisecond)
+				if got := countStatus(t, db, pipeline.StatusProcessed); got != 4 {
+					t.Errorf("%d messages processed while the reads waited, want the 4 of the warm-up", got)
+				}
+				s0.let()
+				fixtures.Eventually(t, 30*time.Second, "S0 to S3 processed", func() bool { return countStatus(t, db, pipeline.StatusProcessed) == 8 })
+			}
+			for i, p := range partners {
+				if got := p.acceptedIDs(); !slices.Equal(got, []string{fmt.Sprintf("W%d", i), fmt.Sprintf("S%d", i)}) {
+					t.Errorf("d%d's partner accepted %v, want W%d then S%d once each", i, got, i, i)
+				}
+			}
+			if tc.alone {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(turns) < 2 || turns[0] != 1 || turns[1] != 3 {
+				t.Errorf("read turns carried %v lanes, want S0's alone, then S1 to S3's together", turns)
+			}
+			if shared := value(gatherMetrics(t, n), "mefor_lane_reads_shared_total", "stage", "ingress"); shared < 3 {
+				t.Errorf("mefor_lane_reads_shared_total{stage=ingress} = %v, want at least the 3 shared reads", shared)
+			}
+		})
+	}
 }
