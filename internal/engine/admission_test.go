@@ -109,7 +109,7 @@ channels:
     routes: [{destinations: [down]}]
 destinations:
   down: {type: mllp, mllp: {address: %q}}
-`, listen, allow, newPartner(t, "").addr)
+`, listen, allow, newPartner(t, "", nil).addr)
 	}
 	path, cfg := configFile(t, "allow.yaml", doc("127.0.0.1, 10.0.0.0/8"))
 	n, logs := watchedNode(t, db, cfg, "allow", "connection refused")
@@ -125,7 +125,7 @@ destinations:
 	if got := logs.count("connection refused"); got != 1 {
 		t.Errorf("three refusals of one source logged %d times, want once", got)
 	}
-	if got := messagesStored(t, db); got != 0 {
+	if got := queryInt(t, db, `SELECT count(*) FROM mefor_message`); got != 0 {
 		t.Fatalf("%d messages stored from a source not allowed", got)
 	}
 
@@ -134,7 +134,7 @@ destinations:
 	if _, err := kept.Send(context.Background(), adt("A1", "P1")); err != nil {
 		t.Fatalf("the allowed sender: %v", err)
 	}
-	if got := messagesStored(t, db); got != 1 {
+	if got := queryInt(t, db, `SELECT count(*) FROM mefor_message`); got != 1 {
 		t.Fatalf("%d messages stored, want the allowed sender's one", got)
 	}
 
@@ -152,7 +152,7 @@ destinations:
 	if code, err := sendFrom("127.0.0.2", listen, "B1"); err != nil || code != hl7.AckAccept {
 		t.Fatalf("127.0.0.2, now allowed: %s %v", code, err)
 	}
-	if got := messagesStored(t, db); got != 2 {
+	if got := queryInt(t, db, `SELECT count(*) FROM mefor_message`); got != 2 {
 		t.Fatalf("%d messages stored, want A1 and B1", got)
 	}
 }
@@ -192,7 +192,7 @@ channels:
     routes: [{destinations: [down]}]
 destinations:
   down: {type: mllp, mllp: {address: %q}}
-`, listen, newPartner(t, "").addr))
+`, listen, newPartner(t, "", nil).addr))
 	n := cluster.StartNode(t, db, cfg, named("caps"))
 	open := func() float64 { return nodeMetric(t, n, "mefor_connections_open", "channel", "adt") }
 
@@ -214,7 +214,7 @@ destinations:
 	if per, all := refused(t, n, "max_connections_per_ip"), refused(t, n, "max_connections"); per != 1 || all != 1 {
 		t.Errorf("refused max_connections_per_ip %v, max_connections %v; want 1 each", per, all)
 	}
-	if got := messagesStored(t, db); got != 1 {
+	if got := queryInt(t, db, `SELECT count(*) FROM mefor_message`); got != 1 {
 		t.Fatalf("%d messages stored, want C1 only", got)
 	}
 
@@ -241,7 +241,7 @@ channels:
     routes: [{destinations: [down]}]
 destinations:
   down: {type: mllp, mllp: {address: %q}}
-`, addr, newPartner(t, "").addr)
+`, addr, newPartner(t, "", nil).addr)
 	}
 	path, cfg := configFile(t, "plain.yaml", doc(listen))
 	n := cluster.StartNode(t, db, cfg, named("exposed"))
@@ -289,7 +289,7 @@ channels:
     routes: [{destinations: [down]}]
 destinations:
   down: {type: mllp, mllp: {address: %q}}
-`, listen, server.CertFile, server.KeyFile, ca.CertFile, crl, newPartner(t, "").addr))
+`, listen, server.CertFile, server.KeyFile, ca.CertFile, crl, newPartner(t, "", nil).addr))
 	n, logs := watchedNode(t, db, cfg, "names", "connection refused")
 
 	roots := x509.NewCertPool()

@@ -75,7 +75,7 @@ func TestEgressRefusesADestinationWhoseAddressChanged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	p := newPartner(t, "") // on 127.0.0.1
+	p := newPartner(t, "", nil) // on 127.0.0.1
 	_, port, _ := net.SplitHostPort(p.addr)
 	listen := fixtures.FreeAddr(t)
 	_, cfg := configFile(t, "egress.yaml", "egress: {allow: [\"localhost:"+port+"\"]}\n"+fixtures.ADTChannel(listen)+`
@@ -159,7 +159,7 @@ func TestWebhookGoesThroughTheEgressPolicy(t *testing.T) {
 	_, port, _ := net.SplitHostPort(hooks.Listener.Addr().String())
 	caFile := ca.WriteFile(t, t.TempDir(), "ca.crt")
 
-	lab := newCtlPartner(t, "127.0.0.2:0", func(context.Context, string, int) hl7.AckCode { return hl7.AckReject })
+	lab := newPartner(t, "127.0.0.2:0", rejectAll)
 	listen := fixtures.FreeAddr(t)
 	_, cfg := configFile(t, "hooks.yaml", fmt.Sprintf("egress: {allow: [127.0.0.2, localhost]}\n%s\n"+`
       webhook: {url: "https://localhost:%s/hook", tls: {ca_file: %q}, headers: {Authorization: "Bearer h00k"}}
@@ -168,7 +168,13 @@ func TestWebhookGoesThroughTheEgressPolicy(t *testing.T) {
   rules:
     - {name: lab-hook, destination: lab, queue_depth: 1, sinks: [hook]}
     - {name: lab-bounce, destination: lab, queue_depth: 1, sinks: [bouncer]}
-`, stuckLabConfig(listen, lab.addr), port, caFile, port, caFile))
+`, fixtures.ADTChannel(listen)+`
+      - destinations: [lab]
+destinations:
+`+stuckLab(lab.addr)+`alerts:
+  interval: 1s
+  sinks:
+    hook:`, port, caFile, port, caFile))
 	dns := newDNSAnswer("127.0.0.2")
 	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) {
 		o.EgressResolver = dns
