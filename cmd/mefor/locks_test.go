@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/jobs"
@@ -154,4 +155,106 @@ destinations:
 		entries, _ := os.ReadDir(dir)
 		return len(entries) == 1
 	})
+}
+
+// An operator may take a lane lock for its own transaction (replay, cancel
+// and enqueue do). One left open does not stall intake without end: past
+// intake's lock_timeout the sender gets no ACK and its connection is closed,
+// nothing is stored, the refusal is counted as lock-timeout, and the same
+// message is acknowledged AA and delivered once the lock is released.
+func TestLaneLockHeldOpenRefusesIntakeInsteadOfHanging(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := testcontainers.NewDB(t)
+	if code, out, errs := as(t, db.URL, "migrate"); code != 0 {
+		t.Fatalf("migrate: %d %s %s", code, out, errs)
+	}
+	_, operatorURL := newLogin(t, db, migrations.RoleOperator)
+	dir := t.TempDir()
+	addr := unusedAddr(t)
+	file := filepath.Join(t.TempDir(), "mefor.yaml")
+	yaml := fmt.Sprintf(`channels:
+  adt:
+    inbound: {mllp: {listen: %q}}
+    routes: [{destinations: [archive]}]
+destinations:
+  archive: {type: file, file: {directory: %q}}
+`, addr, dir)
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := inProcessNode(t, db, "node-held", file)
+
+	op, err := pgx.Connect(ctx, operatorURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = op.Close(context.Background()) }()
+	class, key := jobs.LaneLock(jobs.IngressLane("adt"))
+	if _, err := op.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", class, key); err != nil {
+		t.Fatalf("operator takes a lane lock for its transaction: %v", err)
+	}
+
+	msg := []byte(strings.Replace(fixtureBody, "%d", "1", 1))
+	c := &mllp.Client{Addr: addr, AckTimeout: time.Minute}
+	if ack, err := c.Send(ctx, msg); err == nil {
+		t.Fatalf("ACK %q while the lane was held; want the connection closed without one", ack)
+	}
+	c.Close()
+	if n := rejected(t, node, "lock-timeout"); n != 1 {
+		t.Errorf("mefor_messages_rejected_total{reason=lock-timeout} = %v, want 1", n)
+	}
+	var stored int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM mefor_message").Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != 0 {
+		t.Errorf("%d messages stored by a refused intake; want none", stored)
+	}
+
+	if _, err := op.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	c = &mllp.Client{Addr: addr, AckTimeout: 20 * time.Second}
+	defer c.Close()
+	ack, err := c.Send(ctx, msg)
+	if err != nil {
+		t.Fatalf("send after the lock was released: %v", err)
+	}
+	if a, err := hl7.ParseACK(ack); err != nil || a.Code != hl7.AckAccept {
+		t.Fatalf("ACK %+v (%v) after the lock was released; want AA", a, err)
+	}
+	cluster.Poll(t, 30*time.Second, "the message delivered to the file destination", func() bool {
+		entries, _ := os.ReadDir(dir)
+		return len(entries) == 1
+	})
+}
+
+// rejected reads mefor_messages_rejected_total{channel="adt",reason} from
+// the node's registry, as a scrape would.
+func rejected(t *testing.T, n *engine.Node, reason string) float64 {
+	t.Helper()
+	fams, err := n.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "mefor_messages_rejected_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["channel"] == "adt" && labels["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
