@@ -48,6 +48,10 @@ func LockLanes(ctx context.Context, tx pgx.Tx, lanes []string) error {
 
 // laneLockKey hashes a lane name into the second lock key. A collision only
 // makes two lanes share a lock, which costs concurrency, never correctness.
+// LaneLock is the advisory lock (class and key) a lane's writers hold,
+// for tests that check who else may take it.
+func LaneLock(lane string) (class, key int32) { return laneLockClass, laneLockKey(lane) }
+
 func laneLockKey(lane string) int32 {
 	h := fnv.New32a()
 	h.Write([]byte(lane))

@@ -64,6 +64,15 @@ type RolesResult struct {
 	Owned int `json:"objects_owned_by_admin,omitempty"`
 	// OwnerSkipped says why objects were not handed to mefor_admin.
 	OwnerSkipped string `json:"owner_skipped,omitempty"`
+	// DatabaseClosed says this run revoked CONNECT and TEMP on the
+	// database from PUBLIC (see closeBoundary).
+	DatabaseClosed bool `json:"database_closed_to_public,omitempty"`
+	// LocksClosed says this run revoked the advisory lock functions from
+	// PUBLIC.
+	LocksClosed bool `json:"advisory_locks_closed_to_public,omitempty"`
+	// Unsecured lists what the migrating role could not close, each with
+	// the SQL that closes it.
+	Unsecured []string `json:"unsecured,omitempty"`
 }
 
 // RolesError is a step of ApplyRoles the migrating role lacks the
@@ -125,7 +134,10 @@ func ApplyRoles(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*
 		if err := handOver(ctx, tx, schema, res); err != nil {
 			return err
 		}
-		return grant(ctx, tx, schema)
+		if err := grant(ctx, tx, schema); err != nil {
+			return err
+		}
+		return closeBoundary(ctx, tx, res)
 	})
 	if err != nil {
 		return nil, err
@@ -363,6 +375,9 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 			stmts = append(stmts, "GRANT ALL ON "+id+" TO "+RoleAdmin)
 		}
 	}
+	// Readers' refused attempts are audited, and the audit lock is the one
+	// lock they take (migration 018).
+	stmts = append(stmts, "GRANT EXECUTE ON FUNCTION mefor_audit_lock() TO "+RoleReader)
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			if IsPermissionDenied(err) {

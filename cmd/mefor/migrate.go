@@ -83,6 +83,16 @@ func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
 	if roles.Owned > 0 {
 		fmt.Fprintf(g.stdout, "%s now owns %d tables, sequences, types and functions\n", migrations.RoleAdmin, roles.Owned)
 	}
+	if roles.DatabaseClosed {
+		fmt.Fprintf(g.stdout, "revoked CONNECT and TEMP on this database from PUBLIC; %s and the roles that include it may connect\n", migrations.RoleReader)
+	}
+	if roles.LocksClosed {
+		fmt.Fprintf(g.stdout, "revoked PostgreSQL's advisory lock functions from PUBLIC in this database; only %s (and %s, for its transaction) may take locks\n",
+			migrations.RoleAdmin, migrations.RoleOperator)
+	}
+	for _, u := range roles.Unsecured {
+		fmt.Fprintf(g.stderr, "mefor: warning: %s\n", u)
+	}
 	if roles.OwnerSkipped != "" {
 		fmt.Fprintf(g.stderr, "mefor: warning: %s does not own mefor's tables, so admins cannot migrate: %s\n",
 			migrations.RoleAdmin, roles.OwnerSkipped)

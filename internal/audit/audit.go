@@ -70,7 +70,9 @@ const (
 	OutcomeDenied    = "denied"
 )
 
-// lockClass keys the advisory lock that serializes appends ("ma").
+// lockClass keys the advisory lock that serializes appends ("ma"). Append
+// takes it through mefor_audit_lock() (migration 018), which holds the
+// number, so that readers need no advisory lock function of their own.
 const lockClass int32 = 0x6d61
 
 // Entry is one action to record.
@@ -120,7 +122,7 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 	r := Record{OSUser: osUser(), Host: hostname(), Node: e.Node, Action: e.Action,
 		Target: target, Outcome: e.Outcome}
 
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, lockClass); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT mefor_audit_lock()`); err != nil {
 		return fmt.Errorf("audit %s: take the audit lock: %w", e.Action, err)
 	}
 	// The time is the database's, truncated to what timestamptz keeps, so

@@ -148,8 +148,11 @@ func (in *Intake) MLLPHandler(ch *config.Channel) mllp.Handler {
 			in.Logger.ErrorContext(ctx, "message not stored, closing connection without ACK",
 				"channel", ch.Name, "remote", remote, "size", len(raw), "error", err)
 			reason := metrics.RejectNotStored
-			if errors.Is(err, leader.ErrNotLeaseHolder) {
+			switch {
+			case errors.Is(err, leader.ErrNotLeaseHolder):
 				reason = metrics.RejectNotLeaseHolder
+			case pipeline.IsLockTimeout(err):
+				reason = metrics.RejectLockTimeout
 			}
 			in.Metrics.Rejected(ch.Name, reason)
 			return nil

@@ -54,6 +54,10 @@ const (
 	// RejectNotStored: the database could not store the message; no ACK,
 	// the connection closed so the sender sends it again.
 	RejectNotStored = "not-stored"
+	// RejectLockTimeout: storing the message waited for a lock longer
+	// than intake's lock_timeout (a lane held by another session); no ACK,
+	// the connection closed so the sender sends it again.
+	RejectLockTimeout = "lock-timeout"
 	// RejectNotLeaseHolder: the node no longer held the listener lease;
 	// no ACK, the connection closed.
 	RejectNotLeaseHolder = "not-lease-holder"
@@ -116,7 +120,7 @@ func New(opts Options) *Metrics {
 			"Messages stored by this node's intake, by channel (unparseable ones included).",
 			"channel"),
 		rejected: counterVec("messages_rejected_total",
-			"Messages answered AR or left without an ACK, by channel and reason (unparseable, oversize, not-stored, not-lease-holder).",
+			"Messages answered AR or left without an ACK, by channel and reason (unparseable, oversize, not-stored, lock-timeout, not-lease-holder).",
 			"channel", "reason"),
 		connsClosed: counterVec("connections_closed_total",
 			"Connections this node's listeners closed because of what the sender sent, by channel and reason (unparseable-in-a-row).",

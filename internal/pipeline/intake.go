@@ -90,7 +90,7 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	ids := make([]int64, len(ms))
 	b := &pgx.Batch{}
-	QueueGenericPlans(b)
+	b.Queue(intakeSettingsSQL)
 	queueReceive(b, ms, ids, jobs.QueueLiveDrainerCheck)
 	err := db.SendBatch(ctx, b).Close()
 	if err == nil {
@@ -114,7 +114,7 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	var ids []int64
 	var act *jobs.Activation
-	err := pgx.BeginTxFunc(ctx, db, PipelineTx, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, db, PipelineTxLockTimeout(IntakeLockTimeout), func(tx pgx.Tx) error {
 		var err error
 		ids, act, err = receiveTx(ctx, tx, ins, ms, true)
 		return err

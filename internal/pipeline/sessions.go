@@ -2,11 +2,13 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -52,6 +54,24 @@ var PipelineTx = pgx.TxOptions{BeginQuery: pipelineSQL("BEGIN", "SET LOCAL %s = 
 // elsewhere cannot hold the others.
 func PipelineTxLockTimeout(d time.Duration) pgx.TxOptions {
 	return pgx.TxOptions{BeginQuery: PipelineTx.BeginQuery + fmt.Sprintf("; SET LOCAL lock_timeout = '%dms'", d.Milliseconds())}
+}
+
+// IntakeLockTimeout bounds how long intake's transactions wait for any lock
+// (a lane lock held by an operator's open transaction, say): past it the
+// store fails with lock_not_available and the sender gets no ACK, instead
+// of every sender of the channel waiting with no end. Defaults to 5s, far
+// above what intake waits for another writer of its lanes.
+const IntakeLockTimeout = 5 * time.Second
+
+// intakeSettingsSQL is setConfigSQL with IntakeLockTimeout, first in
+// intake's one-trip batch.
+var intakeSettingsSQL = setConfigSQL + fmt.Sprintf(", set_config('lock_timeout', '%dms', true)", IntakeLockTimeout.Milliseconds())
+
+// IsLockTimeout says err is a statement that waited its lock_timeout out
+// (SQLSTATE 55P03, lock_not_available).
+func IsLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // QueueGenericPlans queues, first in a batch sent outside a transaction
