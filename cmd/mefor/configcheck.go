@@ -124,7 +124,11 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 		}
 	}
 	if !res.OK {
-		return &exitError{code: 1, err: fmt.Errorf("%s: %d problems", c.File, len(res.Errors))}
+		noun := "problems"
+		if len(res.Errors) == 1 {
+			noun = "problem"
+		}
+		return &exitError{code: 1, err: fmt.Errorf("%s: %d %s", c.File, len(res.Errors), noun)}
 	}
 	return nil
 }
