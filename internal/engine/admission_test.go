@@ -87,7 +87,7 @@ func sendFrom(from, addr, controlID string) (hl7.AckCode, error) {
 // texts.
 func watchedNode(t *testing.T, db *testcontainers.DB, cfg *config.Config, id string, watch ...string) (*engine.Node, *logWatch) {
 	t.Helper()
-	w := newLogWatch(slog.DiscardHandler, watch...)
+	w := newLogWatch(fixtures.Logger(t).Handler(), watch...)
 	n := cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.NodeID = id; o.Logger = slog.New(w) })
 	return n, w
 }

@@ -11,13 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mefor/mefor/internal/admission"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/cpupressure"

@@ -675,12 +675,12 @@ func (n *Node) newServer(ch *config.Channel, gate *admission.Gate) *mllp.Server 
 		AckWritten: func(d time.Duration) { n.metrics.AckWritten(ch.Name, d) },
 		TLSConfig:  n.serverTLS(ch.Name),
 		HandshakeRefused: func(remote net.Addr, err *mllp.HandshakeError) {
-			reason, detail := admission.TLSHandshake, err.Reason
 			var r *admission.Refusal
 			if errors.As(err, &r) {
-				reason, detail = r.Reason, r.Detail
+				gate.Refused(remote, r.Reason, "certificate", r.Subject, "detail", r.Detail)
+				return
 			}
-			gate.Refused(remote, reason, "detail", detail, "error", err.Error())
+			gate.Refused(remote, admission.TLSHandshake, "detail", err.Reason, "error", err.Err.Error())
 		},
 		Logger: n.logger.With("channel", ch.Name),
 	}
