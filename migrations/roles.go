@@ -63,6 +63,9 @@ type RolesResult struct {
 	Owned int `json:"objects_owned_by_admin,omitempty"`
 	// OwnerSkipped says why objects were not handed to mefor_admin.
 	OwnerSkipped string `json:"owner_skipped,omitempty"`
+	// AuditSkipped says why the audit log was not handed to
+	// mefor_audit_writer (see protectAudit).
+	AuditSkipped string `json:"audit_skipped,omitempty"`
 }
 
 // RolesError is a step of ApplyRoles the migrating role lacks the
@@ -108,6 +111,9 @@ func ApplyRoles(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*
 	if err := ensureRoles(ctx, conn.Conn(), res); err != nil {
 		return nil, err
 	}
+	if err := ensureAuditWriter(ctx, conn.Conn(), res); err != nil {
+		return nil, err
+	}
 	for _, r := range res.Created {
 		logger.InfoContext(ctx, "created database role", "role", r)
 	}
@@ -124,7 +130,10 @@ func ApplyRoles(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*
 		if err := handOver(ctx, tx, schema, res); err != nil {
 			return err
 		}
-		return grant(ctx, tx, schema)
+		if err := grant(ctx, tx, schema); err != nil {
+			return err
+		}
+		return protectAudit(ctx, tx, schema, res)
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +141,9 @@ func ApplyRoles(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*
 	if res.OwnerSkipped != "" {
 		logger.WarnContext(ctx, "mefor_admin does not own the tables; admins can do everything except migrate",
 			"reason", res.OwnerSkipped)
+	}
+	if res.AuditSkipped != "" {
+		logger.WarnContext(ctx, "the audit log is not protected from its owner", "reason", res.AuditSkipped)
 	}
 	return res, nil
 }
@@ -270,6 +282,7 @@ func handOver(ctx context.Context, tx pgx.Tx, schema string, res *RolesResult) e
 	if err != nil {
 		return fmt.Errorf("list objects to hand to %s: %w", RoleAdmin, err)
 	}
+	objs = slices.DeleteFunc(objs, isAuditObject) // the audit writer's (roles_audit.go)
 	for _, o := range objs {
 		if _, err := tx.Exec(ctx, "ALTER "+o+" OWNER TO "+RoleAdmin); err != nil {
 			return fmt.Errorf("hand %s to %s: %w", o, RoleAdmin, err)
@@ -359,13 +372,9 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 		if w, ok := operatorWrites[t.name]; ok {
 			stmts = append(stmts, "GRANT "+w+" ON "+id+" TO "+RoleOperator)
 		}
-		if t.name == "mefor_audit" {
-			// Everyone appends (a refused attempt is recorded too); nobody
-			// through these roles rewrites it, not even its owner by
-			// accident (an owner can grant itself the right back, and
-			// `mefor audit verify` catches what it does then).
-			stmts = append(stmts, "GRANT INSERT ON "+id+" TO "+RoleReader,
-				"REVOKE UPDATE, DELETE, TRUNCATE ON "+id+" FROM PUBLIC, "+strings.Join(Roles, ", "))
+		if slices.Contains(auditTables, t.name) {
+			// Appended only through the writer's functions (roles_audit.go).
+			stmts = append(stmts, auditGrants(t.name)...)
 		} else {
 			stmts = append(stmts, "GRANT ALL ON "+id+" TO "+RoleAdmin)
 		}
