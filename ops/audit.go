@@ -69,7 +69,8 @@ func AuditKeysFromEnv(lookup func(string) (string, bool)) (*AuditKeys, error) {
 // CLI names them.
 func AuditedActions() []string {
 	return []string{audit.ActionReplay, audit.ActionReplayDead, audit.ActionCancel, audit.ActionStepdown,
-		audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies}
+		audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies,
+		audit.ActionSearchPatient, audit.ActionViewErrors, audit.ActionViewReference, audit.ActionEnqueue}
 }
 
 // ParseAuditAnchor reads an anchor written as SEQ:HASH.

@@ -66,6 +66,17 @@ const (
 	// ActionSearchBodies is messages list --text: it reads bodies to
 	// match them.
 	ActionSearchBodies = "search-bodies"
+	// ActionSearchPatient is messages list --patient: it tells who was
+	// treated where. The row never holds the identifier searched for.
+	ActionSearchPatient = "search-patient"
+	// ActionViewErrors is messages show and dead list opening sealed
+	// error and event texts, which can quote the message.
+	ActionViewErrors = "view-errors"
+	// ActionViewReference is reference show: it opens reference values.
+	ActionViewReference = "view-reference"
+	// ActionEnqueue is mefor enqueue: an operator's message stored as if
+	// a channel had received it.
+	ActionEnqueue = "enqueue"
 )
 
 // Outcomes. A failed action records OutcomeFailed with the error in the
