@@ -42,6 +42,21 @@ var contentColumns = map[string][]string{
 	"mefor_reference_row": {"value"},
 }
 
+// readerHiddenColumns are the columns, besides contentColumns, a reader
+// may not read: the patient search column (the MRN in clear when
+// encryption is off) and error and event texts, which can quote the
+// message. Operators read them (opening sealed ones is audited by ops).
+var readerHiddenColumns = map[string][]string{
+	"mefor_message": {"patient_key", "error"},
+	"mefor_work":    {"last_error"},
+	"mefor_event":   {"detail"},
+}
+
+// readerExcluded is every column of table a reader may not read.
+func readerExcluded(table string) []string {
+	return append(slices.Clone(contentColumns[table]), readerHiddenColumns[table]...)
+}
+
 // operatorWrites are the tables replay, replay-dead and cancel write (with
 // the lane activations they make through River), and what they do to them.
 var operatorWrites = map[string]string{
@@ -356,7 +371,7 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 	}
 	for _, t := range tables {
 		id := pgx.Identifier{t.name}.Sanitize()
-		if content, ok := contentColumns[t.name]; ok {
+		if content := readerExcluded(t.name); len(content) > 0 {
 			var cols []string
 			for _, c := range t.cols {
 				if !slices.Contains(content, c) {
