@@ -22,3 +22,20 @@ func (RetentionArgs) InsertOpts() river.InsertOpts {
 		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
 	}
 }
+
+// AuditAnchorArgs records the audit log's head as a stored anchor, signed
+// with MEFOR_AUDIT_KEY when the node has it. River's elected leader
+// enqueues it on the maintenance.audit_anchor schedule.
+type AuditAnchorArgs struct{}
+
+func (AuditAnchorArgs) Kind() string { return "mefor_audit_anchor" }
+
+func (AuditAnchorArgs) InsertOpts() river.InsertOpts {
+	// One live run at a time; a failed run (another node anchored at the
+	// same moment) is simply taken by the next one.
+	return river.InsertOpts{
+		Queue:       QueueMaintenance,
+		MaxAttempts: 1,
+		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
+	}
+}

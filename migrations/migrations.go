@@ -88,6 +88,12 @@ func All() ([]Migration, error) {
 // Migrate brings the database up to date: River's migrations first (mefor's
 // tables do not reference them, but the drainers need both), then mefor's.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Result, error) {
+	return MigrateTo(ctx, pool, logger, 0)
+}
+
+// MigrateTo is Migrate applying mefor's migrations up to version only (0:
+// all), as an older release would have: the upgrade tests start there.
+func MigrateTo(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, version int) (*Result, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -135,7 +141,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Res
 			return err
 		}
 		for _, m := range all {
-			if _, ok := applied[m.Version]; ok {
+			if _, ok := applied[m.Version]; ok || (version > 0 && m.Version > version) {
 				continue
 			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {

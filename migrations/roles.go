@@ -43,6 +43,21 @@ var contentColumns = map[string][]string{
 	"mefor_reference_row": {"value"},
 }
 
+// readerHiddenColumns are the columns, besides contentColumns, a reader
+// may not read: the patient search column (the MRN in clear when
+// encryption is off) and error and event texts, which can quote the
+// message. Operators read them (opening sealed ones is audited by ops).
+var readerHiddenColumns = map[string][]string{
+	"mefor_message": {"patient_key", "error"},
+	"mefor_work":    {"last_error"},
+	"mefor_event":   {"detail"},
+}
+
+// readerExcluded is every column of table a reader may not read.
+func readerExcluded(table string) []string {
+	return append(slices.Clone(contentColumns[table]), readerHiddenColumns[table]...)
+}
+
 // operatorWrites are the tables replay, replay-dead and cancel write (with
 // the lane activations they make through River), and what they do to them.
 var operatorWrites = map[string]string{
@@ -73,6 +88,9 @@ type RolesResult struct {
 	// Unsecured lists what the migrating role could not close, each with
 	// the SQL that closes it.
 	Unsecured []string `json:"unsecured,omitempty"`
+	// AuditSkipped says why the audit log was not handed to
+	// mefor_audit_writer (see protectAudit).
+	AuditSkipped string `json:"audit_skipped,omitempty"`
 }
 
 // RolesError is a step of ApplyRoles the migrating role lacks the
@@ -118,6 +136,9 @@ func ApplyRoles(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*
 	if err := ensureRoles(ctx, conn.Conn(), res); err != nil {
 		return nil, err
 	}
+	if err := ensureAuditWriter(ctx, conn.Conn(), res); err != nil {
+		return nil, err
+	}
 	for _, r := range res.Created {
 		logger.InfoContext(ctx, "created database role", "role", r)
 	}
@@ -137,7 +158,10 @@ func ApplyRoles(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*
 		if err := grant(ctx, tx, schema); err != nil {
 			return err
 		}
-		return closeBoundary(ctx, tx, res)
+		if err := closeBoundary(ctx, tx, res); err != nil {
+			return err
+		}
+		return protectAudit(ctx, tx, schema, res)
 	})
 	if err != nil {
 		return nil, err
@@ -145,6 +169,9 @@ func ApplyRoles(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*
 	if res.OwnerSkipped != "" {
 		logger.WarnContext(ctx, "mefor_admin does not own the tables; admins can do everything except migrate",
 			"reason", res.OwnerSkipped)
+	}
+	if res.AuditSkipped != "" {
+		logger.WarnContext(ctx, "the audit log is not protected from its owner", "reason", res.AuditSkipped)
 	}
 	return res, nil
 }
@@ -279,6 +306,7 @@ func handOver(ctx context.Context, tx pgx.Tx, schema string, res *RolesResult) e
 	if err != nil {
 		return err
 	}
+	objs = slices.DeleteFunc(objs, isAuditObject) // the audit writer's (roles_audit.go)
 	for _, o := range objs {
 		if _, err := tx.Exec(ctx, "ALTER "+o+" OWNER TO "+RoleAdmin); err != nil {
 			return fmt.Errorf("hand %s to %s: %w", o, RoleAdmin, err)
@@ -348,7 +376,7 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 	}
 	for _, t := range tables {
 		id := pgx.Identifier{t.name}.Sanitize()
-		if content, ok := contentColumns[t.name]; ok {
+		if content := readerExcluded(t.name); len(content) > 0 {
 			var cols []string
 			for _, c := range t.cols {
 				if !slices.Contains(content, c) {
@@ -364,20 +392,13 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 		if w, ok := operatorWrites[t.name]; ok {
 			stmts = append(stmts, "GRANT "+w+" ON "+id+" TO "+RoleOperator)
 		}
-		if t.name == "mefor_audit" {
-			// Everyone appends (a refused attempt is recorded too); nobody
-			// through these roles rewrites it, not even its owner by
-			// accident (an owner can grant itself the right back, and
-			// `mefor audit verify` catches what it does then).
-			stmts = append(stmts, "GRANT INSERT ON "+id+" TO "+RoleReader,
-				"REVOKE UPDATE, DELETE, TRUNCATE ON "+id+" FROM PUBLIC, "+strings.Join(Roles, ", "))
+		if slices.Contains(auditTables, t.name) {
+			// Appended only through the writer's functions (roles_audit.go).
+			stmts = append(stmts, auditGrants(t.name)...)
 		} else {
 			stmts = append(stmts, "GRANT ALL ON "+id+" TO "+RoleAdmin)
 		}
 	}
-	// Readers' refused attempts are audited, and the audit lock is the one
-	// lock they take (migration 018).
-	stmts = append(stmts, "GRANT EXECUTE ON FUNCTION mefor_audit_lock() TO "+RoleReader)
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			if IsPermissionDenied(err) {

@@ -55,13 +55,22 @@ type (
 	AuditAnchor = audit.Anchor
 	// AuditVerification is the outcome of VerifyAudit.
 	AuditVerification = audit.Verification
+	// AuditKeys are the keys of MEFOR_AUDIT_KEY, which sign and check the
+	// stored anchors.
+	AuditKeys = audit.Keys
 )
+
+// AuditKeysFromEnv reads MEFOR_AUDIT_KEY through lookup (nil: unset).
+func AuditKeysFromEnv(lookup func(string) (string, bool)) (*AuditKeys, error) {
+	return audit.KeysFromEnv(lookup)
+}
 
 // AuditedActions lists the actions the audit log records, in the order the
 // CLI names them.
 func AuditedActions() []string {
 	return []string{audit.ActionReplay, audit.ActionReplayDead, audit.ActionCancel, audit.ActionStepdown,
-		audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies}
+		audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies,
+		audit.ActionSearchPatient, audit.ActionViewErrors, audit.ActionViewReference, audit.ActionEnqueue}
 }
 
 // ParseAuditAnchor reads an anchor written as SEQ:HASH.
@@ -72,10 +81,11 @@ func ListAudit(ctx context.Context, pool *pgxpool.Pool, f AuditFilter) ([]AuditR
 	return audit.List(ctx, pool, f)
 }
 
-// VerifyAudit recomputes the hash chain of the whole log and, given an
-// anchor, checks that its row is still there unchanged.
-func VerifyAudit(ctx context.Context, pool *pgxpool.Pool, anchor *AuditAnchor) (AuditVerification, error) {
-	return audit.Verify(ctx, pool, anchor)
+// VerifyAudit recomputes the hash chain of the whole log, checks the stored
+// anchors (their signatures under keys, when given) and who may write the
+// log, and, given an anchor, checks that its row is still there unchanged.
+func VerifyAudit(ctx context.Context, pool *pgxpool.Pool, anchor *AuditAnchor, keys *AuditKeys) (AuditVerification, error) {
+	return audit.VerifyWith(ctx, pool, audit.VerifyOptions{Anchor: anchor, Keys: keys})
 }
 
 // AuditHead returns the anchor of the log's last row.

@@ -2,10 +2,12 @@ package ops
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/jobs"
@@ -36,10 +38,26 @@ type Enqueued struct {
 
 // Enqueue parses and stores one message for channel. Only a database
 // failure returns an error, and then the message is not stored.
+//
+// It is audited twice: a row saying it was requested (channel, size)
+// commits before the message is stored, so no message enters unrecorded
+// even if this process dies at once; a second row gives the outcome and
+// the message id. Intake commits on its own (with other messages arriving
+// at that moment), so it cannot share the audit row's transaction.
 func (e *Enqueuer) Enqueue(ctx context.Context, channel string, raw []byte) (Enqueued, error) {
+	target := map[string]any{"channel": channel, "bytes": len(raw)}
+	if err := audit.AppendAlone(ctx, e.intake.Pool, audit.Entry{Action: audit.ActionEnqueue, Target: target,
+		Outcome: audit.OutcomeRequested}); err != nil {
+		return Enqueued{}, err
+	}
 	rec, err := e.intake.Receive(ctx, channel, "enqueue", "", raw)
 	if err != nil {
+		recordFailure(ctx, e.intake.Pool, audit.ActionEnqueue, target, err)
 		return Enqueued{}, err
+	}
+	target["message_id"] = rec.MessageID
+	if err := audit.AppendAlone(ctx, e.intake.Pool, audit.Entry{Action: audit.ActionEnqueue, Target: target}); err != nil {
+		return Enqueued{}, fmt.Errorf("message %d stored, but its audit row was not: %w", rec.MessageID, err)
 	}
 	out := Enqueued{MessageID: rec.MessageID, ParseErr: rec.ParseErr}
 	if rec.ParseErr == nil {

@@ -73,17 +73,25 @@ const (
 var ErrNotFound = pipeline.ErrNotFound
 
 // ListMessages returns messages newest first (metadata only). A search of
-// the bodies (f.Text) reads content, so it is audited like a body view: the
-// search and its audit row share one transaction. The row records that a
-// search ran and what it found, never the text searched for, which may be
-// a patient's name.
+// the bodies (f.Text) reads content, and a search by patient (f.Patient)
+// tells where a patient was treated, so both are audited like a body view:
+// the search and its audit row share one transaction. The row records that
+// a search ran and what it found, never the text or identifier searched
+// for.
 func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilter) ([]search.MessageSummary, error) {
-	if f.Text == "" {
+	if f.Text == "" && f.Patient == "" {
 		return search.ListMessages(ctx, pool, f)
 	}
 	var out []search.MessageSummary
-	target := map[string]any{"channel": f.Channel, "destination": f.Destination, "text_bytes": len(f.Text)}
-	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionSearchBodies, target,
+	action := audit.ActionSearchPatient
+	target := map[string]any{"channel": f.Channel, "destination": f.Destination}
+	if f.Text != "" {
+		action, target["text_bytes"] = audit.ActionSearchBodies, len(f.Text)
+	}
+	if f.Patient != "" {
+		target["by_patient"] = true
+	}
+	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, action, target,
 		func(tx pgx.Tx) (string, error) {
 			var err error
 			if out, err = search.ListMessages(ctx, tx, f); err != nil {
@@ -149,7 +157,8 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 		return err
 	}
 	var err error
-	if withBody {
+	switch {
+	case withBody:
 		target := map[string]any{"message_id": id}
 		err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewBody, target,
 			func(tx pgx.Tx) (string, error) {
@@ -159,7 +168,11 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 				target["replies"] = len(v.Replies)
 				return "", nil
 			})
-	} else {
+	case kr.Enabled():
+		// The error and event texts it opens can quote the message.
+		err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewErrors,
+			map[string]any{"message_id": id}, func(tx pgx.Tx) (string, error) { return "", read(tx) })
+	default:
 		err = readTx(ctx, pool, read)
 	}
 	if err != nil {
@@ -242,9 +255,35 @@ func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]alert.Alert, error) 
 
 // ListDead returns dead rows of every stage, most recently dead first.
 //
-// Their errors are opened with kr.
+// Their errors are opened with kr; that reads content (an error can quote
+// the message), so the read and its audit row then share one transaction.
 func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter) ([]search.DeadRow, error) {
-	rows, err := search.ListDead(ctx, pool, f)
+	var rows []search.DeadRow
+	if !kr.Enabled() {
+		// Sealed texts are only named (their key), not opened.
+		rows, err := search.ListDead(ctx, pool, f)
+		for i := range rows {
+			rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
+		}
+		return rows, err
+	}
+	target := map[string]any{"dead_list": true, "channel": f.Channel, "destination": f.Destination}
+	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewErrors, target,
+		func(tx pgx.Tx) (string, error) {
+			var err error
+			if rows, err = search.ListDead(ctx, tx, f); err != nil {
+				return "", err
+			}
+			ids := make([]int64, len(rows))
+			for i, r := range rows {
+				ids[i] = r.MessageID
+			}
+			target["message_ids"] = ids
+			return "", nil
+		})
+	if err != nil {
+		return nil, err
+	}
 	for i := range rows {
 		rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
 	}

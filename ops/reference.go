@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/reference"
@@ -73,24 +75,44 @@ func ShowReferenceSet(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring
 	if d.Version == 0 {
 		return d, nil
 	}
-	version, snap, err := reference.LoadReferenceSnapshot(ctx, pool, kr, name)
+	// The values are content: the read and its audit row share one
+	// transaction. The row names the set and whether one key was asked
+	// for, never the key (it can be an identifier).
+	target := map[string]any{"set": name, "by_key": key != ""}
+	err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewReference, target,
+		func(tx pgx.Tx) (string, error) {
+			version, snap, err := reference.LoadReferenceSnapshot(ctx, savepointBeginner{tx}, kr, name)
+			if err != nil {
+				return "", err
+			}
+			// A sync may have committed between the two reads: show the rows
+			// and the columns of the version actually loaded.
+			d.Version, d.Columns = version, snap.Columns
+			for _, r := range snap.Rows {
+				switch {
+				case key != "" && r.Key != key:
+					continue
+				case limit > 0 && len(d.Rows) >= limit:
+					d.More = true
+				default:
+					d.Rows = append(d.Rows, r)
+				}
+			}
+			target["version"], target["rows"] = version, len(d.Rows)
+			return "", nil
+		})
 	if err != nil {
 		return nil, err
 	}
-	// A sync may have committed between the two reads: show the rows and
-	// the columns of the version actually loaded.
-	d.Version, d.Columns = version, snap.Columns
-	for _, r := range snap.Rows {
-		switch {
-		case key != "" && r.Key != key:
-			continue
-		case limit > 0 && len(d.Rows) >= limit:
-			d.More = true
-		default:
-			d.Rows = append(d.Rows, r)
-		}
-	}
 	return d, nil
+}
+
+// savepointBeginner begins a transaction inside tx (a savepoint), for a
+// reader that starts its own transaction but must run in the audited one.
+type savepointBeginner struct{ tx pgx.Tx }
+
+func (b savepointBeginner) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
+	return b.tx.Begin(ctx)
 }
 
 // SyncReferenceSet enqueues a sync of set name now, for any node to work,

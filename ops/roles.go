@@ -12,18 +12,20 @@ type Operation string
 const (
 	OpMessagesShowBody Operation = "messages-show-body"
 	OpMessagesSearch   Operation = "messages-search-bodies"
-	OpReplay           Operation = "replay"
-	OpReplayDead       Operation = "replay-dead"
-	OpCancel           Operation = "cancel"
-	OpEnqueue          Operation = "enqueue"
-	OpReferenceShow    Operation = "reference-show"
-	OpRun              Operation = "run"
-	OpStepdown         Operation = "stepdown"
-	OpReload           Operation = "reload"
-	OpMaintenanceRun   Operation = "maintenance-run"
-	OpReferenceSync    Operation = "reference-sync"
-	OpMigrate          Operation = "migrate"
-	OpKeysRotate       Operation = "keys-rotate"
+	// OpMessagesPatient is messages list --patient.
+	OpMessagesPatient Operation = "messages-search-patient"
+	OpReplay          Operation = "replay"
+	OpReplayDead      Operation = "replay-dead"
+	OpCancel          Operation = "cancel"
+	OpEnqueue         Operation = "enqueue"
+	OpReferenceShow   Operation = "reference-show"
+	OpRun             Operation = "run"
+	OpStepdown        Operation = "stepdown"
+	OpReload          Operation = "reload"
+	OpMaintenanceRun  Operation = "maintenance-run"
+	OpReferenceSync   Operation = "reference-sync"
+	OpMigrate         Operation = "migrate"
+	OpKeysRotate      Operation = "keys-rotate"
 )
 
 // RoleReader, RoleOperator and RoleAdmin are the database roles an
@@ -41,6 +43,7 @@ const (
 var requiredRoles = map[Operation]string{
 	OpMessagesShowBody: RoleOperator,
 	OpMessagesSearch:   RoleOperator,
+	OpMessagesPatient:  RoleOperator,
 	OpReplay:           RoleOperator,
 	OpReplayDead:       RoleOperator,
 	OpCancel:           RoleOperator,

@@ -32,6 +32,9 @@ type MaintenanceJob struct {
 const (
 	MaintenanceReclaim   = "reclaim"
 	MaintenanceRetention = "retention"
+	// MaintenanceAuditAnchor signs the audit log's head
+	// (maintenance.audit_anchor).
+	MaintenanceAuditAnchor = "audit-anchor"
 	// MaintenanceReferenceSync prefixes the name of each reference set's
 	// sync job.
 	MaintenanceReferenceSync = "reference-sync:"
@@ -39,7 +42,7 @@ const (
 
 // MaintenanceJobs lists the maintenance jobs of cfg in a stable order:
 // reclaim, retention (which a parsed config always has: keep_errors applies
-// without a retention block), the alert evaluation when the config
+// without a retention block), the audit anchor, the alert evaluation when the config
 // has alerts, then one reference sync per reference set in file order.
 func MaintenanceJobs(cfg *config.Config) []MaintenanceJob {
 	list := []MaintenanceJob{{
@@ -54,6 +57,12 @@ func MaintenanceJobs(cfg *config.Config) []MaintenanceJob {
 			Name: MaintenanceRetention, Schedule: r.Schedule, Args: jobs.RetentionArgs{}, Audited: true,
 		})
 	}
+	list = append(list, MaintenanceJob{
+		Name: MaintenanceAuditAnchor, Schedule: cfg.Maintenance.AuditAnchor.Schedule, Args: jobs.AuditAnchorArgs{},
+		// A new leader anchors at once: the previous one may have died
+		// just before its next anchor.
+		RunOnStart: true,
+	})
 	if a := cfg.Alerts; a != nil {
 		list = append(list, MaintenanceJob{
 			Name: MaintenanceAlerts, Schedule: config.Every(a.Interval), Args: jobs.AlertEvalArgs{}, RunOnStart: true,

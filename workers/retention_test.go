@@ -258,8 +258,11 @@ maintenance:
   retention: {keep_bodies: 30d, schedule: "0 3 * * *"}
 `)
 	list := workers.MaintenanceJobs(cfg)
-	if len(list) != 2 || list[0].Name != "reclaim" || list[1].Name != "retention" {
-		t.Fatalf("jobs = %+v, want reclaim and retention", list)
+	if len(list) != 3 || list[0].Name != "reclaim" || list[1].Name != "retention" || list[2].Name != "audit-anchor" {
+		t.Fatalf("jobs = %+v, want reclaim, retention and audit-anchor", list)
+	}
+	if _, ok := list[2].Args.(jobs.AuditAnchorArgs); !ok || list[2].Schedule.String() != "15m0s" || !list[2].RunOnStart {
+		t.Errorf("audit anchor job = %+v, want every 15m and at a leader's start", list[2])
 	}
 	if _, ok := list[1].Args.(jobs.RetentionArgs); !ok || list[1].Schedule.String() != "0 3 * * *" || !list[1].Audited {
 		t.Errorf("retention job = %+v", list[1])
@@ -267,8 +270,8 @@ maintenance:
 	if !list[0].RunOnStart {
 		t.Error("reclaim must run when a node becomes leader")
 	}
-	if got := len(workers.PeriodicJobs(list)); got != 2 {
-		t.Errorf("%d periodic jobs, want 2", got)
+	if got := len(workers.PeriodicJobs(list)); got != 3 {
+		t.Errorf("%d periodic jobs, want 3", got)
 	}
 	if _, ok := workers.FindMaintenanceJob(cfg, "vacuum"); ok {
 		t.Error("found a job that does not exist")
@@ -276,7 +279,7 @@ maintenance:
 	var _ rivertype.JobArgs = jobs.RetentionArgs{}
 
 	list = workers.MaintenanceJobs(adtToOut(t, ""))
-	if len(list) != 2 || list[1].Name != "retention" || list[1].Schedule.String() != "1h0m0s" {
+	if len(list) != 3 || list[1].Name != "retention" || list[1].Schedule.String() != "1h0m0s" {
 		t.Fatalf("jobs without a retention block = %+v, want reclaim and an hourly retention", list)
 	}
 }

@@ -21,16 +21,24 @@ type auditCmd struct {
 
 func (c *auditCmd) Help() string {
 	return `The audit log (table mefor_audit) records every operator action: replay,
-replay-dead, cancel, stepdown, reload, maintenance run, keys rotate, every
-'messages show --body' and every 'messages list --text'. Each row says who (OS user, database role, host, and
+replay-dead, cancel, stepdown, reload, maintenance run, keys rotate, enqueue,
+and every command that shows content: 'messages show --body', 'messages list
+--text' and '--patient', 'messages show' and 'dead list' opening sealed error
+texts, 'reference show'. Each row says who (OS user, database role, host, and
 the node for actions a node took), what, on which target (ids, destination,
 counts), and the outcome; never message content. Read commands that show no
 content are not recorded.
 
 Rows form a SHA-256 chain, each hashing the one before, so a row altered or
-deleted is found by 'audit verify'. Rows cut off the end leave a valid shorter
-chain: keep the output of 'audit anchor' outside the database (a ticket, a
-log server) and pass it to 'audit verify --anchor' to catch that.
+deleted is found by 'audit verify'. No role may write the table: rows are
+appended by a function of the database role mefor_audit_writer, and 'audit
+verify' fails if someone changes that. The cluster's leader records the
+chain's head every 15 minutes (maintenance.audit_anchor), signed with
+MEFOR_AUDIT_KEY when the nodes have it; 'audit verify' with the same key
+catches a database superuser who rewrote, inserted or deleted rows before
+the latest anchor, and catches an anchored row cut off the end with or
+without it. You can also keep the output of 'audit anchor' outside the
+database and pass it to 'audit verify --anchor'.
 
 Examples:
   mefor audit list --since 24h
@@ -41,7 +49,7 @@ Examples:
 
 type auditListCmd struct {
 	Since  string `placeholder:"WHEN" help:"Only actions at or after WHEN: RFC 3339 (2025-03-01T08:00:00Z), a date (2025-03-01) or how long ago (90m, 24h, 7d)."`
-	Action string `placeholder:"ACTION" help:"Only this action: replay, replay-dead, cancel, stepdown, reload, maintenance-run, keys-rotate, view-body or search-bodies."`
+	Action string `placeholder:"ACTION" help:"Only this action: replay, replay-dead, cancel, stepdown, reload, maintenance-run, keys-rotate, view-body, search-bodies, search-patient, view-errors, view-reference or enqueue."`
 	Limit  int    `default:"100" help:"How many rows to show at most."`
 	JSON   bool   `name:"json" help:"Print JSON instead of a table."`
 }
@@ -119,7 +127,11 @@ func (c *auditVerifyCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	v, err := ops.VerifyAudit(ctx, pool, anchor)
+	keys, err := ops.AuditKeysFromEnv(g.env())
+	if err != nil {
+		return err
+	}
+	v, err := ops.VerifyAudit(ctx, pool, anchor, keys)
 	if err != nil {
 		return err
 	}
@@ -132,10 +144,27 @@ func (c *auditVerifyCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return nil
 	}
+	if len(v.Setup) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("the audit log is not protected: %s; run 'mefor migrate' as a superuser to restore it",
+			strings.Join(v.Setup, "; "))}
+	}
 	if !v.OK() {
 		return &exitError{code: 1, err: fmt.Errorf("audit log does not verify at row %d: %s", v.BadSeq, v.Problem)}
 	}
 	fmt.Fprintf(g.stdout, "audit log verified: %d rows, head %s\n", v.Rows, v.Head)
+	switch {
+	case v.LatestAnchor == nil:
+		fmt.Fprintln(g.stdout, "no stored anchors yet (the leader takes one every maintenance.audit_anchor)")
+	case !v.Keyed:
+		fmt.Fprintf(g.stdout, "%d stored anchors hold, the latest at row %d (%s); signatures not checked: set MEFOR_AUDIT_KEY\n",
+			v.Anchors, v.LatestAnchor.Seq, fmtTime(v.LatestAnchor.TakenAt))
+	default:
+		fmt.Fprintf(g.stdout, "%d stored anchors hold, %d signed under MEFOR_AUDIT_KEY, the latest at row %d (%s)\n",
+			v.Anchors, v.AnchorsSigned, v.LatestAnchor.Seq, fmtTime(v.LatestAnchor.TakenAt))
+	}
+	if v.SetupNote != "" {
+		fmt.Fprintln(g.stdout, "warning: "+v.SetupNote)
+	}
 	if anchor != nil {
 		fmt.Fprintf(g.stdout, "anchor %d:%s is in the log\n", anchor.Seq, shortHash(anchor.Hash))
 	}

@@ -110,6 +110,58 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 	}
 }
 
+// The reads that show content besides bodies are audited in the read's
+// transaction, naming who: a search by patient, error texts opened with
+// the keys (messages show, dead list), and an enqueue; the rows never hold
+// the identifier searched for or the message.
+func TestContentViewsAreAudited(t *testing.T) {
+	t.Parallel()
+	f := newOpsFixture(t)
+	key := newKeySpec(t, "k1")
+	id := strconv.FormatInt(f.dead, 10)
+	for _, args := range [][]string{
+		{"messages", "list", "--patient", "SECRET-PATIENT"},
+		{"messages", "show", id},
+		{"dead", "list"},
+	} {
+		if code, out, errs := cli(t, f.db.URL, key, args...); code != 0 {
+			t.Fatalf("mefor %v: exit %d\n%s%s", args, code, out, errs)
+		}
+	}
+	msg := filepath.Join(t.TempDir(), "adt.hl7")
+	if err := os.WriteFile(msg, []byte(strings.Replace(fixtureBody, "%d", "77", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.ok(t, "enqueue", "--channel", "adt", msg)
+
+	recs := f.auditRows(t)
+	var got []string
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		got = append(got, r.Action+"/"+r.Outcome)
+		if strings.Contains(string(r.Target), "SECRET-PATIENT") || r.DBRole != "postgres" || r.OSUser == "" || r.Host == "" {
+			t.Errorf("row %d: %+v %s", r.Seq, r, r.Target)
+		}
+	}
+	want := []string{"search-patient/ok", "view-errors/ok", "view-errors/ok", "enqueue/requested", "enqueue/ok"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("audited = %v, want %v", got, want)
+	}
+	if m := targetOf(t, recs[3]); m["message_id"] != float64(f.dead) {
+		t.Errorf("messages show row: %v", m)
+	}
+	if m := targetOf(t, recs[0]); m["channel"] != "adt" || m["message_id"] == nil {
+		t.Errorf("enqueue row: %v", m)
+	}
+	// Without keys nothing is opened: messages show and dead list read
+	// metadata only, and are not recorded.
+	f.ok(t, "messages", "show", id)
+	f.ok(t, "dead", "list")
+	if n := len(f.auditRows(t)); n != len(want) {
+		t.Errorf("%d rows after reads without keys, want %d", n, len(want))
+	}
+}
+
 func TestReplayDeadIsAuditedPerBatch(t *testing.T) {
 	t.Parallel()
 	f := newOpsFixture(t)

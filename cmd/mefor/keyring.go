@@ -43,3 +43,11 @@ func (g *Globals) configKeyring(cfg *config.Config) (*crypt.Keyring, error) {
 	}
 	return enc.Keys, nil
 }
+
+// env is the environment lookup (os.LookupEnv unless a test sets one).
+func (g *Globals) env() func(string) (string, bool) {
+	if g.lookupEnv == nil {
+		g.lookupEnv = os.LookupEnv
+	}
+	return g.lookupEnv
+}

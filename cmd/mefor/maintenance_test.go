@@ -88,7 +88,7 @@ maintenance:
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("maintenance list --json: %v\n%s", err, out)
 	}
-	if len(list) != 2 || list[0].Name != "reclaim" || list[1].Name != "retention" {
+	if len(list) != 3 || list[0].Name != "reclaim" || list[1].Name != "retention" || list[2].Name != "audit-anchor" {
 		t.Fatalf("jobs listed: %s", out)
 	}
 	r := list[1]

@@ -97,5 +97,8 @@ func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(g.stderr, "mefor: warning: %s does not own mefor's tables, so admins cannot migrate: %s\n",
 			migrations.RoleAdmin, roles.OwnerSkipped)
 	}
+	if roles.AuditSkipped != "" {
+		fmt.Fprintf(g.stderr, "mefor: warning: %s\n", roles.AuditSkipped)
+	}
 	return nil
 }

@@ -79,6 +79,12 @@ reference_sets:
 	if strings.Contains(out, "2951-2") {
 		t.Errorf("show --key GLU shows other rows:\n%s", out)
 	}
+	// Showing values is audited, naming the set, never the key asked for.
+	if recs := f.auditRows(t, "--action", "view-reference"); len(recs) != 1 ||
+		targetOf(t, recs[0])["set"] != "lab-codes" || targetOf(t, recs[0])["by_key"] != true ||
+		strings.Contains(string(recs[0].Target), "GLU") {
+		t.Errorf("view-reference rows = %+v", recs)
+	}
 
 	// A failing source: the command says so and exits 1; the snapshot stays.
 	if err := os.Remove(csvPath); err != nil {

@@ -25,8 +25,11 @@ func (c *messagesShowCmd) needsRole() string {
 }
 
 func (c *messagesListCmd) needsRole() string {
-	if c.Text != "" {
+	switch {
+	case c.Text != "":
 		return ops.RequiredRole(ops.OpMessagesSearch)
+	case c.Patient != "":
+		return ops.RequiredRole(ops.OpMessagesPatient)
 	}
 	return ops.RoleReader
 }

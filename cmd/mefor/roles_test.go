@@ -109,6 +109,17 @@ func TestRolesAllowAndRefuseCommands(t *testing.T) {
 	refused(nobody, "no role", migrations.RoleReader, "status")
 	refused(nobody, "no role", migrations.RoleReader, "messages", "list")
 
+	refused(reader, "reader", migrations.RoleOperator, "messages", "list", "--patient", "SECRET-PATIENT")
+	// A reader sees the dead letter's metadata, never its error text.
+	if out := allowed(reader, "reader", "messages", "show", id(f.dead)); strings.Contains(out, "partner rejected") {
+		t.Errorf("the reader's messages show has the error text:\n%s", out)
+	}
+	if out := allowed(reader, "reader", "dead", "list"); strings.Contains(out, "partner rejected") {
+		t.Errorf("the reader's dead list has the error text:\n%s", out)
+	}
+	if out := allowed(operator, "operator", "dead", "list"); !strings.Contains(out, "partner rejected") {
+		t.Errorf("the operator's dead list lacks the error text:\n%s", out)
+	}
 	refused(reader, "reader", migrations.RoleOperator, "messages", "show", id(f.done), "--body")
 	refused(reader, "reader", migrations.RoleOperator, "messages", "list", "--text", "SECRET")
 	refused(reader, "reader", migrations.RoleOperator, "replay", id(f.dead))

@@ -17,6 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/migrations"
+	"github.com/mefor/mefor/ops"
 )
 
 type runCmd struct {
@@ -104,9 +105,16 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	} else {
 		logger.Warn("encryption at rest off: message content is stored in plaintext (set MEFOR_ENCRYPTION_KEYS, or name the keys in the config's encryption: keys)")
 	}
+	auditKeys, err := ops.AuditKeysFromEnv(g.env())
+	if err != nil {
+		return err
+	}
+	if auditKeys == nil {
+		logger.Warn("MEFOR_AUDIT_KEY is not set: audit anchors are taken unsigned, so a database superuser could rewrite the audit log unseen (see docs/security.md)")
+	}
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
-		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr,
+		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr, AuditKeys: auditKeys,
 		OpenConnsAtStart: !strings.Contains(g.DatabaseURL, "pool_min_conns"),
 	})
 	if err != nil {

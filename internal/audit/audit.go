@@ -5,25 +5,32 @@
 // # The chain
 //
 // Each row's hash is SHA-256 over a canonical encoding of its fields and the
-// previous row's hash (see rowHash), and rows are numbered 1, 2, 3, ... by
-// seq. Altering a row changes its hash, so the next row's prev_hash no
+// previous row's hash (see rowHash; the server computes the same in
+// mefor_audit_row_hash), and rows are numbered 1, 2, 3, ... by seq. Altering a row changes its hash, so the next row's prev_hash no
 // longer matches; deleting one leaves a gap; Verify names the first row
 // where either shows. Cutting rows off the end leaves a valid shorter
 // chain, which only an anchor kept elsewhere exposes: Head gives the last
 // row's seq and hash, and Verify with that anchor checks that the row is
 // still there, unchanged.
 //
-// Anyone who can write the table can rewrite the whole chain consistently;
-// the anchor, held outside the database, is what makes that visible too.
+// The chain alone is unkeyed: whoever can write the table (a database
+// superuser) can rewrite it consistently. Anchors make that visible (see
+// anchor.go): the leader's audit_anchor job records the head with an HMAC
+// under MEFOR_AUDIT_KEY over it and the previous anchor, and Verify with
+// the key checks every anchor, so a rewrite, an insert or a deletion before
+// the latest anchor is caught by anyone holding the key, and an anchored
+// row cut off the end is caught even without it.
 //
 // # Writers
 //
-// Append takes a transaction-scoped advisory lock, reads the head and
-// inserts the next row, so two writers cannot fork the chain (and the
-// primary key on seq refuses a fork by a writer that skipped the lock).
-// Callers append in the transaction of the action itself, as its last
-// statement: the row commits if and only if the action does, and the lock,
-// the last one the transaction takes, is held only until its commit.
+// No role may INSERT, UPDATE or DELETE mefor_audit. Append calls
+// mefor_audit_append, a SECURITY DEFINER function owned by
+// mefor_audit_writer, which locks the table, reads the head and inserts the
+// next row, so two writers cannot fork the chain and no caller chooses seq,
+// time, role or hash. Callers append in the transaction of the action
+// itself, as its last statement: the row commits if and only if the action
+// does, and the lock, the last one the transaction takes, is held only
+// until its commit.
 package audit
 
 import (
@@ -34,6 +41,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"strconv"
@@ -58,6 +66,17 @@ const (
 	// ActionSearchBodies is messages list --text: it reads bodies to
 	// match them.
 	ActionSearchBodies = "search-bodies"
+	// ActionSearchPatient is messages list --patient: it tells who was
+	// treated where. The row never holds the identifier searched for.
+	ActionSearchPatient = "search-patient"
+	// ActionViewErrors is messages show and dead list opening sealed
+	// error and event texts, which can quote the message.
+	ActionViewErrors = "view-errors"
+	// ActionViewReference is reference show: it opens reference values.
+	ActionViewReference = "view-reference"
+	// ActionEnqueue is mefor enqueue: an operator's message stored as if
+	// a channel had received it.
+	ActionEnqueue = "enqueue"
 )
 
 // Outcomes. A failed action records OutcomeFailed with the error in the
@@ -69,11 +88,6 @@ const (
 	OutcomeFailed    = "failed"
 	OutcomeDenied    = "denied"
 )
-
-// lockClass keys the advisory lock that serializes appends ("ma"). Append
-// takes it through mefor_audit_lock() (migration 018), which holds the
-// number, so that readers need no advisory lock function of their own.
-const lockClass int32 = 0x6d61
 
 // Entry is one action to record.
 type Entry struct {
@@ -119,27 +133,11 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
-	r := Record{OSUser: osUser(), Host: hostname(), Node: e.Node, Action: e.Action,
-		Target: target, Outcome: e.Outcome}
-
-	if _, err := tx.Exec(ctx, `SELECT mefor_audit_lock()`); err != nil {
-		return fmt.Errorf("audit %s: take the audit lock: %w", e.Action, err)
-	}
-	// The time is the database's, truncated to what timestamptz keeps, so
-	// the hash computed here is the one Verify recomputes from the row.
-	err = tx.QueryRow(ctx, `
-		SELECT coalesce(max(seq), 0) + 1,
-			coalesce((SELECT hash FROM mefor_audit ORDER BY seq DESC LIMIT 1), ''),
-			date_trunc('microseconds', clock_timestamp()), current_user::text
-		FROM mefor_audit`).Scan(&r.Seq, &r.PrevHash, &r.At, &r.DBRole)
-	if err != nil {
-		return fmt.Errorf("audit %s: read the chain's head: %w", e.Action, err)
-	}
-	r.Hash = rowHash(r)
-	_, err = tx.Exec(ctx, `
-		INSERT INTO mefor_audit (seq, at, os_user, db_role, host, node_id, action, target, outcome, prev_hash, hash)
-		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $11)`,
-		r.Seq, r.At, r.OSUser, r.DBRole, r.Host, r.Node, r.Action, string(r.Target), r.Outcome, r.PrevHash, r.Hash)
+	// The server draws seq, reads the previous hash, stamps the time and
+	// the login, and computes the hash (mefor_audit_append): no role may
+	// write the table itself.
+	_, err = tx.Exec(ctx, `SELECT mefor_audit_append($1, $2, $3, $4, $5, $6)`,
+		osUser(), hostname(), e.Node, e.Action, string(target), e.Outcome)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
@@ -198,23 +196,18 @@ const hashVersion = "mefor-audit-v1"
 // different rows encode alike, ending with the previous row's hash.
 func rowHash(r Record) string {
 	h := sha256.New()
-	field := func(s string) {
-		var n [binary.MaxVarintLen64]byte
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-		h.Write([]byte(s))
-	}
-	field(hashVersion)
-	field(strconv.FormatInt(r.Seq, 10))
-	field(r.At.UTC().Format("2006-01-02T15:04:05.000000Z"))
-	field(r.OSUser)
-	field(r.DBRole)
-	field(r.Host)
-	field(r.Node)
-	field(r.Action)
-	field(string(r.Target))
-	field(r.Outcome)
-	field(r.PrevHash)
+	writeFields(h, hashVersion, strconv.FormatInt(r.Seq, 10), r.At.UTC().Format("2006-01-02T15:04:05.000000Z"),
+		r.OSUser, r.DBRole, r.Host, r.Node, r.Action, string(r.Target), r.Outcome, r.PrevHash)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeFields writes each field length-prefixed (an unsigned varint).
+func writeFields(w io.Writer, fields ...string) {
+	for _, s := range fields {
+		var n [binary.MaxVarintLen64]byte
+		_, _ = w.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		_, _ = io.WriteString(w, s)
+	}
 }
 
 // osUser is the operating system user running this process.

@@ -103,21 +103,74 @@ type Verification struct {
 	BadSeq int64 `json:"bad_seq,omitempty"`
 	// Problem says what is wrong at BadSeq.
 	Problem string `json:"problem,omitempty"`
+	// Anchors is how many stored anchors were checked against the chain;
+	// AnchorsSigned how many of them had their signature checked with the
+	// audit key (none without one).
+	Anchors       int `json:"anchors"`
+	AnchorsSigned int `json:"anchors_signed"`
+	// LatestAnchor is the newest stored anchor checked; rows after its
+	// seq are protected by the unkeyed chain alone until the next one.
+	LatestAnchor *StoredAnchor `json:"latest_anchor,omitempty"`
+	// Keyed says the check used the audit key.
+	Keyed bool `json:"keyed"`
+	// Setup lists what is wrong with who may write the log (see
+	// CheckSetup); any entry fails the verification.
+	Setup []string `json:"setup_problems,omitempty"`
+	// SetupNote says why the setup was not checked.
+	SetupNote string `json:"setup_note,omitempty"`
 }
 
-// OK reports whether the whole chain verified.
-func (v Verification) OK() bool { return v.Problem == "" }
+// OK reports whether the whole chain, its anchors and the log's setup
+// verified.
+func (v Verification) OK() bool { return v.Problem == "" && len(v.Setup) == 0 }
 
 // verifyPage is how many rows Verify reads per query.
 const verifyPage = 5000
+
+// VerifyOptions says what Verify checks besides the chain.
+type VerifyOptions struct {
+	// Anchor is an anchor kept outside the database (`mefor audit
+	// anchor`), checked like a stored one.
+	Anchor *Anchor
+	// Keys checks the stored anchors' signatures; nil checks only that
+	// their rows are still there, unchanged.
+	Keys *Keys
+}
 
 // Verify recomputes the chain from the first row to the last and reports
 // the first row that was altered, or that follows deleted rows. With an
 // anchor, it also checks that the anchor's row is still there with the
 // anchor's hash: rows cut off the end, or a chain rebuilt from scratch,
-// show there.
+// show there. It checks the stored anchors the same way (see VerifyWith).
 func Verify(ctx context.Context, q DBTX, anchor *Anchor) (Verification, error) {
+	return VerifyWith(ctx, q, VerifyOptions{Anchor: anchor})
+}
+
+// VerifyWith is Verify with the stored anchors' signatures checked under
+// o.Keys, and the log's setup checked (CheckSetup).
+func VerifyWith(ctx context.Context, q DBTX, o VerifyOptions) (Verification, error) {
 	var v Verification
+	v.Keyed = o.Keys != nil
+	setup, note, err := CheckSetup(ctx, q)
+	if err != nil {
+		return v, err
+	}
+	v.Setup, v.SetupNote = setup, note
+	var anchors []StoredAnchor
+	var anchored bool // a schema older than migration 019 has no anchors
+	if err := q.QueryRow(ctx, `SELECT to_regclass('mefor_audit_anchor') IS NOT NULL`).Scan(&anchored); err != nil {
+		return v, fmt.Errorf("read audit anchors: %w", err)
+	}
+	if anchored {
+		if anchors, err = AnchorsAfter(ctx, q, 0, 1<<30); err != nil {
+			return v, err
+		}
+	}
+	hashAt := make(map[int64]string, len(anchors))
+	for _, a := range anchors {
+		hashAt[a.Seq] = ""
+	}
+	anchor := o.Anchor
 	prev := Record{}
 	var anchorHash string
 	anchorSeen := false
@@ -141,11 +194,22 @@ func Verify(ctx context.Context, q DBTX, anchor *Anchor) (Verification, error) {
 			if anchor != nil && r.Seq == anchor.Seq {
 				anchorSeen, anchorHash = true, r.Hash
 			}
+			if _, ok := hashAt[r.Seq]; ok {
+				hashAt[r.Seq] = r.Hash
+			}
 			prev = r
 		}
 		if len(page) < verifyPage {
 			break
 		}
+	}
+	for seq, h := range hashAt {
+		if h == "" {
+			delete(hashAt, seq)
+		}
+	}
+	if checkAnchors(anchors, hashAt, v.Head, o.Keys, &v); v.Problem != "" {
+		return v, nil
 	}
 	if anchor == nil || anchor.Seq == 0 {
 		return v, nil

@@ -20,6 +20,16 @@ type Maintenance struct {
 	// only deletes `error` messages past KeepErrors' default, and purges
 	// no content.
 	Retention *Retention
+	// AuditAnchor records the audit log's head, signed with
+	// MEFOR_AUDIT_KEY, so a later `mefor audit verify` catches a rewritten
+	// or cut log. It always runs.
+	AuditAnchor AuditAnchorJob
+}
+
+// AuditAnchorJob is the audit_anchor job's settings.
+type AuditAnchorJob struct {
+	// Schedule defaults to every 15m.
+	Schedule Schedule
 }
 
 // ReclaimJob is the reclaim job's settings.
@@ -68,11 +78,15 @@ type Retention struct {
 }
 
 const (
-	defaultReclaimInterval   = 5 * time.Second
-	defaultRetentionSchedule = time.Hour
-	defaultRetentionBatch    = 5000
-	minRetentionBatch        = 10
-	maxRetentionBatch        = 100_000
+	defaultReclaimInterval = 5 * time.Second
+	// defaultAuditAnchorInterval bounds how many audit rows a database
+	// superuser could rewrite unseen by a keyed verify: those since the
+	// latest anchor.
+	defaultAuditAnchorInterval = 15 * time.Minute
+	defaultRetentionSchedule   = time.Hour
+	defaultRetentionBatch      = 5000
+	minRetentionBatch          = 10
+	maxRetentionBatch          = 100_000
 	// defaultKeepErrors bounds how long `error` messages stay when nobody
 	// said: without a bound a sender of junk frames, or a partner that
 	// rejects everything, grows the database without end. A month leaves
@@ -83,8 +97,9 @@ const (
 
 func defaultMaintenance() Maintenance {
 	return Maintenance{
-		Reclaim:   ReclaimJob{Schedule: Every(defaultReclaimInterval)},
-		Retention: defaultRetention(),
+		Reclaim:     ReclaimJob{Schedule: Every(defaultReclaimInterval)},
+		Retention:   defaultRetention(),
+		AuditAnchor: AuditAnchorJob{Schedule: Every(defaultAuditAnchorInterval)},
 	}
 }
 
@@ -96,11 +111,15 @@ func defaultRetention() *Retention {
 }
 
 func (l *loader) decodeMaintenance(n *yaml.Node, p path, mt *Maintenance) {
-	m := l.mapping(n, p, "reclaim", "retention")
+	m := l.mapping(n, p, "reclaim", "retention", "audit_anchor")
 
 	rp := p.key("reclaim")
 	rm := l.mapping(m["reclaim"], rp, "schedule")
 	l.schedule(rm, rp, "schedule", &mt.Reclaim.Schedule)
+
+	ap := p.key("audit_anchor")
+	am := l.mapping(m["audit_anchor"], ap, "schedule")
+	l.schedule(am, ap, "schedule", &mt.AuditAnchor.Schedule)
 
 	if _, ok := m["retention"]; !ok {
 		return
@@ -135,6 +154,9 @@ func (l *loader) checkMaintenance(mt Maintenance) {
 	p := path{section: "maintenance"}
 	if d, ok := mt.Reclaim.Schedule.Interval(); ok && d < time.Second {
 		l.errorf(p.key("reclaim").key("schedule"), "%s is too often: reclaim reads every lane; use 1s or more (e.g. schedule: 5s)", fmtDuration(d))
+	}
+	if d, ok := mt.AuditAnchor.Schedule.Interval(); ok && d < time.Second {
+		l.errorf(p.key("audit_anchor").key("schedule"), "%s is too often: each anchor is a row kept forever; use 1s or more (e.g. schedule: 15m)", fmtDuration(d))
 	}
 	r := mt.Retention
 	p = p.key("retention")

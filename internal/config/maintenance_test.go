@@ -83,6 +83,9 @@ func TestMaintenanceDefaults(t *testing.T) {
 	if d, ok := c.Maintenance.Reclaim.Schedule.Interval(); !ok || d != 5*time.Second {
 		t.Errorf("default reclaim schedule = %s, want every 5s", c.Maintenance.Reclaim.Schedule)
 	}
+	if d, ok := c.Maintenance.AuditAnchor.Schedule.Interval(); !ok || d != 15*time.Minute {
+		t.Errorf("default audit_anchor schedule = %s, want every 15m", c.Maintenance.AuditAnchor.Schedule)
+	}
 	// Without a block no content is purged, but `error` messages are not
 	// kept forever: keep_errors has a default.
 	if r := c.Maintenance.Retention; r == nil || r.KeepBodies != 0 || r.KeepDead != 0 || r.DeleteAfter != 0 ||
@@ -116,6 +119,8 @@ func TestMaintenanceFull(t *testing.T) {
 maintenance:
   reclaim:
     schedule: 10s
+  audit_anchor:
+    schedule: 5m
   retention:
     schedule: "30 2 * * *"
     keep_bodies: 36h
@@ -128,6 +133,9 @@ maintenance:
 	}
 	if c.Maintenance.Reclaim.Schedule.String() != "10s" {
 		t.Errorf("reclaim schedule = %s", c.Maintenance.Reclaim.Schedule)
+	}
+	if c.Maintenance.AuditAnchor.Schedule.String() != "5m" {
+		t.Errorf("audit_anchor schedule = %s", c.Maintenance.AuditAnchor.Schedule)
 	}
 	r := c.Maintenance.Retention
 	if r.Schedule.String() != "30 2 * * *" || r.KeepBodies != 36*time.Hour || r.KeepDead != 90*24*time.Hour ||
@@ -201,6 +209,15 @@ maintenance:
     schedule: 100ms
 `,
 			want: []wantErr{{13, "maintenance.reclaim.schedule", "too often"}},
+		},
+		{
+			name: "audit_anchor too often",
+			doc: `
+maintenance:
+  audit_anchor:
+    schedule: 100ms
+`,
+			want: []wantErr{{13, "maintenance.audit_anchor.schedule", "too often"}},
 		},
 		{
 			name: "keep_bodies missing",

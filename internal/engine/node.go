@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/mefor/mefor/internal/admission"
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
 	"github.com/mefor/mefor/internal/cpupressure"
@@ -72,6 +73,9 @@ type Options struct {
 	// Keys seals message content at rest and opens it; nil (the default)
 	// stores it in clear.
 	Keys *crypt.Keyring
+	// AuditKeys sign the audit anchors the node takes when it is River's
+	// leader (MEFOR_AUDIT_KEY); nil (the default) takes them unsigned.
+	AuditKeys *audit.Keys
 	// AlertRetryBase is the wait before an alert notification's first
 	// retry (it doubles each time, up to 5m). Defaults to 1s.
 	AlertRetryBase time.Duration
@@ -315,6 +319,7 @@ func New(opts Options) (*Node, error) {
 	river.AddWorker(w, refWorker)
 	river.AddWorker(w, &workers.RetentionWorker{Deps: deps, NodeID: opts.NodeID,
 		Policy: func() *config.Retention { return n.Config().Maintenance.Retention }})
+	river.AddWorker(w, &workers.AuditAnchorWorker{Deps: deps, NodeID: opts.NodeID, Keys: opts.AuditKeys})
 	river.AddWorker(w, &workers.AlertEvalWorker{Deps: deps, Config: n.Config})
 	river.AddWorker(w, &workers.AlertNotifyWorker{Pool: opts.Pool, Config: n.Config, Logger: opts.Logger,
 		RetryBase: opts.AlertRetryBase, Client: n.webhookClient})

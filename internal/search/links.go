@@ -107,9 +107,13 @@ func MessageOrigin(ctx context.Context, q pipeline.DBTX, id int64) (Origin, erro
 // linked reads messages matching where, with the delivery named by the
 // response id expression resp.
 func linked(ctx context.Context, q pipeline.DBTX, where string, id int64, resp string) ([]LinkedMessage, error) {
+	texts, err := textColumn(ctx, q, "m.error")
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, `
 		SELECT m.id, m.channel, coalesce(m.message_type, ''), coalesce(m.trigger_event, ''), coalesce(m.control_id, ''),
-			m.status, coalesce(m.error, ''), m.received_at, coalesce(r.destination, ''), coalesce(r.attempt, 0)
+			m.status, `+texts+`, m.received_at, coalesce(r.destination, ''), coalesce(r.attempt, 0)
 		FROM mefor_message m
 		LEFT JOIN mefor_response r ON r.id = `+resp+`
 		`+where+`

@@ -76,11 +76,15 @@ type MessageDetail struct {
 // set. pipeline.ErrNotFound when there is no such message.
 func GetMessage(ctx context.Context, q pipeline.DBTX, id int64, withBody bool) (MessageDetail, error) {
 	var m MessageDetail
-	err := q.QueryRow(ctx, `
+	texts, err := textColumn(ctx, q, "error")
+	if err != nil {
+		return m, err
+	}
+	err = q.QueryRow(ctx, `
 		SELECT id, received_at, channel, coalesce(message_type, ''), coalesce(trigger_event, ''),
 			coalesce(control_id, ''), status, size, coalesce(cut_at, 0),
 			updated_at, source, coalesce(remote_addr, ''), coalesce(sending_app, ''),
-			coalesce(sending_facility, ''), body_purged_at, coalesce(error, ''),
+			coalesce(sending_facility, ''), body_purged_at, `+texts+`,
 			`+contentColumn(withBody, "raw")+`, coalesce(source_identity, '')
 		FROM mefor_message WHERE id = $1`, id).Scan(
 		&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
@@ -126,8 +130,12 @@ type WorkInfo struct {
 // MessageWork returns every stage row of a message, in the order they were
 // created.
 func MessageWork(ctx context.Context, q pipeline.DBTX, messageID int64) ([]WorkInfo, error) {
+	texts, err := textColumn(ctx, q, "last_error")
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, `
-		SELECT id, stage, lane, seq, status, attempts, coalesce(last_error, ''),
+		SELECT id, stage, lane, seq, status, attempts, `+texts+`,
 			CASE WHEN status = 'pending' THEN next_attempt_at END,
 			coalesce(destination, ''), coalesce(route, ''), coalesce(handler, ''),
 			created_at, finished_at
@@ -196,8 +204,12 @@ type Event struct {
 
 // MessageEvents returns a message's timeline, oldest first.
 func MessageEvents(ctx context.Context, q pipeline.DBTX, messageID int64) ([]Event, error) {
+	texts, err := textColumn(ctx, q, "detail")
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, `
-		SELECT id, at, event, coalesce(work_id, 0), coalesce(destination, ''), coalesce(detail, '')
+		SELECT id, at, event, coalesce(work_id, 0), coalesce(destination, ''), `+texts+`
 		FROM mefor_event WHERE message_id = $1
 		ORDER BY id`, messageID)
 	if err != nil {
@@ -232,9 +244,13 @@ type DeadRow struct {
 
 // ListDead returns dead rows of every stage, most recently dead first.
 func ListDead(ctx context.Context, q pipeline.DBTX, f pipeline.DeadFilter) ([]DeadRow, error) {
+	texts, err := textColumn(ctx, q, "w.last_error")
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, `
 		SELECT w.id, w.message_id, w.channel, w.stage, w.lane, coalesce(w.destination, ''),
-			coalesce(w.handler, ''), w.attempts, coalesce(w.last_error, ''),
+			coalesce(w.handler, ''), w.attempts, `+texts+`,
 			coalesce(w.finished_at, w.updated_at),
 			coalesce(m.control_id, ''),
 			coalesce(m.message_type || coalesce('^' || m.trigger_event, ''), '')
@@ -423,4 +439,24 @@ func limitOf(n int) int {
 		return DefaultListLimit
 	}
 	return n
+}
+
+// textColumn is the select expression of an error or event text column:
+// the column when the session's role may read the texts, else an empty
+// text. Readers may not (the texts can quote the message; see
+// readerHiddenColumns in migrations), and a query naming the column at all
+// would be refused whole.
+func textColumn(ctx context.Context, q pipeline.DBTX, col string) (string, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `
+		SELECT has_column_privilege('mefor_message', 'error', 'SELECT')
+		   AND has_column_privilege('mefor_work', 'last_error', 'SELECT')
+		   AND has_column_privilege('mefor_event', 'detail', 'SELECT')`).Scan(&ok)
+	if err != nil {
+		return "", fmt.Errorf("check which texts this role may read: %w", err)
+	}
+	if !ok {
+		return "''::text", nil
+	}
+	return "coalesce(" + col + ", '')", nil
 }
