@@ -205,8 +205,10 @@ func (l *listener) Accept() (net.Conn, error) {
 		if ok {
 			return &conn{Conn: c, release: release}, nil
 		}
-		c.Close()
+		// Counted before the close, so whoever sees the connection end
+		// finds the refusal already in the metrics.
 		l.gate.Refused(c.RemoteAddr(), reason)
+		c.Close()
 	}
 }
 
