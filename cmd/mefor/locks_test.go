@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,19 +56,7 @@ func TestStrangersAndReadersCannotHoldIntake(t *testing.T) {
 	_, readerURL := newLogin(t, db, migrations.RoleReader)
 	_, operatorURL := newLogin(t, db, migrations.RoleOperator)
 
-	dir := t.TempDir()
-	addr := unusedAddr(t)
-	file := filepath.Join(t.TempDir(), "mefor.yaml")
-	yaml := fmt.Sprintf(`channels:
-  adt:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [archive]}]
-destinations:
-  archive: {type: file, file: {directory: %q}}
-`, addr, dir)
-	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file, addr, dir := archiveConfig(t)
 
 	// The node runs as an admin login, so the grants it needs are checked too.
 	_, admin := newLogin(t, db, migrations.RoleAdmin)
@@ -171,19 +157,7 @@ func TestLaneLockHeldOpenRefusesIntakeInsteadOfHanging(t *testing.T) {
 		t.Fatalf("migrate: %d %s %s", code, out, errs)
 	}
 	_, operatorURL := newLogin(t, db, migrations.RoleOperator)
-	dir := t.TempDir()
-	addr := unusedAddr(t)
-	file := filepath.Join(t.TempDir(), "mefor.yaml")
-	yaml := fmt.Sprintf(`channels:
-  adt:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [archive]}]
-destinations:
-  archive: {type: file, file: {directory: %q}}
-`, addr, dir)
-	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file, addr, dir := archiveConfig(t)
 	node := inProcessNode(t, db, "node-held", file)
 
 	op, err := pgx.Connect(ctx, operatorURL)

@@ -185,18 +185,7 @@ func TestNodeRunsAsAdmin(t *testing.T) {
 		t.Fatalf("migrate: %d %s %s", code, out, errs)
 	}
 	_, admin := newLogin(t, db, migrations.RoleAdmin)
-	dir := t.TempDir()
-	file := filepath.Join(t.TempDir(), "mefor.yaml")
-	yaml := fmt.Sprintf(`channels:
-  adt:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [archive]}]
-destinations:
-  archive: {type: file, file: {directory: %q}}
-`, unusedAddr(t), dir)
-	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file, _, dir := archiveConfig(t)
 	pool, err := pgxpool.New(context.Background(), admin)
 	if err != nil {
 		t.Fatal(err)
@@ -279,4 +268,21 @@ func onlyLockWarning(stderr string) bool {
 	return strings.Count(stderr, "warning") == 1 &&
 		strings.Contains(stderr, "warning: any login that can connect may take mefor's lane locks") &&
 		strings.Contains(stderr, "as a superuser run: REVOKE EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(integer,integer) FROM PUBLIC")
+}
+
+// archiveConfig writes a config with one MLLP channel, on a free loopback
+// address, that files every message under a temporary directory; it
+// returns the file, the listen address and the directory.
+func archiveConfig(t *testing.T) (file, addr, dir string) {
+	t.Helper()
+	addr, dir = unusedAddr(t), t.TempDir()
+	file = filepath.Join(t.TempDir(), "mefor.yaml")
+	writeFile(t, file, fmt.Sprintf(`channels:
+  adt:
+    inbound: {mllp: {listen: %q}}
+    routes: [{destinations: [archive]}]
+destinations:
+  archive: {type: file, file: {directory: %q}}
+`, addr, dir))
+	return file, addr, dir
 }
