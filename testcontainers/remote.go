@@ -27,16 +27,23 @@ func (db *DB) RemoteURL(t testing.TB) (string, *atomic.Int32) {
 	if ip == nil {
 		t.Skip("no non-loopback IPv4 address on this machine")
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", ip, err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	u, err := url.Parse(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := u.Host
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", ip, err)
+	}
+	conns := Forward(t, ln, u.Host)
+	u.Host = ln.Addr().String()
+	return u.String(), conns
+}
+
+// Forward copies every connection ln accepts to target, both ways, until
+// the test ends, and counts the connections.
+func Forward(t testing.TB, ln net.Listener, target string) *atomic.Int32 {
+	t.Cleanup(func() { ln.Close() })
 	conns := new(atomic.Int32)
 	go func() {
 		for {
@@ -57,6 +64,5 @@ func (db *DB) RemoteURL(t testing.TB) (string, *atomic.Int32) {
 			}()
 		}
 	}()
-	u.Host = ln.Addr().String()
-	return u.String(), conns
+	return conns
 }
