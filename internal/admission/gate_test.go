@@ -1,7 +1,6 @@
 package admission_test
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/admission"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // testWait bounds what a test waits for; only a broken gate reaches it.
@@ -24,7 +24,7 @@ type server struct {
 	addr     string
 	gate     *admission.Gate
 	refused  sync.Map // admission.Reason → *atomic.Int32
-	log      *lockedBuffer
+	log      *fixtures.SyncBuffer
 	mu       sync.Mutex
 	accepted map[string]int    // remote IP → connections accepted
 	read     map[string][]byte // remote IP → bytes read
@@ -33,7 +33,7 @@ type server struct {
 
 func newServer(t *testing.T, p admission.Policy) *server {
 	t.Helper()
-	s := &server{log: &lockedBuffer{}, accepted: map[string]int{}, read: map[string][]byte{}}
+	s := &server{log: &fixtures.SyncBuffer{}, accepted: map[string]int{}, read: map[string][]byte{}}
 	s.gate = admission.NewGate(p, admission.Options{
 		Refused: func(r admission.Reason) { s.counter(r).Add(1) },
 		Logger:  slog.New(slog.NewTextHandler(s.log, nil)),
@@ -130,23 +130,10 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// lockedBuffer is a log the gate writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// logLines are the lines of log that contain substr.
+func logLines(log *fixtures.SyncBuffer, substr string) []string {
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(log.String(), "\n") {
 		if strings.Contains(line, substr) {
 			out = append(out, line)
 		}
@@ -190,7 +177,7 @@ func TestGateRefusesSourcesNotAllowed(t *testing.T) {
 		t.Errorf("the server read %q from the refused source", got)
 	}
 	s.mu.Unlock()
-	if lines := s.log.lines("connection refused"); len(lines) != 1 ||
+	if lines := logLines(s.log, "connection refused"); len(lines) != 1 ||
 		!strings.Contains(lines[0], "remote_addr=127.0.0.2:") || !strings.Contains(lines[0], "reason=not_allowed") {
 		t.Errorf("log lines %q, want one naming 127.0.0.2 and not_allowed", lines)
 	}
@@ -245,22 +232,22 @@ func TestGateLogsEachSourceOnceAMinute(t *testing.T) {
 	refuse("127.0.0.2", 5)
 	refuse("127.0.0.3", 1)
 	eventually(t, "six refusals counted", func() bool { return s.counter(admission.NotAllowed).Load() == 6 })
-	if got := len(s.log.lines("remote_addr=127.0.0.2:")); got != 1 {
+	if got := len(logLines(s.log, "remote_addr=127.0.0.2:")); got != 1 {
 		t.Errorf("127.0.0.2 refused 5 times within a minute: %d log lines, want 1", got)
 	}
-	if got := len(s.log.lines("remote_addr=127.0.0.3:")); got != 1 {
+	if got := len(logLines(s.log, "remote_addr=127.0.0.3:")); got != 1 {
 		t.Errorf("127.0.0.3: %d log lines, want 1", got)
 	}
 	advance(59 * time.Second)
 	refuse("127.0.0.2", 1)
 	eventually(t, "seven refusals counted", func() bool { return s.counter(admission.NotAllowed).Load() == 7 })
-	if got := len(s.log.lines("remote_addr=127.0.0.2:")); got != 1 {
+	if got := len(logLines(s.log, "remote_addr=127.0.0.2:")); got != 1 {
 		t.Errorf("after 59s: %d log lines for 127.0.0.2, want still 1", got)
 	}
 	advance(time.Second)
 	refuse("127.0.0.2", 1)
 	eventually(t, "eight refusals counted", func() bool { return s.counter(admission.NotAllowed).Load() == 8 })
-	lines := s.log.lines("remote_addr=127.0.0.2:")
+	lines := logLines(s.log, "remote_addr=127.0.0.2:")
 	if len(lines) != 2 || !strings.Contains(lines[1], "not_logged_since_last=5") {
 		t.Errorf("after a minute: lines %q, want a second one counting the 5 refusals not logged", lines)
 	}
@@ -269,7 +256,7 @@ func TestGateLogsEachSourceOnceAMinute(t *testing.T) {
 // Refusals from more sources than the gate remembers are logged together,
 // once a minute, and the gate's memory of sources stays bounded.
 func TestGateLogBoundedOverManySources(t *testing.T) {
-	buf := &lockedBuffer{}
+	buf := &fixtures.SyncBuffer{}
 	g := admission.NewGate(admission.Policy{}, admission.Options{Logger: slog.New(slog.NewTextHandler(buf, nil))})
 	now := time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC)
 	g.SetClock(func() time.Time { return now })
@@ -280,7 +267,7 @@ func TestGateLogBoundedOverManySources(t *testing.T) {
 		ip[12], ip[13] = byte(i>>8), byte(i)
 		g.Refused(&net.TCPAddr{IP: ip, Port: 1}, admission.NotAllowed)
 	}
-	per, many := len(buf.lines("msg=\"connection refused\"")), len(buf.lines("many sources"))
+	per, many := len(logLines(buf, "msg=\"connection refused\"")), len(logLines(buf, "many sources"))
 	if per != 4096 || many != 1 {
 		t.Errorf("%d sources refused within a minute: %d lines of their own and %d together, want 4096 and 1", sources, per, many)
 	}

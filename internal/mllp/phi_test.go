@@ -6,35 +6,18 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the server's concurrent logging.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Message contents are PHI: whatever happens to a message, neither the
 // server's logs nor the client's errors may quote it.
 func TestMessageBytesNeverLoggedOrInErrors(t *testing.T) {
 	t.Parallel()
 	const secret = "DOE^JOHN^SECRET"
-	var logs lockedBuffer
+	var logs fixtures.SyncBuffer
 	srv := &Server{
 		Handler: HandlerFunc(func(_ context.Context, msg []byte, _ ConnInfo) []byte {
 			switch {
