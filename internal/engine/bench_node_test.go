@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
@@ -246,16 +243,7 @@ func runCLI(b *testing.B, bin string, db *testcontainers.DB, args ...string) tim
 // they are as coarse as the buckets; the sender's own ack_p99_ms is exact.
 func (p *nodeProc) intakeSplit(b *testing.B) []string {
 	b.Helper()
-	resp, err := http.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		b.Fatalf("GET node /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		b.Fatalf("parse node /metrics: %v", err)
-	}
+	fams := fixtures.Scrape(b, p.admin)
 	// merged sums a family's histograms over their labels (the channels).
 	merged := func(name string) (count uint64, sum float64, bounds []float64, cum []uint64) {
 		f, ok := fams[name]

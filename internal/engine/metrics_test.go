@@ -2,15 +2,11 @@ package engine_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/mefor/mefor/internal/admin"
 	"github.com/mefor/mefor/internal/engine"
@@ -19,26 +15,6 @@ import (
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
-
-// scrape reads GET /metrics from addr and parses it as Prometheus does.
-func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET /metrics: %s\n%s", resp.Status, body)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return fams
-}
 
 // sample finds the sample of family name whose labels are exactly labels
 // ("k=v" pairs); ok is false when there is none.
@@ -148,7 +124,7 @@ func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
 
 	var fams map[string]*dto.MetricFamily
 	fixtures.Eventually(t, 20*time.Second, "lab stuck behind its head, void dead-lettered", func() bool {
-		fams = scrape(t, adm.Addr())
+		fams = fixtures.Scrape(t, adm.Addr())
 		return value(fams, "mefor_deliveries_total", "destination", "lab", "outcome", "AR") >= 2 &&
 			value(fams, "mefor_queue_depth", "destination", "lab") == 3 &&
 			value(fams, "mefor_dead_letters_total", "destination", "void") == 3
@@ -190,13 +166,13 @@ func TestMetricsWhileStuckAndAfterDrain(t *testing.T) {
 
 	lab.setAnswer(nil) // the partner recovers: AA from now on
 	fixtures.Eventually(t, 20*time.Second, "lab drained", func() bool {
-		fams = scrape(t, adm.Addr())
+		fams = fixtures.Scrape(t, adm.Addr())
 		return value(fams, "mefor_queue_depth", "destination", "lab") == 0
 	})
 	// The counters lag the commit that drained the queue by the time the
 	// drainer takes to count: read them until they arrive.
 	fixtures.Eventually(t, 5*time.Second, "ok deliveries counted", func() bool {
-		fams = scrape(t, adm.Addr())
+		fams = fixtures.Scrape(t, adm.Addr())
 		return value(fams, "mefor_deliveries_total", "destination", "lab", "outcome", "ok") == 3
 	})
 	if v := value(fams, "mefor_queue_oldest_age_seconds", "destination", "lab"); v != 0 {
