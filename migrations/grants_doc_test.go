@@ -90,7 +90,23 @@ func TestWhoCanReadWhatIsTheGrants(t *testing.T) {
 			check("EXECUTE on "+name, `SELECT has_function_privilege($1, $2, 'EXECUTE')`, []any{sig}, want)
 		default:
 			for _, m := range ticked.FindAllStringSubmatch(what, -1) {
-				tbl, col, _ := strings.Cut(m[1], ".")
+				tbl, col, ok := strings.Cut(m[1], ".")
+				if !ok {
+					// A table named alone: every one of its columns, and
+					// its serial id's sequence.
+					for _, c := range columnsOf(t, db, tbl) {
+						named[tbl+"."+c] = true
+						check("SELECT on "+tbl+"."+c, `SELECT has_column_privilege($1, $2, $3, 'SELECT')`, []any{tbl, c}, want)
+					}
+					var seq bool
+					if err := db.Pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tbl+"_id_seq").Scan(&seq); err != nil {
+						t.Fatal(err)
+					}
+					if seq {
+						check("USAGE on "+tbl+"_id_seq", `SELECT has_sequence_privilege($1, $2, 'USAGE')`, []any{tbl + "_id_seq"}, want)
+					}
+					continue
+				}
 				named[m[1]] = true
 				check("SELECT on "+m[1], `SELECT has_column_privilege($1, $2, $3, 'SELECT')`, []any{tbl, col}, want)
 			}
@@ -125,4 +141,28 @@ func TestWhoCanReadWhatIsTheGrants(t *testing.T) {
 		tbl, col, _ := strings.Cut(c, ".")
 		check("SELECT on "+c, `SELECT has_column_privilege($1, $2, $3, 'SELECT')`, []any{tbl, col}, otherCells)
 	}
+}
+
+// columnsOf lists the columns of table; a table that does not exist fails
+// the test, so the docs cannot name one that is gone.
+func columnsOf(t *testing.T, db *testcontainers.DB, table string) []string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT a.attname::text FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, c)
+	}
+	if rows.Err() != nil || len(cols) == 0 {
+		t.Fatalf("docs/security.md names table %s, which has no columns (%v)", table, rows.Err())
+	}
+	return cols
 }

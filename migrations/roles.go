@@ -58,6 +58,25 @@ func readerExcluded(table string) []string {
 	return append(slices.Clone(contentColumns[table]), readerHiddenColumns[table]...)
 }
 
+// credentialTables hold people's credentials (password hashes, TOTP
+// secrets, hashes of session and API tokens and recovery codes; package
+// internal/identity, migration 023). Readers and operators get no
+// privilege on them, not even on their sequences: only mefor_admin (the
+// nodes, and administrators running `mefor user` and `mefor token`) reads
+// or writes them.
+var credentialTables = []string{"mefor_user", "mefor_user_recovery_code", "mefor_session", "mefor_api_token"}
+
+// credentialSequence reports whether sequence belongs to a credential
+// table (its serial id).
+func credentialSequence(sequence string) bool {
+	for _, t := range credentialTables {
+		if sequence == t+"_id_seq" {
+			return true
+		}
+	}
+	return false
+}
+
 // operatorWrites are the tables replay, replay-dead and cancel write (with
 // the lane activations they make through River), and what they do to them.
 var operatorWrites = map[string]string{
@@ -371,11 +390,23 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 	for _, sq := range seqs {
 		// nextval: a replay draws a seq, an activation a job id.
 		id := pgx.Identifier{sq}.Sanitize()
+		if credentialSequence(sq) {
+			stmts = append(stmts, "REVOKE ALL ON SEQUENCE "+id+" FROM "+RoleReader+", "+RoleOperator,
+				"GRANT ALL ON SEQUENCE "+id+" TO "+RoleAdmin)
+			continue
+		}
 		stmts = append(stmts, "GRANT USAGE, SELECT, UPDATE ON SEQUENCE "+id+" TO "+RoleOperator,
 			"GRANT ALL ON SEQUENCE "+id+" TO "+RoleAdmin)
 	}
 	for _, t := range tables {
 		id := pgx.Identifier{t.name}.Sanitize()
+		if slices.Contains(credentialTables, t.name) {
+			// REVOKE as well: a grant made by hand, or by an older
+			// release's table-wide grants, must not survive a migrate.
+			stmts = append(stmts, "REVOKE ALL ON "+id+" FROM "+RoleReader+", "+RoleOperator,
+				"GRANT ALL ON "+id+" TO "+RoleAdmin)
+			continue
+		}
 		if content := readerExcluded(t.name); len(content) > 0 {
 			var cols []string
 			for _, c := range t.cols {
