@@ -77,6 +77,21 @@ const (
 	// ActionEnqueue is mefor enqueue: an operator's message stored as if
 	// a channel had received it.
 	ActionEnqueue = "enqueue"
+
+	// People and their credentials (package identity). Every login
+	// attempt is recorded, its outcome ok, failed or denied; never a
+	// password, TOTP or recovery code, or token.
+	ActionLogin          = "login"
+	ActionLogout         = "logout"
+	ActionUserAdd        = "user-add"
+	ActionUserSet        = "user-set"
+	ActionUserDisable    = "user-disable"
+	ActionUserEnable     = "user-enable"
+	ActionUserDelete     = "user-delete"
+	ActionUserResetMFA   = "user-reset-mfa"
+	ActionSessionsRevoke = "sessions-revoke"
+	ActionTokenCreate    = "token-create"
+	ActionTokenRevoke    = "token-revoke"
 )
 
 // Outcomes. A failed action records OutcomeFailed with the error in the
@@ -99,6 +114,10 @@ type Entry struct {
 	Outcome string
 	// Node is the node that acted, for node-side actions.
 	Node string
+	// Actor is the mefor user who acted or tried to (a login's user
+	// name), recorded as the target's "actor" field so that the row
+	// names a person, not only a database role.
+	Actor string
 }
 
 // DBTX is what the writers and readers need: a transaction, a connection
@@ -128,6 +147,14 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 	}
 	if e.Outcome == "" {
 		e.Outcome = OutcomeOK
+	}
+	if e.Actor != "" {
+		t := make(map[string]any, len(e.Target)+1)
+		for k, v := range e.Target {
+			t[k] = v
+		}
+		t["actor"] = e.Actor
+		e.Target = t
 	}
 	target, err := canonicalTarget(e.Target)
 	if err != nil {

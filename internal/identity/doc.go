@@ -1,0 +1,28 @@
+// Package identity owns mefor's people: users with a role and channel
+// scope, their passwords and second factors, login sessions and API tokens
+// (tables mefor_user, mefor_user_recovery_code, mefor_session and
+// mefor_api_token, migration 023, readable by mefor_admin only).
+//
+// # What is stored, and how
+//
+// Nothing stored logs anyone in. A password is an argon2id hash in a PHC
+// string (see HashPassword). Session and API tokens are 32 random bytes
+// shown once; only their SHA-256 is stored, which is enough for values
+// that cannot be guessed. Recovery codes carry 80 random bits and are
+// stored the same way. The TOTP secret must be readable to check a code:
+// it is sealed under MEFOR_ENCRYPTION_KEYS (column mefor_user.totp_secret)
+// when the keys are set, and stored in clear otherwise, which docs/access.md
+// says, since the table is then only as safe as the database's grants.
+//
+// # Logins
+//
+// Login checks the password (always, also for an unknown user, against a
+// dummy hash, so the answer takes as long), then the account's state, then
+// the second factor, under the user's row lock. Every refusal is the same
+// ErrLoginFailed, whatever the reason; the reason goes to the audit log,
+// which records every attempt with the user name tried as its actor. Five
+// failures within 15 minutes lock the account for 15 minutes; a locked
+// account's attempts are refused and recorded but do not extend the lock.
+// A TOTP code works once: the step it belongs to is stored, and a code of
+// that step or an earlier one is refused.
+package identity
