@@ -26,6 +26,10 @@ const (
 	OpReferenceSync   Operation = "reference-sync"
 	OpMigrate         Operation = "migrate"
 	OpKeysRotate      Operation = "keys-rotate"
+	// OpUsers and OpTokens are mefor user and mefor token: the identity
+	// tables are readable by admins only.
+	OpUsers  Operation = "users"
+	OpTokens Operation = "tokens"
 )
 
 // RoleReader, RoleOperator and RoleAdmin are the database roles an
@@ -56,6 +60,8 @@ var requiredRoles = map[Operation]string{
 	OpReferenceSync:    RoleAdmin,
 	OpMigrate:          RoleAdmin,
 	OpKeysRotate:       RoleAdmin,
+	OpUsers:            RoleAdmin,
+	OpTokens:           RoleAdmin,
 }
 
 // RequiredRole returns the least role that may run op. Defaults to

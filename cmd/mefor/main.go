@@ -45,6 +45,8 @@ type CLI struct {
 	Audit       auditCmd       `cmd:"" help:"List audited operator actions, verify the audit log's hash chain, or print its anchor."`
 	Keys        keysCmd        `cmd:"" help:"Encryption at rest: values under each key (keys status), re-encrypt under the active key (keys rotate)."`
 	Alerts      alertsCmd      `cmd:"" help:"List mefor's own alert rules: state, since when, last notification."`
+	User        userCmd        `cmd:"" help:"mefor's people: add, list, change, disable, enable or delete users; reset their MFA; list or end their sessions."`
+	Token       tokenCmd       `cmd:"" help:"API tokens for scripts and the CLI: create one for a user (shown once), list them, revoke one."`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
@@ -58,6 +60,7 @@ type Globals struct {
 	AllowInsecureDatabase bool `name:"allow-insecure-database" help:"Connect to a database on another host without verified TLS (sslmode disable, allow or prefer); refused by default."`
 
 	logger *slog.Logger
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	// lookupEnv reads the environment (os.LookupEnv unless a test sets it).
@@ -85,6 +88,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 // MEFOR_ENCRYPTION_KEYS) through lookupEnv, so tests can give each
 // in-process run its own.
 func runEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	return runIO(args, os.Stdin, stdout, stderr, lookupEnv)
+}
+
+// runIO is runEnv reading standard input from stdin (a password given
+// with --password-stdin, in tests).
+func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	var cli CLI
 	parser, err := kong.New(&cli,
 		kong.Name("mefor"),
@@ -106,7 +115,7 @@ func runEnv(args []string, stdout, stderr io.Writer, lookupEnv func(string) (str
 		return code
 	}
 
-	cli.Globals.stdout, cli.Globals.stderr, cli.Globals.lookupEnv = stdout, stderr, lookupEnv
+	cli.Globals.stdin, cli.Globals.stdout, cli.Globals.stderr, cli.Globals.lookupEnv = stdin, stdout, stderr, lookupEnv
 	cli.Globals.logger = newLogger(stderr, cli.LogLevel, cli.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
