@@ -70,7 +70,10 @@ func AuditKeysFromEnv(lookup func(string) (string, bool)) (*AuditKeys, error) {
 func AuditedActions() []string {
 	return []string{audit.ActionReplay, audit.ActionReplayDead, audit.ActionCancel, audit.ActionStepdown,
 		audit.ActionReload, audit.ActionMaintenanceRun, audit.ActionKeysRotate, audit.ActionViewBody, audit.ActionSearchBodies,
-		audit.ActionSearchPatient, audit.ActionViewErrors, audit.ActionViewReference, audit.ActionEnqueue}
+		audit.ActionSearchPatient, audit.ActionViewErrors, audit.ActionViewReference, audit.ActionEnqueue,
+		audit.ActionLogin, audit.ActionLogout, audit.ActionUserAdd, audit.ActionUserSet, audit.ActionUserDisable,
+		audit.ActionUserEnable, audit.ActionUserDelete, audit.ActionUserResetMFA, audit.ActionSessionsRevoke,
+		audit.ActionTokenCreate, audit.ActionTokenRevoke}
 }
 
 // ParseAuditAnchor reads an anchor written as SEQ:HASH.
