@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -106,12 +107,22 @@ func (c *userAddCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	warnClearTOTP(g, res.Enrollment, kr)
 	if c.JSON {
 		return writeJSON(g.stdout, res)
 	}
 	fmt.Fprintf(g.stdout, "user %s added: role %s, channels %s\n", res.Name, res.Role, channelsText(res.Channels))
 	printEnrollment(g.stdout, res.Enrollment)
 	return nil
+}
+
+// warnClearTOTP says on stderr that a second factor was enrolled without
+// MEFOR_ENCRYPTION_KEYS, so its secret is stored in clear.
+func warnClearTOTP(g *Globals, enr *ops.Enrollment, kr *crypt.Keyring) {
+	if enr != nil && !kr.Enabled() {
+		fmt.Fprintf(g.stderr, "warning: %s is not set, so the TOTP secret is stored in clear (readable by mefor_admin only); "+
+			"set it and run 'mefor user reset-mfa' to store it sealed (docs/access.md)\n", crypt.EnvKeys)
+	}
 }
 
 // printEnrollment shows a new second factor, once.
@@ -228,6 +239,7 @@ func (c *userSetCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	warnClearTOTP(g, res.Enrollment, kr)
 	if c.JSON {
 		return writeJSON(g.stdout, res)
 	}
@@ -340,6 +352,7 @@ func (c *userResetMFACmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	warnClearTOTP(g, enr, kr)
 	if c.JSON {
 		return writeJSON(g.stdout, enr)
 	}

@@ -12,11 +12,16 @@ import (
 )
 
 // withStdin runs the CLI on the fixture's database with stdin as standard
-// input.
+// input, without MEFOR_ENCRYPTION_KEYS.
 func (f *opsFixture) withStdin(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
+	return f.withStdinKeys(t, stdin, "", args...)
+}
+
+func (f *opsFixture) withStdinKeys(t *testing.T, stdin, keys string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code := runIO(append(args, "--database-url", f.db.URL), strings.NewReader(stdin), &out, &errb, envWith(""))
+	code := runIO(append(args, "--database-url", f.db.URL), strings.NewReader(stdin), &out, &errb, envWith(keys))
 	return code, out.String(), errb.String()
 }
 
@@ -47,6 +52,17 @@ func TestUserAndTokenCommands(t *testing.T) {
 	if strings.Contains(out+errs, pw) {
 		t.Fatal("user add echoed the password")
 	}
+	if !strings.Contains(errs, "the TOTP secret is stored in clear") {
+		t.Fatalf("user add without MEFOR_ENCRYPTION_KEYS does not warn:\n%s", errs)
+	}
+	// With the keys, the secret is sealed, and nothing is said.
+	code, _, errs = f.withStdinKeys(t, pw, newKeySpec(t, "k1"), "user", "add", "carol", "--role", "admin", "--password-stdin")
+	var stored string
+	if err := f.db.Pool.QueryRow(ctx, `SELECT totp_secret FROM mefor_user WHERE name = 'carol'`).Scan(&stored); err != nil || code != 0 ||
+		!strings.HasPrefix(stored, "mfe1:k1:") || strings.Contains(errs, "in clear") {
+		t.Fatalf("user add with keys: exit %d, secret stored as %q (%v)\n%s", code, stored, err, errs)
+	}
+	f.ok(t, "user", "delete", "carol")
 
 	if code, _, errs := f.withStdin(t, pw+"\n", "user", "add", "bob", "--role", "viewer"); code != 1 || !strings.Contains(errs, "--password-stdin") {
 		t.Fatalf("user add without --password-stdin: exit %d, %s", code, errs)

@@ -416,3 +416,26 @@ func TestAddUserChecksAndStoresOnlyTheHash(t *testing.T) {
 		t.Fatalf("deleting dave twice: %v", err)
 	}
 }
+
+// An unknown user's, a disabled user's and a locked account's logins
+// hash the password as a known user's does, so the time of the answer
+// does not tell them apart.
+func TestEveryRefusalHashesThePassword(t *testing.T) {
+	f := newFixture(t, identity.Options{})
+	f.add("erin", identity.RoleViewer)
+	f.add("frank", identity.RoleViewer)
+	if _, err := f.store.SetDisabled(f.Ctx, "frank", true); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	identity.CountVerifies(f.store, &n)
+	for _, name := range []string{"nobody", "frank", "erin"} {
+		n = 0
+		if _, err := f.login(name, "wrong password!", ""); !errors.Is(err, identity.ErrLoginFailed) {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("the login of %s hashed the password %d times, want 1", name, n)
+		}
+	}
+}

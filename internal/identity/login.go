@@ -70,13 +70,13 @@ func (s *Store) Login(ctx context.Context, req LoginRequest) (*Login, error) {
 			Scan(&id, &role, &hash, &secret, &lastStep, &disabled, &locked)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// As long as a known user's check: the answer must not tell.
-			_, _ = VerifyPassword(s.dummyHash(), req.Password)
+			_, _ = s.verify(s.dummyHash(), req.Password)
 			return fail(reasonUnknownUser)
 		}
 		if err != nil {
 			return fmt.Errorf("read user for login: %w", err)
 		}
-		ok, err := VerifyPassword(hash, req.Password)
+		ok, err := s.verify(hash, req.Password)
 		if err != nil {
 			return fmt.Errorf("check password of %s: %w", name, err)
 		}

@@ -58,6 +58,8 @@ type Store struct {
 
 	dummyOnce sync.Once
 	dummy     string
+	// verify is VerifyPassword; tests count its calls.
+	verify func(encoded, password string) (bool, error)
 }
 
 // New returns a Store on pool.
@@ -74,7 +76,7 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{db: pool, opts: opts, roles: opts.Roles}
+	return &Store{db: pool, opts: opts, roles: opts.Roles, verify: VerifyPassword}
 }
 
 // dummyHash is a hash of a random password under the store's parameters:
