@@ -5,8 +5,7 @@
 // listeners: a source outside the allow list, or over a cap, is closed
 // before a byte of it is read.
 //
-// It is not yet served by a node: the config's api: section and the
-// engine's listener come with the first routes that read the pipeline.
+// A node serves it when its config has an api: section (engine.startAPI).
 package api
 
 import (

@@ -39,6 +39,9 @@ type Config struct {
 	// Egress lists where mefor may connect; nil when the file has no
 	// egress: section, and mefor connects wherever the config points.
 	Egress *Egress
+	// API is the HTTPS operator API every node serves; nil when the file
+	// has no api: section.
+	API *API
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.

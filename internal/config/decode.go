@@ -24,7 +24,7 @@ func (l *loader) decode(root *yaml.Node) *Config {
 		LeaseTTL:     defaultLeaseTTL,
 	}, TLSExpiryWarning: defaultTLSExpiryWarning}
 	var top path
-	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption", "egress")
+	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption", "egress", "api")
 	l.decodeCluster(m["cluster"], top.key("cluster"), &c.Cluster)
 	decodeScalar(l, m, top, "tls_expiry_warning", &c.TLSExpiryWarning, parseAge)
 	c.Maintenance = defaultMaintenance()
@@ -34,6 +34,9 @@ func (l *loader) decode(root *yaml.Node) *Config {
 	}
 	if en, ok := m["encryption"]; ok {
 		c.Encryption = l.decodeEncryption(en, top.key("encryption"))
+	}
+	if an, ok := m["api"]; ok {
+		c.API = l.decodeAPI(an, top.key("api"))
 	}
 	if en, ok := m["egress"]; ok {
 		c.Egress = l.decodeEgress(en, top.key("egress"))

@@ -26,6 +26,7 @@ func (l *loader) validate(c *Config) {
 	l.checkTLSExpiryWarning(c)
 	l.checkAlerts(c)
 	l.checkEgress(c)
+	l.checkAPI(c)
 }
 
 func (l *loader) checkCluster(c Cluster) {

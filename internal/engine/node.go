@@ -174,6 +174,7 @@ type Node struct {
 	disagreement string
 
 	metrics *metrics.Metrics // the node's Prometheus registry (metrics.go)
+	api     *apiListener     // the HTTPS API, when the config has api: (api.go)
 }
 
 type boundListener struct {
@@ -437,6 +438,11 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.refs.start(ctx, n.Config(), n.client); err != nil {
 		return err
 	}
+	// Every node serves the API, lease or not; a bad address or
+	// certificate stops the start here, before any drainer runs.
+	if err := n.startAPI(ctx, n.Config()); err != nil {
+		return err
+	}
 	if !n.opts.NoSnoozeWake {
 		// Subscribed before the client starts, so no snooze goes unseen.
 		events, unsubscribe := n.client.Subscribe(river.EventKindJobSnoozed)
@@ -658,6 +664,7 @@ func (n *Node) stop(ctx context.Context) error {
 		<-n.syncDone
 	}
 	n.UnbindListeners(ctx)
+	n.stopAPI(ctx)
 	if n.stopLease != nil {
 		n.stopLease()
 		n.leaseDone.Wait()

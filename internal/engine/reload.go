@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -465,6 +466,9 @@ func (n *Node) restartNeeded(next *config.Config) []string {
 	}
 	if was, now := schedules(start), schedules(next); was != now {
 		why = append(why, fmt.Sprintf("the maintenance jobs or their schedules change (%s → %s); River's periodic jobs are fixed at start", was, now))
+	}
+	if !reflect.DeepEqual(start.API, next.API) {
+		why = append(why, "the api: section changes; the API's listener is fixed at start")
 	}
 	// The keyring is read at start (run) and sealed into every writer.
 	switch {
