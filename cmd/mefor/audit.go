@@ -91,7 +91,12 @@ func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
 		Empty:  "no audited actions",
 		Header: "SEQ\tAT\tWHO\tROLE\tNODE\tACTION\tOUTCOME\tTARGET",
 		Row: func(w io.Writer, r ops.AuditRecord) {
-			fmt.Fprintf(w, "%d\t%s\t%s@%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, fmtTime(r.At), oneLine(r.OSUser), oneLine(r.Host),
+			who := oneLine(r.OSUser) + "@" + oneLine(r.Host)
+			if r.Actor != "" {
+				// A mefor user acted (through the API): name the person.
+				who = oneLine(r.Actor) + " (" + who + ")"
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, fmtTime(r.At), who,
 				r.DBRole, orDash(r.Node), r.Action, r.Outcome, oneLine(string(r.Target)))
 		},
 	})

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/mefor/mefor/internal/identity"
 	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/ops"
 )
@@ -121,6 +123,15 @@ func TestUserAndTokenCommands(t *testing.T) {
 		t.Fatalf("token revoke 99: exit %d, %s", code, errs)
 	}
 	f.ok(t, "user", "delete", "bob")
+
+	// audit list names the person who tried to log in.
+	store := identity.New(f.db.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}})
+	if _, err := store.Login(ctx, identity.LoginRequest{Username: "mallory", Password: "guess guess guess"}); !errors.Is(err, identity.ErrLoginFailed) {
+		t.Fatalf("mallory's login: %v", err)
+	}
+	if out := f.ok(t, "audit", "list", "--action", "login"); !strings.Contains(out, "mallory (") {
+		t.Fatalf("audit list does not name the actor:\n%s", out)
+	}
 
 	// Readers and operators may not read the users, not even through mefor.
 	f.ok(t, "migrate")

@@ -126,12 +126,15 @@ type DBTX = dbpool.DBTX
 
 // Record is one row of the log.
 type Record struct {
-	Seq      int64           `json:"seq"`
-	At       time.Time       `json:"at"`
-	OSUser   string          `json:"os_user"`
-	DBRole   string          `json:"db_role"`
-	Host     string          `json:"host"`
-	Node     string          `json:"node,omitempty"`
+	Seq    int64     `json:"seq"`
+	At     time.Time `json:"at"`
+	OSUser string    `json:"os_user"`
+	DBRole string    `json:"db_role"`
+	Host   string    `json:"host"`
+	Node   string    `json:"node,omitempty"`
+	// Actor is the mefor user who acted (Entry.Actor, kept in the
+	// target), when a person did; List fills it in.
+	Actor    string          `json:"actor,omitempty"`
 	Action   string          `json:"action"`
 	Target   json.RawMessage `json:"target"`
 	Outcome  string          `json:"outcome"`

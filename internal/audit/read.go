@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -43,6 +44,14 @@ func List(ctx context.Context, q DBTX, f Filter) ([]Record, error) {
 	out, err := pgx.CollectRows(rows, scanRecord)
 	if err != nil {
 		return nil, fmt.Errorf("read the audit log: %w", err)
+	}
+	for i := range out {
+		var t struct {
+			Actor string `json:"actor"`
+		}
+		if json.Unmarshal(out[i].Target, &t) == nil {
+			out[i].Actor = t.Actor
+		}
 	}
 	return out, nil
 }

@@ -86,6 +86,7 @@ func (f *fixture) logins() []map[string]any {
 			f.T.Fatal(err)
 		}
 		m["outcome"] = recs[i].Outcome
+		m["record_actor"] = recs[i].Actor
 		out = append(out, m)
 	}
 	return out
@@ -125,7 +126,7 @@ func TestLockoutAfterFiveFailures(t *testing.T) {
 		if i == 0 {
 			wantActor = "mallory"
 		}
-		if r["actor"] != wantActor || r["reason"] != want || r["outcome"] != audit.OutcomeFailed || r["source"] != "192.0.2.7" {
+		if r["actor"] != wantActor || r["record_actor"] != wantActor || r["reason"] != want || r["outcome"] != audit.OutcomeFailed || r["source"] != "192.0.2.7" {
 			t.Errorf("login row %d: %v, want actor %s, reason %s, failed", i+1, r, wantActor, want)
 		}
 	}
