@@ -16,9 +16,10 @@
 //
 // # Logins
 //
-// Login checks the password (always, also for an unknown user, against a
-// dummy hash, so the answer takes as long), then the account's state, then
-// the second factor, under the user's row lock. Every refusal is the same
+// Login hashes the password first (always, also for an unknown user,
+// against a dummy hash, so the answer takes as long), outside any
+// transaction, then checks the account's state and the second factor and
+// counts a failure under the user's row lock. Every refusal is the same
 // ErrLoginFailed, whatever the reason; the reason goes to the audit log,
 // which records every attempt with the user name tried as its actor. Five
 // failures within 15 minutes lock the account for 15 minutes; a locked

@@ -44,13 +44,31 @@ const (
 // Login checks a login attempt and opens a session. Every refusal is
 // ErrLoginFailed; every attempt is audited with the name tried as actor.
 func (s *Store) Login(ctx context.Context, req LoginRequest) (*Login, error) {
-	name := strings.TrimSpace(req.Username)
+	name := strings.ToLower(strings.TrimSpace(req.Username))
 	if len(name) > 64 {
 		name = name[:64]
 	}
+	// The password is hashed before the transaction, so the row lock and
+	// the connection are not held for the hash's time; the row is read
+	// again under its lock, and a password changed meanwhile is a refusal.
+	var checked string
+	err := s.db.QueryRow(ctx, `SELECT password_hash FROM mefor_user WHERE name = $1`, name).Scan(&checked)
+	known := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("read user for login: %w", err)
+	}
+	ok := false
+	if known {
+		if ok, err = s.verify(checked, req.Password); err != nil {
+			return nil, fmt.Errorf("check password of %s: %w", name, err)
+		}
+	} else {
+		// As long as a known user's check: the answer must not tell.
+		_, _ = s.verify(s.dummyHash(), req.Password)
+	}
 	var out *Login
 	refused := ""
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		target := map[string]any{"source": req.Source}
 		fail := func(reason string) error {
 			refused = reason
@@ -69,17 +87,12 @@ func (s *Store) Login(ctx context.Context, req LoginRequest) (*Login, error) {
 			FROM mefor_user WHERE name = $1 FOR UPDATE`, name).
 			Scan(&id, &role, &hash, &secret, &lastStep, &disabled, &locked)
 		if errors.Is(err, pgx.ErrNoRows) {
-			// As long as a known user's check: the answer must not tell.
-			_, _ = s.verify(s.dummyHash(), req.Password)
 			return fail(reasonUnknownUser)
 		}
 		if err != nil {
 			return fmt.Errorf("read user for login: %w", err)
 		}
-		ok, err := s.verify(hash, req.Password)
-		if err != nil {
-			return fmt.Errorf("check password of %s: %w", name, err)
-		}
+		ok = ok && known && hash == checked
 		switch {
 		case disabled:
 			return fail(reasonDisabled)
