@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mefor/mefor/internal/dbpool"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
@@ -54,6 +56,9 @@ type ReferenceSetInfo struct {
 // Each row's values are sealed with kr (a code table may map patient
 // identifiers); its key stays clear, the set is always loaded whole.
 func WriteReferenceSnapshot(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, name string, snap ReferenceSnapshot) (int64, error) {
+	if _, err := tx.Exec(ctx, dbpool.ReferenceSync.SetLocal()); err != nil {
+		return 0, fmt.Errorf("write reference set %s: set timeouts: %w", name, err)
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO mefor_reference_set (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`, name); err != nil {
 		return 0, fmt.Errorf("write reference set %s: %w", name, err)
 	}
