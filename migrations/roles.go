@@ -58,18 +58,62 @@ func readerExcluded(table string) []string {
 	return append(slices.Clone(contentColumns[table]), readerHiddenColumns[table]...)
 }
 
-// operatorWrites are the tables replay, replay-dead and cancel write (with
-// the lane activations they make through River), and what they do to them.
+// operatorWrites are the tables replay, replay-dead, cancel and enqueue
+// write (with the lane activations they make through River), and what they
+// may do to them. On mefor_message and mefor_work an operator may change
+// only the columns those commands change (operatorColumns), never a
+// content column: a sealed body or payload copied from another row, or a
+// body rewritten, cannot be written by an operator.
 var operatorWrites = map[string]string{
-	"mefor_message": "INSERT, UPDATE",
-	"mefor_work":    "INSERT, UPDATE",
-	"mefor_event":   "INSERT",
-	"mefor_lane":    "INSERT, UPDATE",
-	"river_job":     "INSERT, UPDATE",
+	"mefor_event": "INSERT",
+	"mefor_lane":  "INSERT, UPDATE",
+	"river_job":   "INSERT, UPDATE",
 	// The summary-count triggers of mefor_message and mefor_work run as
 	// the role whose statement fired them, and append deltas.
 	"mefor_message_count": "INSERT",
 	"mefor_work_count":    "INSERT",
+}
+
+// operatorColumns are the columns an operator may INSERT and UPDATE, by
+// table, for the tables where it may not write whole rows. Enqueue stores
+// a message (its body included: that is what enqueue is for, and it is
+// audited) and its ingress row, which carries no payload; replay and cancel
+// change a row's state, never its content. UPDATE of raw, payload or
+// patient_key is refused.
+var operatorColumns = map[string]struct{ insert, update []string }{
+	"mefor_message": {
+		insert: []string{"id", "channel", "source", "remote_addr", "control_id", "message_type", "trigger_event",
+			"sending_app", "sending_facility", "size", "raw", "status", "error", "source_identity", "patient_key", "cut_at"},
+		update: []string{"status", "error", "updated_at"},
+	},
+	"mefor_work": {
+		insert: []string{"message_id", "stage", "lane", "channel"},
+		update: []string{"status", "seq", "attempts", "last_error", "next_attempt_at", "updated_at", "finished_at",
+			"cancel_requested_at"},
+	},
+}
+
+// operatorColumnGrants are the statements giving the operator its column
+// writes on table: its table-wide INSERT and UPDATE (which a database made
+// before this release has) revoked first, which revokes the column grants
+// too, so the result is the same on every run.
+func operatorColumnGrants(table string) []string {
+	c, ok := operatorColumns[table]
+	if !ok {
+		return nil
+	}
+	id := pgx.Identifier{table}.Sanitize()
+	list := func(cols []string) string {
+		out := make([]string, len(cols))
+		for i, col := range cols {
+			out[i] = pgx.Identifier{col}.Sanitize()
+		}
+		return strings.Join(out, ", ")
+	}
+	return []string{
+		"REVOKE INSERT, UPDATE ON " + id + " FROM " + RoleOperator,
+		"GRANT INSERT (" + list(c.insert) + "), UPDATE (" + list(c.update) + ") ON " + id + " TO " + RoleOperator,
+	}
 }
 
 // RolesResult says what ApplyRoles changed.
@@ -392,6 +436,7 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 		if w, ok := operatorWrites[t.name]; ok {
 			stmts = append(stmts, "GRANT "+w+" ON "+id+" TO "+RoleOperator)
 		}
+		stmts = append(stmts, operatorColumnGrants(t.name)...)
 		if slices.Contains(auditTables, t.name) {
 			// Appended only through the writer's functions (roles_audit.go).
 			stmts = append(stmts, auditGrants(t.name)...)

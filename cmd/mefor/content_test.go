@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/migrations"
+)
+
+// An operator login cannot rewrite content with its own statements: the
+// database refuses its UPDATE of a queued delivery's payload (another
+// patient's copied onto it), of a stored body, of a row's lane or
+// destination, and its INSERT of a delivery carrying a payload, and the
+// delivery still holds what it held. What an operator's commands change
+// still works as that login: replay, cancel and enqueue, each audited
+// under its name.
+func TestOperatorCannotRewriteContent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newOpsFixture(t)
+	f.ok(t, "migrate")
+	opName, operator := newLogin(t, f.db, migrations.RoleOperator)
+
+	var queuedRow, doneRow int64
+	var before []byte
+	if err := f.db.Pool.QueryRow(ctx, `SELECT id, payload FROM mefor_work WHERE message_id = $1 AND stage = 'outbound'`,
+		f.queued).Scan(&queuedRow, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.db.Pool.QueryRow(ctx, `SELECT id FROM mefor_work WHERE message_id = $1 AND stage = 'outbound'`,
+		f.done).Scan(&doneRow); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	refused := []struct {
+		what, sql string
+		args      []any
+	}{
+		{"copy another delivery's payload onto a queued one",
+			`UPDATE mefor_work SET payload = (SELECT payload FROM mefor_work WHERE id = $2) WHERE id = $1`, []any{queuedRow, doneRow}},
+		{"rewrite a stored body", `UPDATE mefor_message SET raw = 'MSH|forged' WHERE id = $1`, []any{f.queued}},
+		{"move a delivery to another destination", `UPDATE mefor_work SET destination = 'elsewhere', lane = 'outbound:elsewhere' WHERE id = $1`, []any{queuedRow}},
+		{"move a delivery to another message", `UPDATE mefor_work SET message_id = $2 WHERE id = $1`, []any{queuedRow, f.done}},
+		{"insert a delivery with a payload",
+			`INSERT INTO mefor_work (message_id, stage, lane, channel, destination, payload) VALUES ($1, 'outbound', 'outbound:lab', 'adt', 'lab', 'MSH|forged')`,
+			[]any{f.done}},
+	}
+	for _, r := range refused {
+		if _, err := conn.Exec(ctx, r.sql, r.args...); !migrations.IsPermissionDenied(err) {
+			t.Errorf("operator: %s: %v; want permission denied", r.what, err)
+		}
+	}
+	var after []byte
+	if err := f.db.Pool.QueryRow(ctx, `SELECT payload FROM mefor_work WHERE id = $1`, queuedRow).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(after, before) {
+		t.Errorf("the queued delivery's payload changed under the operator's statements")
+	}
+
+	id := strconv.FormatInt
+	for _, args := range [][]string{
+		{"replay", id(f.dead, 10)},
+		{"cancel", "--destination", "lab", "--wait", "0"},
+	} {
+		if code, out, errs := as(t, operator, args...); code != 0 {
+			t.Errorf("operator: mefor %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+		}
+	}
+	msg := filepath.Join(t.TempDir(), "adt.hl7")
+	if err := os.WriteFile(msg, []byte(strings.Replace(fixtureBody, "%d", "99", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := as(t, operator, "enqueue", "--channel", "adt", msg); code != 0 {
+		t.Errorf("operator: enqueue: exit %d\n%s%s", code, out, errs)
+	}
+	done := map[string]bool{}
+	for _, r := range f.auditRows(t, "--limit", "1000") {
+		if r.DBRole == opName && r.Outcome == "ok" {
+			done[r.Action] = true
+		}
+	}
+	for _, a := range []string{"replay", "cancel", "enqueue"} {
+		if !done[a] {
+			t.Errorf("no audit row of the operator's %s (rows ok: %v)", a, done)
+		}
+	}
+}
