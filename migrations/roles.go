@@ -53,6 +53,21 @@ var readerHiddenColumns = map[string][]string{
 	"mefor_event":   {"detail"},
 }
 
+// operatorHiddenColumns are the content columns an operator may not read
+// directly: it reads them only through operatorReadFunctions, which append
+// the audit row in the same transaction. Admins (and the nodes) read them.
+var operatorHiddenColumns = map[string][]string{
+	"mefor_work":     {"payload"},
+	"mefor_response": {"body"},
+}
+
+// operatorReadFunctions are the SECURITY DEFINER functions of migration
+// 022 through which an operator reads what it may not SELECT.
+var operatorReadFunctions = []string{
+	"mefor_read_body(bigint, text, text)",
+	"mefor_key_census()",
+}
+
 // readerExcluded is every column of table a reader may not read.
 func readerExcluded(table string) []string {
 	return append(slices.Clone(contentColumns[table]), readerHiddenColumns[table]...)
@@ -432,7 +447,18 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 		} else {
 			stmts = append(stmts, "GRANT SELECT ON "+id+" TO "+RoleReader)
 		}
-		stmts = append(stmts, "GRANT SELECT ON "+id+" TO "+RoleOperator)
+		if hidden := operatorHiddenColumns[t.name]; len(hidden) > 0 {
+			var cols []string
+			for _, c := range t.cols {
+				if !slices.Contains(hidden, c) {
+					cols = append(cols, pgx.Identifier{c}.Sanitize())
+				}
+			}
+			stmts = append(stmts, "REVOKE SELECT ON "+id+" FROM "+RoleOperator,
+				"GRANT SELECT ("+strings.Join(cols, ", ")+") ON "+id+" TO "+RoleOperator)
+		} else {
+			stmts = append(stmts, "GRANT SELECT ON "+id+" TO "+RoleOperator)
+		}
 		if w, ok := operatorWrites[t.name]; ok {
 			stmts = append(stmts, "GRANT "+w+" ON "+id+" TO "+RoleOperator)
 		}
@@ -442,6 +468,15 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 			stmts = append(stmts, auditGrants(t.name)...)
 		} else {
 			stmts = append(stmts, "GRANT ALL ON "+id+" TO "+RoleAdmin)
+		}
+	}
+	for _, f := range operatorReadFunctions {
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", f).Scan(&exists); err != nil {
+			return fmt.Errorf("look up function %s: %w", f, err)
+		}
+		if exists { // a database migrated only part of the way has none
+			stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+f+" FROM PUBLIC", "GRANT EXECUTE ON FUNCTION "+f+" TO "+RoleOperator)
 		}
 	}
 	for _, s := range stmts {

@@ -136,22 +136,17 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 	var v MessageView
 	read := func(tx pgx.Tx) error {
 		var err error
-		if v.Message, err = search.GetMessage(ctx, tx, id, withBody); err != nil {
+		if v.Message, err = search.GetMessage(ctx, tx, id, false); err != nil {
 			return err
 		}
 		if v.Work, err = search.MessageWork(ctx, tx, id); err != nil {
 			return err
 		}
-		if v.Replies, err = search.MessageReplies(ctx, tx, id, withBody); err != nil {
+		if v.Replies, err = search.MessageReplies(ctx, tx, id, false); err != nil {
 			return err
 		}
 		if v.Events, err = search.MessageEvents(ctx, tx, id); err != nil {
 			return err
-		}
-		if withBody {
-			if v.Outbound, err = search.MessageOutbound(ctx, tx, id); err != nil {
-				return err
-			}
 		}
 		v.Origin, err = search.MessageOrigin(ctx, tx, id)
 		return err
@@ -159,14 +154,25 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 	var err error
 	switch {
 	case withBody:
+		// The bodies come last, through mefor_read_body, which appends the
+		// view-body row itself: an operator cannot read them otherwise.
 		target := map[string]any{"message_id": id}
 		err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewBody, target,
 			func(tx pgx.Tx) (string, error) {
 				if err := read(tx); err != nil {
 					return "", err
 				}
-				target["replies"] = len(v.Replies)
-				return "", nil
+				osUser, host := audit.Who()
+				b, err := search.ReadBodies(ctx, tx, id, osUser, host)
+				if err != nil {
+					return "", err
+				}
+				v.Message.Raw = b.Raw
+				for i := range v.Replies {
+					v.Replies[i].Body = b.Replies[v.Replies[i].ID]
+				}
+				v.Outbound = search.MessageOutbound(v.Work, b)
+				return noAudit, nil
 			})
 	case kr.Enabled():
 		// The error and event texts it opens can quote the message.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -95,5 +96,59 @@ func TestOperatorCannotRewriteContent(t *testing.T) {
 		if !done[a] {
 			t.Errorf("no audit row of the operator's %s (rows ok: %v)", a, done)
 		}
+	}
+}
+
+// An operator reads partner replies and delivery payloads only through
+// mefor: its own SELECT of them is refused, while `messages show --body`
+// as that login shows the reply and records a view-body row under its name
+// for that message, written by the function that read it.
+func TestOperatorReadsRepliesAndPayloadsOnlyThroughMefor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newOpsFixture(t)
+	f.ok(t, "migrate")
+	opName, operator := newLogin(t, f.db, migrations.RoleOperator)
+	conn, err := pgx.Connect(ctx, operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	for _, sql := range []string{
+		`SELECT body FROM mefor_response WHERE message_id = $1`,
+		`SELECT payload FROM mefor_work WHERE message_id = $1`,
+		`SELECT * FROM mefor_response WHERE message_id = $1`,
+	} {
+		rows, err := conn.Query(ctx, sql, f.done)
+		if err == nil {
+			for rows.Next() {
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		if !migrations.IsPermissionDenied(err) {
+			t.Errorf("operator: %s: %v; want permission denied", sql, err)
+		}
+	}
+
+	code, out, errs := as(t, operator, "messages", "show", strconv.FormatInt(f.done, 10), "--body", "--json")
+	if code != 0 {
+		t.Fatalf("operator: messages show --body: exit %d\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "SECRET-PATIENT") || !strings.Contains(out, `MSA|AA`) {
+		t.Errorf("operator's show --body lacks the body or the partner's reply:\n%s", out)
+	}
+	found := false
+	for _, r := range f.auditRows(t, "--limit", "1000") {
+		var target struct {
+			MessageID int64 `json:"message_id"`
+		}
+		_ = json.Unmarshal(r.Target, &target)
+		if r.DBRole == opName && r.Action == "view-body" && r.Outcome == "ok" && target.MessageID == f.done {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no view-body row of the operator for message %d", f.done)
 	}
 }

@@ -1,0 +1,85 @@
+-- Operators read delivery payloads and partner replies only through
+-- functions that write the audit row themselves (issue 49): they hold no
+-- SELECT on mefor_work.payload or mefor_response.body (migrations/roles.go).
+--
+-- The functions are SECURITY DEFINER, owned by mefor_admin (`mefor
+-- migrate` hands every mefor_* function to it), which reads every column
+-- anyway: running as it gives a caller nothing but what each function
+-- returns. Each resolves names only in mefor's schema, then pg_temp, last.
+
+-- mefor_read_body returns a message's body, its partner replies and its
+-- deliveries' payloads, as stored (sealed values stay sealed: the keys
+-- never reach the database), and appends the view-body audit row in the
+-- caller's transaction. Call it last in the transaction: the audit row's
+-- lock is then held only until the commit.
+CREATE FUNCTION mefor_read_body(p_message_id bigint, p_os_user text, p_host text)
+RETURNS TABLE (kind text, row_id bigint, body bytea)
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    n_replies bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM mefor_message m WHERE m.id = p_message_id) THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO n_replies FROM mefor_response r WHERE r.message_id = p_message_id;
+    RETURN QUERY SELECT 'message'::text, m.id, m.raw FROM mefor_message m WHERE m.id = p_message_id;
+    RETURN QUERY SELECT 'reply'::text, r.id, r.body FROM mefor_response r WHERE r.message_id = p_message_id ORDER BY r.id;
+    RETURN QUERY SELECT 'outbound'::text, w.id, w.payload FROM mefor_work w
+        WHERE w.message_id = p_message_id AND w.stage = 'outbound' ORDER BY w.id;
+    PERFORM mefor_audit_append(p_os_user, p_host, '', 'view-body',
+        jsonb_build_object('message_id', p_message_id, 'replies', n_replies)::text, 'ok');
+END $$;
+
+-- mefor_key_census counts the values of every sealed column by the key id
+-- of their envelope ('' for plaintext, '?' for a damaged one), for `mefor
+-- keys status`: key ids are metadata, the values are not returned. It
+-- follows internal/rotation's SealedColumns; TestKeyCensusFunctionAgrees
+-- checks the two agree.
+CREATE FUNCTION mefor_key_census()
+RETURNS TABLE (column_name text, key_id text, n bigint)
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    c record;
+    expr text;
+    cond text;
+BEGIN
+    FOR c IN SELECT * FROM (VALUES
+        ('mefor_message', 'raw', 'bytes', NULL),
+        ('mefor_message', 'patient_key', 'blind', NULL),
+        ('mefor_work', 'payload', 'bytes', NULL),
+        ('mefor_response', 'body', 'bytes', NULL),
+        ('mefor_state', 'value', 'bytes', NULL),
+        ('mefor_state', 'key', 'blind', NULL),
+        ('mefor_reference_row', 'value', 'json', NULL),
+        ('mefor_message', 'error', 'text', NULL),
+        ('mefor_work', 'last_error', 'text', NULL),
+        ('mefor_event', 'detail', 'text', 'event IN (''failed'', ''dead'', ''replied'')')
+    ) AS v(tbl, col, kind, only_if) LOOP
+        expr := CASE c.kind
+            WHEN 'bytes' THEN format($f$CASE WHEN substring(%1$I FOR 5) = '\x006d666531'::bytea THEN
+                CASE WHEN length(%1$I) > 5 THEN encode(substring(%1$I FROM 7 FOR get_byte(%1$I, 5)), 'escape') ELSE '?' END END$f$, c.col)
+            WHEN 'text' THEN format($f$CASE WHEN position('mfe1:' IN %1$I) > 0
+                THEN split_part(substr(%1$I, position('mfe1:' IN %1$I) + 5), ':', 1) END$f$, c.col)
+            WHEN 'json' THEN format($f$CASE WHEN jsonb_typeof(%1$I) = 'string' AND left(%1$I #>> '{}', 5) = 'mfe1:'
+                THEN split_part(substr(%1$I #>> '{}', 6), ':', 1) END$f$, c.col)
+            ELSE format($f$CASE WHEN left(%1$I, 4) = 'bi1:' THEN split_part(substr(%1$I, 5), ':', 1) END$f$, c.col)
+        END;
+        cond := format('%I IS NOT NULL', c.col);
+        IF c.kind IN ('text', 'blind') THEN
+            cond := cond || format(' AND %I <> ''''', c.col);
+        END IF;
+        IF c.only_if IS NOT NULL THEN
+            cond := cond || ' AND ' || c.only_if;
+        END IF;
+        RETURN QUERY EXECUTE format('SELECT %L::text, coalesce(%s, ''''), count(*) FROM %I WHERE %s GROUP BY 2 ORDER BY 2',
+            c.tbl || '.' || c.col, expr, c.tbl, cond);
+    END LOOP;
+END $$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION mefor_read_body(bigint, text, text) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION mefor_key_census() SET search_path = %I, pg_temp', current_schema());
+END $$;
+REVOKE EXECUTE ON FUNCTION mefor_read_body(bigint, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION mefor_key_census() FROM PUBLIC;
