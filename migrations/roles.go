@@ -57,6 +57,7 @@ var readerHiddenColumns = map[string][]string{
 // directly: it reads them only through operatorReadFunctions, which append
 // the audit row in the same transaction. Admins (and the nodes) read them.
 var operatorHiddenColumns = map[string][]string{
+	"mefor_message":  {"raw"},
 	"mefor_work":     {"payload"},
 	"mefor_response": {"body"},
 }
@@ -66,6 +67,7 @@ var operatorHiddenColumns = map[string][]string{
 var operatorReadFunctions = []string{
 	"mefor_read_body(bigint, text, text)",
 	"mefor_key_census()",
+	"mefor_search_bodies(bigint[], bytea, text, text, text)",
 }
 
 // readerExcluded is every column of table a reader may not read.

@@ -74,10 +74,12 @@ var ErrNotFound = pipeline.ErrNotFound
 
 // ListMessages returns messages newest first (metadata only). A search of
 // the bodies (f.Text) reads content, and a search by patient (f.Patient)
-// tells where a patient was treated, so both are audited like a body view:
-// the search and its audit row share one transaction. The row records that
-// a search ran and what it found, never the text or identifier searched
-// for.
+// tells where a patient was treated, so both are audited like a body view.
+// A search by patient and its audit row share one transaction. A search
+// of the bodies reads them page by page through mefor_search_bodies, which
+// records each page's bodies read in that page's transaction; a last row
+// records what it found. The rows record that a search ran and what it
+// read and found, never the text or identifier searched for.
 func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilter) ([]search.MessageSummary, error) {
 	if f.Text == "" && f.Patient == "" {
 		return search.ListMessages(ctx, pool, f)
@@ -91,17 +93,32 @@ func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilte
 	if f.Patient != "" {
 		target["by_patient"] = true
 	}
+	found := func() {
+		ids := make([]int64, len(out))
+		for i, m := range out {
+			ids[i] = m.ID
+		}
+		target["message_ids"] = ids
+	}
+	if f.Text != "" {
+		var err error
+		if out, err = search.ListMessages(ctx, pool, f); err != nil {
+			recordFailure(ctx, pool, action, target, err)
+			return nil, err
+		}
+		found()
+		if err := audit.AppendAlone(ctx, pool, audit.Entry{Action: action, Target: target}); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, action, target,
 		func(tx pgx.Tx) (string, error) {
 			var err error
 			if out, err = search.ListMessages(ctx, tx, f); err != nil {
 				return "", err
 			}
-			ids := make([]int64, len(out))
-			for i, m := range out {
-				ids[i] = m.ID
-			}
-			target["message_ids"] = ids
+			found()
 			return "", nil
 		})
 	return out, err

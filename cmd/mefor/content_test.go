@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,11 +100,13 @@ func TestOperatorCannotRewriteContent(t *testing.T) {
 	}
 }
 
-// An operator reads partner replies and delivery payloads only through
-// mefor: its own SELECT of them is refused, while `messages show --body`
-// as that login shows the reply and records a view-body row under its name
-// for that message, written by the function that read it.
-func TestOperatorReadsRepliesAndPayloadsOnlyThroughMefor(t *testing.T) {
+// An operator reads message bodies, partner replies and delivery payloads
+// only through mefor: its own SELECT of them, or a search of the bodies in
+// SQL, is refused, while `messages show --body` and `messages list --text`
+// as that login show the body and reply and find the message, and record
+// view-body and search-bodies rows under its name naming that message,
+// written by the functions that read the bodies.
+func TestOperatorReadsBodiesOnlyThroughMefor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newOpsFixture(t)
@@ -115,6 +118,8 @@ func TestOperatorReadsRepliesAndPayloadsOnlyThroughMefor(t *testing.T) {
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	for _, sql := range []string{
+		`SELECT raw FROM mefor_message WHERE id = $1`,
+		`SELECT id FROM mefor_message WHERE id = $1 AND position('SECRET' IN raw) > 0`,
 		`SELECT body FROM mefor_response WHERE message_id = $1`,
 		`SELECT payload FROM mefor_work WHERE message_id = $1`,
 		`SELECT * FROM mefor_response WHERE message_id = $1`,
@@ -138,8 +143,19 @@ func TestOperatorReadsRepliesAndPayloadsOnlyThroughMefor(t *testing.T) {
 	if !strings.Contains(out, "SECRET-PATIENT") || !strings.Contains(out, `MSA|AA`) {
 		t.Errorf("operator's show --body lacks the body or the partner's reply:\n%s", out)
 	}
-	found := false
+	code, out, errs = as(t, operator, "messages", "list", "--text", "SECRET-PATIENT", "--json")
+	if code != 0 || !strings.Contains(out, `"id": `+strconv.FormatInt(f.done, 10)) {
+		t.Errorf("operator: messages list --text: exit %d, want message %d found\n%s%s", code, f.done, out, errs)
+	}
+	found, searched := false, false
 	for _, r := range f.auditRows(t, "--limit", "1000") {
+		var read struct {
+			BodiesRead []int64 `json:"bodies_read"`
+		}
+		_ = json.Unmarshal(r.Target, &read)
+		if r.DBRole == opName && r.Action == "search-bodies" && slices.Contains(read.BodiesRead, f.done) {
+			searched = true
+		}
 		var target struct {
 			MessageID int64 `json:"message_id"`
 		}
@@ -150,5 +166,8 @@ func TestOperatorReadsRepliesAndPayloadsOnlyThroughMefor(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no view-body row of the operator for message %d", f.done)
+	}
+	if !searched {
+		t.Errorf("no search-bodies row of the operator naming the body of message %d it read", f.done)
 	}
 }

@@ -1,6 +1,7 @@
--- Operators read delivery payloads and partner replies only through
--- functions that write the audit row themselves (issue 49): they hold no
--- SELECT on mefor_work.payload or mefor_response.body (migrations/roles.go).
+-- Operators read message bodies, delivery payloads and partner replies
+-- only through functions that write the audit row themselves (issue 49):
+-- they hold no SELECT on mefor_message.raw, mefor_work.payload or
+-- mefor_response.body (migrations/roles.go).
 --
 -- The functions are SECURITY DEFINER, owned by mefor_admin (`mefor
 -- migrate` hands every mefor_* function to it), which reads every column
@@ -76,10 +77,43 @@ BEGIN
     END LOOP;
 END $$;
 
+-- mefor_search_bodies returns, of the messages p_ids (one page of a
+-- `messages list --text` search, chosen by their metadata), those whose
+-- stored body holds p_text in clear and every sealed one (mefor opens and
+-- matches those; the keys never reach the database), and appends a
+-- search-bodies audit row naming the messages whose bodies it returned,
+-- never the text. Each page is its own short transaction, so the audit
+-- log's lock is held only until its commit.
+CREATE FUNCTION mefor_search_bodies(p_ids bigint[], p_text bytea, p_os_user text, p_host text, p_target text)
+RETURNS TABLE (message_id bigint, raw bytea)
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    read_ids bigint[];
+BEGIN
+    IF p_target IS NULL OR jsonb_typeof(p_target::jsonb) <> 'object' THEN
+        RAISE EXCEPTION 'mefor_search_bodies: target must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_text IS NULL OR length(p_text) = 0 THEN
+        RAISE EXCEPTION 'mefor_search_bodies: no text to search for' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY SELECT m.id, m.raw FROM mefor_message m
+        WHERE m.id = ANY(p_ids)
+          AND (position(p_text IN m.raw) > 0 OR substring(m.raw FOR 5) = '\x006d666531'::bytea)
+        ORDER BY m.id DESC;
+    SELECT coalesce(array_agg(m.id ORDER BY m.id DESC), '{}') INTO read_ids FROM mefor_message m
+        WHERE m.id = ANY(p_ids)
+          AND (position(p_text IN m.raw) > 0 OR substring(m.raw FOR 5) = '\x006d666531'::bytea);
+    PERFORM mefor_audit_append(p_os_user, p_host, '', 'search-bodies',
+        (p_target::jsonb || jsonb_build_object('candidates', coalesce(cardinality(p_ids), 0), 'bodies_read', to_jsonb(read_ids)))::text,
+        'ok');
+END $$;
+
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION mefor_read_body(bigint, text, text) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_key_census() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) SET search_path = %I, pg_temp', current_schema());
 END $$;
 REVOKE EXECUTE ON FUNCTION mefor_read_body(bigint, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_key_census() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) FROM PUBLIC;
