@@ -59,7 +59,8 @@ var readerHiddenColumns = map[string][]string{
 var operatorHiddenColumns = map[string][]string{
 	"mefor_message":  {"raw"},
 	"mefor_work":     {"payload"},
-	"mefor_response": {"body"},
+	"mefor_response":      {"body"},
+	"mefor_reference_row": {"value"},
 }
 
 // operatorReadFunctions are the SECURITY DEFINER functions of migration
@@ -68,6 +69,7 @@ var operatorReadFunctions = []string{
 	"mefor_read_body(bigint, text, text)",
 	"mefor_key_census()",
 	"mefor_search_bodies(bigint[], bytea, text, text, text)",
+	"mefor_read_reference(text, text, integer, text, text)",
 }
 
 // readerExcluded is every column of table a reader may not read.

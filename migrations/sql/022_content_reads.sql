@@ -1,7 +1,8 @@
--- Operators read message bodies, delivery payloads and partner replies
--- only through functions that write the audit row themselves (issue 49):
--- they hold no SELECT on mefor_message.raw, mefor_work.payload or
--- mefor_response.body (migrations/roles.go).
+-- Operators read message bodies, delivery payloads, partner replies and
+-- reference values only through functions that write the audit row
+-- themselves (issue 49): they hold no SELECT on mefor_message.raw,
+-- mefor_work.payload, mefor_response.body or mefor_reference_row.value
+-- (migrations/roles.go).
 --
 -- The functions are SECURITY DEFINER, owned by mefor_admin (`mefor
 -- migrate` hands every mefor_* function to it), which reads every column
@@ -108,12 +109,43 @@ BEGIN
         'ok');
 END $$;
 
+-- mefor_read_reference returns the rows of reference set p_set's live
+-- snapshot (only key p_key's when it is not NULL; at most p_limit + 1 when
+-- p_limit is positive, so the caller can tell there are more), values as
+-- stored, and appends the view-reference audit row: the set, its version,
+-- the rows shown and whether one key was asked for, never the key. A set
+-- without a snapshot returns nothing and records nothing.
+CREATE FUNCTION mefor_read_reference(p_set text, p_key text, p_limit integer, p_os_user text, p_host text)
+RETURNS TABLE (ref_version bigint, row_key text, row_value jsonb)
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    v bigint;
+    n bigint;
+BEGIN
+    SELECT s.version INTO v FROM mefor_reference_set s WHERE s.name = p_set;
+    IF coalesce(v, 0) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT v, r.key, r.value FROM mefor_reference_row r
+        WHERE r.set_name = p_set AND r.version = v AND (p_key IS NULL OR r.key = p_key)
+        ORDER BY r.key
+        LIMIT CASE WHEN p_limit > 0 THEN p_limit + 1 END;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF p_limit > 0 THEN
+        n := least(n, p_limit);
+    END IF;
+    PERFORM mefor_audit_append(p_os_user, p_host, '', 'view-reference',
+        jsonb_build_object('set', p_set, 'by_key', p_key IS NOT NULL, 'version', v, 'rows', n)::text, 'ok');
+END $$;
+
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION mefor_read_body(bigint, text, text) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_key_census() SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION mefor_read_reference(text, text, integer, text, text) SET search_path = %I, pg_temp', current_schema());
 END $$;
 REVOKE EXECUTE ON FUNCTION mefor_read_body(bigint, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_key_census() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION mefor_read_reference(text, text, integer, text, text) FROM PUBLIC;
