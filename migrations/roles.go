@@ -57,8 +57,8 @@ var readerHiddenColumns = map[string][]string{
 // directly: it reads them only through operatorReadFunctions, which append
 // the audit row in the same transaction. Admins (and the nodes) read them.
 var operatorHiddenColumns = map[string][]string{
-	"mefor_message":  {"raw"},
-	"mefor_work":     {"payload"},
+	"mefor_message":       {"raw"},
+	"mefor_work":          {"payload"},
 	"mefor_response":      {"body"},
 	"mefor_reference_row": {"value"},
 }
