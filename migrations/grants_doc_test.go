@@ -81,6 +81,11 @@ func TestWhoCanReadWhatIsTheGrants(t *testing.T) {
 					check(priv+" on "+m[1], `SELECT has_table_privilege($1, $2, $3)`, []any{m[1], priv}, want)
 				}
 			}
+		case strings.HasPrefix(what, "change "):
+			for _, m := range ticked.FindAllStringSubmatch(what, -1) {
+				tbl, col, _ := strings.Cut(m[1], ".")
+				check("UPDATE of "+m[1], `SELECT has_column_privilege($1, $2, $3, 'UPDATE')`, []any{tbl, col}, want)
+			}
 		case strings.HasPrefix(what, "call "):
 			name := ticked.FindStringSubmatch(what)[1]
 			var sig string

@@ -53,6 +53,25 @@ var readerHiddenColumns = map[string][]string{
 	"mefor_event":   {"detail"},
 }
 
+// operatorHiddenColumns are the content columns an operator may not read
+// directly: it reads them only through operatorReadFunctions, which append
+// the audit row in the same transaction. Admins (and the nodes) read them.
+var operatorHiddenColumns = map[string][]string{
+	"mefor_message":       {"raw"},
+	"mefor_work":          {"payload"},
+	"mefor_response":      {"body"},
+	"mefor_reference_row": {"value"},
+}
+
+// operatorReadFunctions are the SECURITY DEFINER functions of migration
+// 022 through which an operator reads what it may not SELECT.
+var operatorReadFunctions = []string{
+	"mefor_read_body(bigint, text, text)",
+	"mefor_key_census()",
+	"mefor_search_bodies(bigint[], bytea, text, text, text)",
+	"mefor_read_reference(text, text, integer, text, text)",
+}
+
 // readerExcluded is every column of table a reader may not read.
 func readerExcluded(table string) []string {
 	return append(slices.Clone(contentColumns[table]), readerHiddenColumns[table]...)
@@ -77,18 +96,62 @@ func credentialSequence(sequence string) bool {
 	return false
 }
 
-// operatorWrites are the tables replay, replay-dead and cancel write (with
-// the lane activations they make through River), and what they do to them.
+// operatorWrites are the tables replay, replay-dead, cancel and enqueue
+// write (with the lane activations they make through River), and what they
+// may do to them. On mefor_message and mefor_work an operator may change
+// only the columns those commands change (operatorColumns), never a
+// content column: a sealed body or payload copied from another row, or a
+// body rewritten, cannot be written by an operator.
 var operatorWrites = map[string]string{
-	"mefor_message": "INSERT, UPDATE",
-	"mefor_work":    "INSERT, UPDATE",
-	"mefor_event":   "INSERT",
-	"mefor_lane":    "INSERT, UPDATE",
-	"river_job":     "INSERT, UPDATE",
+	"mefor_event": "INSERT",
+	"mefor_lane":  "INSERT, UPDATE",
+	"river_job":   "INSERT, UPDATE",
 	// The summary-count triggers of mefor_message and mefor_work run as
 	// the role whose statement fired them, and append deltas.
 	"mefor_message_count": "INSERT",
 	"mefor_work_count":    "INSERT",
+}
+
+// operatorColumns are the columns an operator may INSERT and UPDATE, by
+// table, for the tables where it may not write whole rows. Enqueue stores
+// a message (its body included: that is what enqueue is for, and it is
+// audited) and its ingress row, which carries no payload; replay and cancel
+// change a row's state, never its content. UPDATE of raw, payload or
+// patient_key is refused.
+var operatorColumns = map[string]struct{ insert, update []string }{
+	"mefor_message": {
+		insert: []string{"id", "channel", "source", "remote_addr", "control_id", "message_type", "trigger_event",
+			"sending_app", "sending_facility", "size", "raw", "status", "error", "source_identity", "patient_key", "cut_at"},
+		update: []string{"status", "error", "updated_at"},
+	},
+	"mefor_work": {
+		insert: []string{"message_id", "stage", "lane", "channel"},
+		update: []string{"status", "seq", "attempts", "last_error", "next_attempt_at", "updated_at", "finished_at",
+			"cancel_requested_at"},
+	},
+}
+
+// operatorColumnGrants are the statements giving the operator its column
+// writes on table: its table-wide INSERT and UPDATE (which a database made
+// before this release has) revoked first, which revokes the column grants
+// too, so the result is the same on every run.
+func operatorColumnGrants(table string) []string {
+	c, ok := operatorColumns[table]
+	if !ok {
+		return nil
+	}
+	id := pgx.Identifier{table}.Sanitize()
+	list := func(cols []string) string {
+		out := make([]string, len(cols))
+		for i, col := range cols {
+			out[i] = pgx.Identifier{col}.Sanitize()
+		}
+		return strings.Join(out, ", ")
+	}
+	return []string{
+		"REVOKE INSERT, UPDATE ON " + id + " FROM " + RoleOperator,
+		"GRANT INSERT (" + list(c.insert) + "), UPDATE (" + list(c.update) + ") ON " + id + " TO " + RoleOperator,
+	}
 }
 
 // RolesResult says what ApplyRoles changed.
@@ -419,15 +482,36 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 		} else {
 			stmts = append(stmts, "GRANT SELECT ON "+id+" TO "+RoleReader)
 		}
-		stmts = append(stmts, "GRANT SELECT ON "+id+" TO "+RoleOperator)
+		if hidden := operatorHiddenColumns[t.name]; len(hidden) > 0 {
+			var cols []string
+			for _, c := range t.cols {
+				if !slices.Contains(hidden, c) {
+					cols = append(cols, pgx.Identifier{c}.Sanitize())
+				}
+			}
+			stmts = append(stmts, "REVOKE SELECT ON "+id+" FROM "+RoleOperator,
+				"GRANT SELECT ("+strings.Join(cols, ", ")+") ON "+id+" TO "+RoleOperator)
+		} else {
+			stmts = append(stmts, "GRANT SELECT ON "+id+" TO "+RoleOperator)
+		}
 		if w, ok := operatorWrites[t.name]; ok {
 			stmts = append(stmts, "GRANT "+w+" ON "+id+" TO "+RoleOperator)
 		}
+		stmts = append(stmts, operatorColumnGrants(t.name)...)
 		if slices.Contains(auditTables, t.name) {
 			// Appended only through the writer's functions (roles_audit.go).
 			stmts = append(stmts, auditGrants(t.name)...)
 		} else {
 			stmts = append(stmts, "GRANT ALL ON "+id+" TO "+RoleAdmin)
+		}
+	}
+	for _, f := range operatorReadFunctions {
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", f).Scan(&exists); err != nil {
+			return fmt.Errorf("look up function %s: %w", f, err)
+		}
+		if exists { // a database migrated only part of the way has none
+			stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+f+" FROM PUBLIC", "GRANT EXECUTE ON FUNCTION "+f+" TO "+RoleOperator)
 		}
 	}
 	for _, s := range stmts {

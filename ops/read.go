@@ -74,10 +74,12 @@ var ErrNotFound = pipeline.ErrNotFound
 
 // ListMessages returns messages newest first (metadata only). A search of
 // the bodies (f.Text) reads content, and a search by patient (f.Patient)
-// tells where a patient was treated, so both are audited like a body view:
-// the search and its audit row share one transaction. The row records that
-// a search ran and what it found, never the text or identifier searched
-// for.
+// tells where a patient was treated, so both are audited like a body view.
+// A search by patient and its audit row share one transaction. A search
+// of the bodies reads them page by page through mefor_search_bodies, which
+// records each page's bodies read in that page's transaction; a last row
+// records what it found. The rows record that a search ran and what it
+// read and found, never the text or identifier searched for.
 func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilter) ([]search.MessageSummary, error) {
 	if f.Text == "" && f.Patient == "" {
 		return search.ListMessages(ctx, pool, f)
@@ -91,17 +93,32 @@ func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilte
 	if f.Patient != "" {
 		target["by_patient"] = true
 	}
+	found := func() {
+		ids := make([]int64, len(out))
+		for i, m := range out {
+			ids[i] = m.ID
+		}
+		target["message_ids"] = ids
+	}
+	if f.Text != "" {
+		var err error
+		if out, err = search.ListMessages(ctx, pool, f); err != nil {
+			recordFailure(ctx, pool, action, target, err)
+			return nil, err
+		}
+		found()
+		if err := audit.AppendAlone(ctx, pool, audit.Entry{Action: action, Target: target}); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, action, target,
 		func(tx pgx.Tx) (string, error) {
 			var err error
 			if out, err = search.ListMessages(ctx, tx, f); err != nil {
 				return "", err
 			}
-			ids := make([]int64, len(out))
-			for i, m := range out {
-				ids[i] = m.ID
-			}
-			target["message_ids"] = ids
+			found()
 			return "", nil
 		})
 	return out, err
@@ -136,22 +153,17 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 	var v MessageView
 	read := func(tx pgx.Tx) error {
 		var err error
-		if v.Message, err = search.GetMessage(ctx, tx, id, withBody); err != nil {
+		if v.Message, err = search.GetMessage(ctx, tx, id, false); err != nil {
 			return err
 		}
 		if v.Work, err = search.MessageWork(ctx, tx, id); err != nil {
 			return err
 		}
-		if v.Replies, err = search.MessageReplies(ctx, tx, id, withBody); err != nil {
+		if v.Replies, err = search.MessageReplies(ctx, tx, id, false); err != nil {
 			return err
 		}
 		if v.Events, err = search.MessageEvents(ctx, tx, id); err != nil {
 			return err
-		}
-		if withBody {
-			if v.Outbound, err = search.MessageOutbound(ctx, tx, id); err != nil {
-				return err
-			}
 		}
 		v.Origin, err = search.MessageOrigin(ctx, tx, id)
 		return err
@@ -159,14 +171,25 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 	var err error
 	switch {
 	case withBody:
+		// The bodies come last, through mefor_read_body, which appends the
+		// view-body row itself: an operator cannot read them otherwise.
 		target := map[string]any{"message_id": id}
 		err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewBody, target,
 			func(tx pgx.Tx) (string, error) {
 				if err := read(tx); err != nil {
 					return "", err
 				}
-				target["replies"] = len(v.Replies)
-				return "", nil
+				osUser, host := audit.Who()
+				b, err := search.ReadBodies(ctx, tx, id, osUser, host)
+				if err != nil {
+					return "", err
+				}
+				v.Message.Raw = b.Raw
+				for i := range v.Replies {
+					v.Replies[i].Body = b.Replies[v.Replies[i].ID]
+				}
+				v.Outbound = search.MessageOutbound(v.Work, b)
+				return noAudit, nil
 			})
 	case kr.Enabled():
 		// The error and event texts it opens can quote the message.

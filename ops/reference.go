@@ -78,41 +78,34 @@ func ShowReferenceSet(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring
 	// The values are content: the read and its audit row share one
 	// transaction. The row names the set and whether one key was asked
 	// for, never the key (it can be an identifier).
+	// The rows come through mefor_read_reference, which appends the
+	// view-reference row itself: an operator cannot read the values
+	// otherwise. The pointer's columns are read in the same snapshot.
 	target := map[string]any{"set": name, "by_key": key != ""}
 	err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewReference, target,
 		func(tx pgx.Tx) (string, error) {
-			version, snap, err := reference.LoadReferenceSnapshot(ctx, savepointBeginner{tx}, kr, name)
+			infos, err := reference.ReferenceSets(ctx, tx, []string{name})
 			if err != nil {
 				return "", err
 			}
-			// A sync may have committed between the two reads: show the rows
-			// and the columns of the version actually loaded.
-			d.Version, d.Columns = version, snap.Columns
-			for _, r := range snap.Rows {
-				switch {
-				case key != "" && r.Key != key:
-					continue
-				case limit > 0 && len(d.Rows) >= limit:
-					d.More = true
-				default:
-					d.Rows = append(d.Rows, r)
-				}
+			osUser, host := audit.Who()
+			version, rows, more, err := reference.ReadReferenceRows(ctx, tx, kr, name, infos[0].Columns, key, limit, osUser, host)
+			if err != nil {
+				return "", err
 			}
-			target["version"], target["rows"] = version, len(d.Rows)
-			return "", nil
+			if version != 0 {
+				d.Version, d.Columns = version, infos[0].Columns
+			}
+			if rows != nil {
+				d.Rows = rows
+			}
+			d.More = more
+			return noAudit, nil
 		})
 	if err != nil {
 		return nil, err
 	}
 	return d, nil
-}
-
-// savepointBeginner begins a transaction inside tx (a savepoint), for a
-// reader that starts its own transaction but must run in the audited one.
-type savepointBeginner struct{ tx pgx.Tx }
-
-func (b savepointBeginner) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
-	return b.tx.Begin(ctx)
 }
 
 // SyncReferenceSet enqueues a sync of set name now, for any node to work,

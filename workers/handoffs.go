@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/groupcommit"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
@@ -35,9 +36,9 @@ import (
 //
 // One lane must not hold up the others. Every transaction committed in
 // the group's turn, a hand-off alone included, waits for a lock at most
-// handoffLockWait (a lane an operator's transaction holds, say); when it
+// dbpool.Handoff.Lock (a lane an operator's transaction holds, say); when it
 // fails, its hand-offs leave the group and each is committed again alone,
-// waiting as long as its lock takes. And a hand-off waits for the one in
+// waiting for its lock as long as a node's session does (dbpool.NodeSession). And a hand-off waits for the one in
 // flight at most its patience before it commits alone.
 type Handoffs struct {
 	g groupcommit.Group[*handoffReq]
@@ -70,16 +71,13 @@ func (t *turnHook) call(n int) {
 // at most Limits.Batch rows).
 const maxSharedHandoffs = 16
 
-// handoffLockWait bounds how long a transaction of the group's turn waits
-// for any lock.
-const handoffLockWait = 100 * time.Millisecond
-
-// groupTx begins the transactions of the group's turns.
-var groupTx = pipeline.PipelineTxLockTimeout(handoffLockWait)
+// groupTx begins the transactions of the group's turns, under the
+// dbpool.Handoff timeouts (a lock wait of 100ms).
+var groupTx = pipeline.PipelineTxTimeouts(dbpool.Handoff)
 
 // DefaultHandoffPatience is how long a hand-off waits for the one in
 // flight before it commits alone. With no lock wait longer than
-// handoffLockWait, the turn in flight is slow only when the database is:
+// dbpool.Handoff.Lock, the turn in flight is slow only when the database is:
 // then waiting for it, and sharing the next, is cheaper than a transaction
 // more.
 const DefaultHandoffPatience = time.Second

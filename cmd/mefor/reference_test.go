@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
@@ -84,6 +87,31 @@ reference_sets:
 		targetOf(t, recs[0])["set"] != "lab-codes" || targetOf(t, recs[0])["by_key"] != true ||
 		strings.Contains(string(recs[0].Target), "GLU") {
 		t.Errorf("view-reference rows = %+v", recs)
+	}
+
+	// An operator reads the values only through mefor: `reference show`
+	// works and is recorded under its name, its own SELECT is refused.
+	f.ok(t, "migrate")
+	opName, operator := newLogin(t, db, migrations.RoleOperator)
+	if code, out, errs := as(t, operator, "reference", "show", "lab-codes", "--config", cfgPath, "--key", "GLU"); code != 0 ||
+		!strings.Contains(out, "2345-7") || strings.Contains(out, "2951-2") {
+		t.Errorf("operator: reference show --key GLU: exit %d\n%s%s", code, out, errs)
+	}
+	seen := false
+	for _, r := range f.auditRows(t, "--action", "view-reference") {
+		seen = seen || (r.DBRole == opName && targetOf(t, r)["rows"] == float64(1))
+	}
+	if !seen {
+		t.Errorf("no view-reference row of the operator showing one row")
+	}
+	opConn, err := pgx.Connect(context.Background(), operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = opConn.Close(context.Background()) }()
+	var v []byte
+	if err := opConn.QueryRow(context.Background(), `SELECT value FROM mefor_reference_row LIMIT 1`).Scan(&v); !migrations.IsPermissionDenied(err) {
+		t.Errorf("operator's SELECT of reference values: %v; want permission denied", err)
 	}
 
 	// A failing source: the command says so and exits 1; the snapshot stays.

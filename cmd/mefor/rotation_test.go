@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/mllp"
+	"github.com/mefor/mefor/internal/rotation"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
@@ -27,6 +29,26 @@ func keysStatus(t *testing.T, db *testcontainers.DB, keys string) ops.KeyStatus 
 	var st ops.KeyStatus
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("keys status --json: %v\n%s", err, out)
+	}
+	// The census an operator gets through mefor_key_census is the one the
+	// tables give, from one snapshot.
+	ctx := context.Background()
+	err := pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		viaFunction, err := rotation.KeyCensus(ctx, tx)
+		if err != nil {
+			return err
+		}
+		direct, err := rotation.KeyCensusDirect(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(viaFunction) != fmt.Sprint(direct) {
+			t.Errorf("mefor_key_census %v, the tables %v", viaFunction, direct)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return st
 }

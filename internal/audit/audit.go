@@ -258,3 +258,8 @@ func hostname() string {
 	}
 	return h
 }
+
+// Who is the operating system user and host of this process, as the audit
+// rows record them, for the functions that append an audit row in the
+// server (mefor_read_body).
+func Who() (osUserName, host string) { return osUser(), hostname() }

@@ -46,10 +46,11 @@ func DurableCommits(cfg *pgconn.Config) {
 }
 
 // CommandConfig parses a database URL into the configuration of a
-// command's pool: DefaultMaxConns unless the URL sets pool_max_conns, and
+// command's pool: DefaultMaxConns unless the URL sets pool_max_conns,
 // DurableCommits, since every command that stores or changes messages
 // (enqueue, replay, cancel, run) must not be answered before its commit is
-// on disk. A URL that does not parse is ErrInvalidURL.
+// on disk, and the CommandSession timeouts with CommandIdleInTransaction,
+// unless the URL sets them. A URL that does not parse is ErrInvalidURL.
 func CommandConfig(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -59,6 +60,7 @@ func CommandConfig(url string) (*pgxpool.Config, error) {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	DurableCommits(&cfg.ConnConfig.Config)
+	commandSessions(&cfg.ConnConfig.Config)
 	return cfg, nil
 }
 
@@ -94,8 +96,9 @@ type NodeOptions struct {
 // NodeConfig is base with the session settings a node's connections need,
 // whoever runs the node:
 //   - application_name (opts.ApplicationName);
-//   - idle_in_transaction_session_timeout (opts.LeaseTTL, unless base sets
-//     it): a node frozen or cut off in the middle of a transaction keeps
+//   - the NodeSession timeouts, unless the URL set them;
+//   - idle_in_transaction_session_timeout (opts.LeaseTTL, unless the URL
+//     sets it): a node frozen or cut off in the middle of a transaction keeps
 //     its session, and with it its lane locks and River row locks, until
 //     TCP gives up (hours), and the node taking over would wait on them.
 //     Nothing a node does sits idle inside a transaction, so the server may
@@ -116,7 +119,10 @@ func NodeConfig(base *pgxpool.Config, opts NodeOptions) *pgxpool.Config {
 		cfg.ConnConfig.RuntimeParams = params
 	}
 	params["application_name"] = opts.ApplicationName
-	if _, set := params["idle_in_transaction_session_timeout"]; !set {
+	// base is usually a command's configuration (CommandConfig): its
+	// values are the command's, which the node's replace.
+	NodeSession.sessionParams(params, &CommandSession)
+	if v, set := params["idle_in_transaction_session_timeout"]; !set || v == ms(CommandIdleInTransaction) {
 		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(opts.LeaseTTL.Milliseconds(), 10)
 	}
 	DurableCommits(&cfg.ConnConfig.Config)

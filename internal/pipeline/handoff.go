@@ -253,7 +253,7 @@ func (h *Handoff) deadLetter(row Row, reason string) {
 // longer the running one; the caller must then roll tx back, since the
 // others' writes went with it. A hand-off that is not Shareable must be
 // alone. A caller sharing tx between drainers begins it with a lock
-// timeout (PipelineTxLockTimeout), so that a lock held elsewhere
+// timeout (PipelineTxTimeouts), so that a lock held elsewhere
 // fails it rather than holding them all.
 func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Handoff) error {
 	if len(hs) > 1 {

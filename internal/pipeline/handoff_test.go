@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/jobs"
@@ -171,7 +172,7 @@ func TestReplyOnlyWithTheDeliveryRecorded(t *testing.T) {
 // routing and a third's transform are all consumed and produced, each row
 // in its own channel's lane, by one transaction; with one execution
 // superseded nothing of any of them is written; begun with a lock timeout
-// (pipeline.PipelineTxLockTimeout, as the workers begin them), a lane whose
+// (pipeline.PipelineTxTimeouts, as the workers begin them), a lane whose
 // lock is held elsewhere fails the shared transaction instead of holding
 // everyone's hand-offs, and writes nothing; a hand-off with transform state
 // is refused a shared transaction.
@@ -203,7 +204,7 @@ func TestSharedHandoffsCommitTogetherOrNotAtAll(t *testing.T) {
 				Outs: []pipeline.OutboundOut{{Destination: "d", Lane: "outbound:d", Payload: []byte("x")}}}}),
 		}
 	}
-	bounded := pipeline.PipelineTxLockTimeout(100 * time.Millisecond)
+	bounded := pipeline.PipelineTxTimeouts(dbpool.Handoff)
 	run := func(ctx context.Context, hs []*pipeline.Handoff) error {
 		return pgx.BeginTxFunc(ctx, db.Pool, bounded, func(tx pgx.Tx) error { return pipeline.RunHandoffs(ctx, tx, ins, hs...) })
 	}
@@ -310,7 +311,7 @@ func TestSharedRecordsAnswerEachLane(t *testing.T) {
 	}
 	routed := []pipeline.RouteDecision{{Outs: []pipeline.RoutedOut{{Route: "r", Handler: "h"}}}}
 	run := func(hs ...*pipeline.Handoff) error {
-		return pgx.BeginTxFunc(ctx, db.Pool, pipeline.PipelineTxLockTimeout(100*time.Millisecond), func(tx pgx.Tx) error {
+		return pgx.BeginTxFunc(ctx, db.Pool, pipeline.PipelineTxTimeouts(dbpool.Handoff), func(tx pgx.Tx) error {
 			return pipeline.RunHandoffs(ctx, tx, ins, hs...)
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/mefor/mefor/internal/dbpool"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
@@ -114,7 +116,7 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	var ids []int64
 	var act *jobs.Activation
-	err := pgx.BeginTxFunc(ctx, db, PipelineTxLockTimeout(IntakeLockTimeout), func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, db, PipelineTxTimeouts(dbpool.Intake), func(tx pgx.Tx) error {
 		var err error
 		ids, act, err = receiveTx(ctx, tx, ins, ms, true)
 		return err

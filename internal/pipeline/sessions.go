@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -47,25 +49,21 @@ var pipelineSettings = []struct{ name, value string }{
 // generic plans, in the one round trip of its BEGIN.
 var PipelineTx = pgx.TxOptions{BeginQuery: pipelineSQL("BEGIN", "SET LOCAL %s = %s")}
 
-// PipelineTxLockTimeout is PipelineTx waiting at most d for any lock
-// (lock_timeout, for the transaction only), in the same round trip: a
-// statement that would wait longer fails with lock_not_available (55P03).
-// Work shared by several callers uses it, so that one caller's lock held
-// elsewhere cannot hold the others.
-func PipelineTxLockTimeout(d time.Duration) pgx.TxOptions {
-	return pgx.TxOptions{BeginQuery: PipelineTx.BeginQuery + fmt.Sprintf("; SET LOCAL lock_timeout = '%dms'", d.Milliseconds())}
+// PipelineTxTimeouts is PipelineTx under the timeouts t (statement_timeout
+// and lock_timeout, for the transaction only; dbpool lists the kinds), in
+// the same round trip: a statement that would wait longer for a lock fails
+// with lock_not_available (55P03). Work shared by several callers uses it,
+// so that one caller's lock held elsewhere cannot hold the others.
+func PipelineTxTimeouts(t dbpool.Timeouts) pgx.TxOptions {
+	return pgx.TxOptions{BeginQuery: PipelineTx.BeginQuery + "; " + t.SetLocal()}
 }
 
-// IntakeLockTimeout bounds how long intake's transactions wait for any lock
-// (a lane lock held by an operator's open transaction, say): past it the
-// store fails with lock_not_available and the sender gets no ACK, instead
-// of every sender of the channel waiting with no end. Defaults to 5s, far
-// above what intake waits for another writer of its lanes.
-const IntakeLockTimeout = 5 * time.Second
-
-// intakeSettingsSQL is setConfigSQL with IntakeLockTimeout, first in
-// intake's one-trip batch.
-var intakeSettingsSQL = setConfigSQL + fmt.Sprintf(", set_config('lock_timeout', '%dms', true)", IntakeLockTimeout.Milliseconds())
+// intakeSettingsSQL is setConfigSQL with the dbpool.Intake timeouts, first
+// in intake's one-trip batch: a lock held elsewhere (a lane an operator's
+// open transaction holds, say) fails the store with lock_not_available
+// within the timeout, and the sender gets no ACK, instead of every sender
+// of the channel waiting with no end.
+var intakeSettingsSQL = setConfigSQL + ", " + dbpool.Intake.SetConfigLocal()
 
 // IsLockTimeout says err is a statement that waited its lock_timeout out
 // (SQLSTATE 55P03, lock_not_available).

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mefor/mefor/internal/dbpool"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
@@ -54,6 +56,9 @@ type ReferenceSetInfo struct {
 // Each row's values are sealed with kr (a code table may map patient
 // identifiers); its key stays clear, the set is always loaded whole.
 func WriteReferenceSnapshot(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, name string, snap ReferenceSnapshot) (int64, error) {
+	if _, err := tx.Exec(ctx, dbpool.ReferenceSync.SetLocal()); err != nil {
+		return 0, fmt.Errorf("write reference set %s: set timeouts: %w", name, err)
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO mefor_reference_set (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`, name); err != nil {
 		return 0, fmt.Errorf("write reference set %s: %w", name, err)
 	}
@@ -181,6 +186,48 @@ func LoadReferenceSnapshot(ctx context.Context, db Beginner, kr *crypt.Keyring, 
 		return 0, snap, fmt.Errorf("load reference set %s: %w", name, err)
 	}
 	return version, snap, nil
+}
+
+// ReadReferenceRows reads the rows of set name's live snapshot through
+// mefor_read_reference, which appends the view-reference audit row
+// (recording osUser and host) in the transaction of q: an operator holds
+// no SELECT on the values. Only key's row when key is not empty; at most
+// limit rows when limit is positive, more saying there were others. The
+// values are opened with kr and laid out in columns' order. Version 0
+// means the set has no snapshot (and nothing was recorded).
+func ReadReferenceRows(ctx context.Context, q pipeline.DBTX, kr *crypt.Keyring, name string, columns []string,
+	key string, limit int, osUser, host string) (version int64, out []ReferenceRow, more bool, err error) {
+	var keyArg *string
+	if key != "" {
+		keyArg = &key
+	}
+	rows, err := q.Query(ctx, `SELECT ref_version, row_key, row_value FROM mefor_read_reference($1, $2, $3, $4, $5)`,
+		name, keyArg, limit, osUser, host)
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("read reference set %s: %w", name, err)
+	}
+	var k string
+	var stored []byte
+	_, err = pgx.ForEachRow(rows, []any{&version, &k, &stored}, func() error {
+		if limit > 0 && len(out) == limit {
+			more = true
+			return nil
+		}
+		value, err := openReferenceValue(kr, stored)
+		if err != nil {
+			return fmt.Errorf("row %q: %w", k, err)
+		}
+		r := ReferenceRow{Key: k, Values: make([]string, len(columns))}
+		for i, c := range columns {
+			r.Values[i] = value[c]
+		}
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("read reference set %s: %w", name, err)
+	}
+	return version, out, more, nil
 }
 
 // ReferenceSets returns the pointer rows of the named sets, in the order

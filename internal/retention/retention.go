@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mefor/mefor/internal/dbpool"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/internal/pipeline"
@@ -76,11 +78,6 @@ type Counts struct {
 	// Batches is how many transactions the run committed.
 	Batches int `json:"batches"`
 }
-
-// retentionLockTimeout bounds how long a batch waits on a row lock it did
-// not expect to meet (its SKIP LOCKED / try-lock steps avoid the expected
-// ones); the batch then fails and the next run retries it.
-const retentionLockTimeout = "5s"
 
 // Run applies p to the whole database, deletions first, in batches
 // of p.Batch messages, each its own short transaction. The windows are
@@ -247,8 +244,11 @@ func (r *retention) walk(ctx context.Context, upTo int64, pick string, extra []a
 		}
 		var seen int
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+retentionLockTimeout+"'"); err != nil {
-				return fmt.Errorf("set lock timeout: %w", err)
+			// dbpool.Maintenance: a row lock it did not expect to meet (its
+			// SKIP LOCKED / try-lock steps avoid the expected ones) fails
+			// the batch within seconds, and the next run retries it.
+			if _, err := tx.Exec(ctx, dbpool.Maintenance.SetLocal()); err != nil {
+				return fmt.Errorf("set timeouts: %w", err)
 			}
 			rows, err := tx.Query(ctx, pick, append([]any{after, upTo, r.batch}, extra...)...)
 			if err != nil {

@@ -3,12 +3,14 @@ package search
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
 )
@@ -77,47 +79,92 @@ func ListMessages(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Mess
 	return out, nil
 }
 
-// textPage is how many candidate bodies searchText reads per query.
+// textPage is how many candidate messages searchText looks at per page.
 const textPage = 500
 
-// searchText answers a filter with Text. The database can match only
-// plaintext bodies, so it returns those that match and every sealed body
-// the other filters leave, page by page in the listing's order; sealed
-// ones are opened and matched here.
+// beginner starts a transaction: a pool (a transaction's Begin would make
+// a savepoint, holding every page's audit row lock until its commit).
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// searchText answers a filter with Text, page by page in the listing's
+// order, each page its own short transaction: the other filters pick a
+// page of candidates by their metadata, and mefor_search_bodies (migration
+// 022) returns those whose body holds the text in clear and every sealed
+// one, appending a search-bodies audit row naming them; sealed ones are
+// opened and matched here. Operators hold no SELECT on the bodies, so this
+// is the only way a search reads them. q must be a pool.
 func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]MessageSummary, error) {
+	db, ok := q.(beginner)
+	if !ok {
+		return nil, fmt.Errorf("search the bodies: needs a pool to run its pages on, not %T", q)
+	}
 	limit := limitOf(f.Limit)
+	meta := f
+	meta.Text = ""
+	osUser, host := audit.Who()
+	target, err := json.Marshal(map[string]any{"channel": f.Channel, "destination": f.Destination,
+		"text_bytes": len(f.Text), "by_patient": f.Patient != ""})
+	if err != nil {
+		return nil, fmt.Errorf("search the bodies: %w", err)
+	}
 	var out []MessageSummary
 	var after *MessageSummary
 	for {
-		sql, args := listMessagesSQL(f)
-		args["text"], args["sealed"], args["limit"] = []byte(f.Text), crypt.BinaryPrefix(), textPage
+		sql, args := listMessagesSQL(meta)
+		args["limit"] = textPage
 		if after != nil {
 			args["after_id"], args["after_at"] = after.ID, after.ReceivedAt
 		}
-		rows, err := q.Query(ctx, textPageSQL(sql, f, after != nil), args)
-		if err != nil {
-			return nil, fmt.Errorf("list messages: %w", err)
-		}
-		type cand struct {
-			MessageSummary
-			raw []byte
-		}
-		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
-			var c cand
-			err := r.Scan(&c.ID, &c.ReceivedAt, &c.Channel, &c.MessageType, &c.TriggerEvent,
-				&c.ControlID, &c.Status, &c.Size, &c.CutAt, &c.raw)
-			return c, err
+		var page []MessageSummary
+		bodies := map[int64][]byte{}
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, textPageSQL(sql, f, after != nil), args)
+			if err != nil {
+				return err
+			}
+			page, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageSummary, error) {
+				var m MessageSummary
+				err := r.Scan(&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
+					&m.ControlID, &m.Status, &m.Size, &m.CutAt)
+				return m, err
+			})
+			if err != nil || len(page) == 0 {
+				return err
+			}
+			ids := make([]int64, len(page))
+			for i, m := range page {
+				ids[i] = m.ID
+			}
+			rows, err = tx.Query(ctx, `SELECT message_id, raw FROM mefor_search_bodies($1, $2, $3, $4, $5)`,
+				ids, []byte(f.Text), osUser, host, string(target))
+			if err != nil {
+				return err
+			}
+			var id int64
+			var raw []byte
+			_, err = pgx.ForEachRow(rows, []any{&id, &raw}, func() error {
+				bodies[id] = raw
+				raw = nil
+				return nil
+			})
+			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("list messages: %w", err)
+			return nil, fmt.Errorf("search the bodies: %w", err)
 		}
-		for _, c := range page {
-			body, err := f.Keys.Open(pipeline.ColRaw, c.raw)
+		for _, m := range page {
+			raw, ok := bodies[m.ID]
+			if !ok {
+				continue
+			}
+			body, err := f.Keys.Open(pipeline.ColRaw, raw)
 			if err != nil {
-				return nil, fmt.Errorf("search the body of message %d: %w", c.ID, err)
+				return nil, fmt.Errorf("search the body of message %d: %w", m.ID, err)
 			}
 			if bytes.Contains(body, []byte(f.Text)) {
-				out = append(out, c.MessageSummary)
+				out = append(out, m)
 				if len(out) == limit {
 					return out, nil
 				}
@@ -126,15 +173,14 @@ func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Messag
 		if len(page) < textPage {
 			return out, nil
 		}
-		after = &page[len(page)-1].MessageSummary
+		after = &page[len(page)-1]
 	}
 }
 
 // textPageSQL turns the listing's statement into one page of searchText:
-// it also reads the body, and continues after the last row of the
-// previous page in the listing's order.
+// it continues after the last row of the previous page in the listing's
+// order.
 func textPageSQL(sql string, f MessageFilter, next bool) string {
-	sql = strings.Replace(sql, "m.status, m.size, coalesce(m.cut_at, 0)\n", "m.status, m.size, coalesce(m.cut_at, 0), m.raw\n", 1)
 	if next {
 		cond := "m.id < @after_id"
 		if !f.Until.IsZero() {
@@ -185,12 +231,6 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 	if f.Destination != "" {
 		where = append(where, "EXISTS (SELECT 1 FROM mefor_work w WHERE w.destination = @destination AND w.message_id = m.id)")
 		args["destination"] = f.Destination
-	}
-	if f.Text != "" {
-		// The plaintext bodies that match, and every sealed one (searchText
-		// opens and matches those).
-		where = append(where, "(position(@text::bytea IN m.raw) > 0 OR substring(m.raw FOR 5) = @sealed)")
-		args["text"], args["sealed"] = []byte(f.Text), crypt.BinaryPrefix()
 	}
 	sql := `
 		SELECT m.id, m.received_at, m.channel, coalesce(m.message_type, ''), coalesce(m.trigger_event, ''),

@@ -20,25 +20,59 @@ type Outbound struct {
 	Payload     []byte `json:"-"`
 }
 
-// MessageOutbound returns the outbound rows of a message with their
-// payloads, in the order they were created.
-func MessageOutbound(ctx context.Context, q pipeline.DBTX, messageID int64) ([]Outbound, error) {
-	rows, err := q.Query(ctx, `
-		SELECT id, coalesce(destination, ''), lane, status, attempts, payload
-		FROM mefor_work WHERE message_id = $1 AND stage = 'outbound'
-		ORDER BY id`, messageID)
+// Bodies are a message's stored content as mefor_read_body returns it:
+// sealed values stay sealed. Payloads and replies are keyed by their row
+// id.
+type Bodies struct {
+	Raw      []byte
+	Replies  map[int64][]byte
+	Payloads map[int64][]byte
+}
+
+// ReadBodies reads the body, partner replies and delivery payloads of a
+// message through mefor_read_body, which appends the view-body audit row
+// (recording osUser and host) in the transaction of q: an operator holds
+// no SELECT on payloads and replies. Call it last in the transaction, so
+// the audit log's lock is held only until the commit.
+func ReadBodies(ctx context.Context, q pipeline.DBTX, messageID int64, osUser, host string) (Bodies, error) {
+	b := Bodies{Replies: map[int64][]byte{}, Payloads: map[int64][]byte{}}
+	rows, err := q.Query(ctx, `SELECT kind, row_id, body FROM mefor_read_body($1, $2, $3)`, messageID, osUser, host)
 	if err != nil {
-		return nil, fmt.Errorf("read deliveries of message %d: %w", messageID, err)
+		return b, fmt.Errorf("read the bodies of message %d: %w", messageID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Outbound, error) {
-		var o Outbound
-		err := r.Scan(&o.WorkID, &o.Destination, &o.Lane, &o.Status, &o.Attempts, &o.Payload)
-		return o, err
+	var kind string
+	var id int64
+	var body []byte
+	_, err = pgx.ForEachRow(rows, []any{&kind, &id, &body}, func() error {
+		switch kind {
+		case "message":
+			b.Raw = body
+		case "reply":
+			b.Replies[id] = body
+		case "outbound":
+			b.Payloads[id] = body
+		}
+		body = nil
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read deliveries of message %d: %w", messageID, err)
+		return b, fmt.Errorf("read the bodies of message %d: %w", messageID, err)
 	}
-	return out, nil
+	return b, nil
+}
+
+// MessageOutbound is each delivery of work (a message's stage rows, in id
+// order) with its payload from b.
+func MessageOutbound(work []WorkInfo, b Bodies) []Outbound {
+	var out []Outbound
+	for _, w := range work {
+		if w.Stage != "outbound" {
+			continue
+		}
+		out = append(out, Outbound{WorkID: w.ID, Destination: w.Destination, Lane: w.Lane, Status: w.Status,
+			Attempts: w.Attempts, Payload: b.Payloads[w.ID]})
+	}
+	return out
 }
 
 // MessagesByControlID returns up to limit messages whose MSH-10 is
