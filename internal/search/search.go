@@ -112,7 +112,7 @@ func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Messag
 			return nil, fmt.Errorf("list messages: %w", err)
 		}
 		for _, c := range page {
-			body, err := f.Keys.Open(pipeline.ColRaw, c.raw)
+			body, err := f.Keys.Open(pipeline.ColRaw, pipeline.MessageRow(c.ID), c.raw)
 			if err != nil {
 				return nil, fmt.Errorf("search the body of message %d: %w", c.ID, err)
 			}
@@ -189,7 +189,7 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 	if f.Text != "" {
 		// The plaintext bodies that match, and every sealed one (searchText
 		// opens and matches those).
-		where = append(where, "(position(@text::bytea IN m.raw) > 0 OR substring(m.raw FOR 5) = @sealed)")
+		where = append(where, "(position(@text::bytea IN m.raw) > 0 OR substring(m.raw FOR 4) = @sealed)")
 		args["text"], args["sealed"] = []byte(f.Text), crypt.BinaryPrefix()
 	}
 	sql := `
