@@ -21,7 +21,6 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
-	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
@@ -548,9 +547,10 @@ func TestQuietInterfaceIsNotRefusedFirst(t *testing.T) {
 	}
 }
 
-// Intake captures PID-3.1, so a message received over MLLP is found by
-// patient.
-func TestIntakeStoresPatientForSearch(t *testing.T) {
+// Without encryption keys intake stores no patient identifier at all: the
+// patient search column holds only a keyed blind index, never the MRN in
+// clear, so nothing is found by patient.
+func TestIntakeStoresNoClearPatientWithoutKeys(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "", nil)
@@ -562,19 +562,16 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 `), nil)
 	send(t, listen, adt("S000", "P777"), adt("S001", "P888"), adt("S002", "P777"))
 
-	got, err := search.ListMessages(context.Background(), db.Pool, search.MessageFilter{Patient: "P777"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].ControlID != "S002" || got[1].ControlID != "S000" {
-		t.Fatalf("messages of patient P777 = %+v, want S002 and S000", got)
-	}
-	var stored string
+	var n, keyed int
 	if err := db.Pool.QueryRow(context.Background(),
-		`SELECT patient_key FROM mefor_message WHERE control_id = 'S001'`).Scan(&stored); err != nil {
+		`SELECT count(*), count(patient_key) FROM mefor_message`).Scan(&n, &keyed); err != nil {
 		t.Fatal(err)
 	}
-	if stored != pipeline.PatientKey(nil, "P888") {
-		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, pipeline.PatientKey(nil, "P888"))
+	if n != 3 || keyed != 0 {
+		t.Fatalf("%d messages, %d with a patient_key; want 3 and none without keys", n, keyed)
+	}
+	got, err := search.ListMessages(context.Background(), db.Pool, search.MessageFilter{Patient: "P777"})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("messages of patient P777 without keys = %+v, %v; want none", got, err)
 	}
 }
