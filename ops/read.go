@@ -17,6 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/leader"
+	"github.com/mefor/mefor/migrations"
 )
 
 // Message and status types, as ops returns them.
@@ -86,6 +87,10 @@ var ErrNotFound = pipeline.ErrNotFound
 // for.
 func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilter) ([]search.MessageSummary, error) {
 	if f.Patient != "" && !f.Keys.Enabled() {
+		// Who may search by patient is answered first, as with keys.
+		if err := migrations.RequireRole(ctx, pool, migrations.RoleOperator, "searching messages by patient"); err != nil {
+			return nil, err
+		}
 		return nil, ErrPatientSearchNeedsKeys
 	}
 	if f.Text == "" && f.Patient == "" {

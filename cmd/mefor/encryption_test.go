@@ -274,7 +274,7 @@ func TestNoPlaintextPatientDataAtRest(t *testing.T) {
 	})
 
 	dump := pgDump(t, db)
-	if !strings.Contains(dump, "mefor_message") || !strings.Contains(dump, "mfe1") {
+	if !strings.Contains(dump, "mefor_message") || !strings.Contains(dump, "mfe2") {
 		t.Fatalf("the dump does not look like mefor's data:\n%.2000s", dump)
 	}
 	secrets := []string{"WALRUS", "PX777"}

@@ -3,6 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +110,153 @@ func TestCiphertextCopiedAcrossRowsIsRefused(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "tampered") {
 		t.Fatal("the node did not log the tampered rows")
+	}
+}
+
+// A node whose database is on another host refuses to start without keys,
+// before connecting, naming the fix; --allow-plaintext-storage, keys, or a
+// database on this machine let it through.
+func TestRunRefusesPlaintextStorageOnARemoteDatabase(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	remote, conns := db.RemoteURL(t)
+	file, _, _ := archiveConfig(t)
+	var out, errb bytes.Buffer
+	code := runEnv([]string{"--database-url", remote, "--allow-insecure-database", "run", "--config", file}, &out, &errb, envWith(""))
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (refused)\n%s%s", code, out.String(), errb.String())
+	}
+	if msg := errb.String(); !strings.Contains(msg, "--allow-plaintext-storage") || !strings.Contains(msg, crypt.EnvKeys) {
+		t.Errorf("the refusal does not name the fix:\n%s", msg)
+	}
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("%d connections reached the database before the refusal", n)
+	}
+
+	for _, c := range []struct {
+		url         string
+		keys, allow bool
+	}{{remote, false, true}, {remote, true, false}, {db.URL, false, false}, {"postgres:///mefor?host=/run/postgresql", false, false}} {
+		if err := checkPlaintextStorage(c.url, c.keys, c.allow); err != nil {
+			t.Errorf("checkPlaintextStorage(keys %v, allow %v) of %s: %v", c.keys, c.allow, c.url, err)
+		}
+	}
+}
+
+// sealV1 seals plain as the release before row binding did (envelope
+// mfe1, authenticated with the column only), from the key spec "id=base64".
+func sealV1(t *testing.T, spec string, col crypt.Column, plain []byte) []byte {
+	t.Helper()
+	id, b64, _ := strings.Cut(spec, "=")
+	material, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := func(key []byte, parts ...[]byte) []byte {
+		m := hmac.New(sha256.New, key)
+		for _, p := range parts {
+			m.Write(p)
+		}
+		return m.Sum(nil)
+	}
+	sealKey := hm(material, []byte("mefor seal v1"))
+	out := append([]byte("\x00mfe1"), byte(len(id)))
+	out = append(out, id...)
+	header := len(out)
+	nonce := make([]byte, 24)
+	rand.Read(nonce)
+	out = append(out, nonce...)
+	block, err := aes.NewCipher(hm(sealKey, nonce[:12]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aad := append(append(append([]byte{}, out[:header]...), 0), col...)
+	return gcm.Seal(out, nonce[12:], plain, aad)
+}
+
+// A store sealed by the release before row binding (mfe1) still reads
+// after the upgrade; keys rotate re-seals it into the row-bound form and
+// then marks the store sealed, and the queued delivery goes out intact.
+func TestLegacyEnvelopesOpenAndAreResealedByRotate(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	ctx := context.Background()
+	k1 := newKeySpec(t, "k1")
+	kr, err := crypt.Parse(k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partnerAddr, listen := unusedAddr(t), unusedAddr(t)
+	stop, err := startPHINode(t, db, phiOpts{keys: k1, listen: listen, partner: partnerAddr, plain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendMLLP(t, listen, phiMessage("L1", "PL0001", "LEGACY^PATIENT"))
+	var msg, work int64
+	cluster.Poll(t, 30*time.Second, "the queued delivery", func() bool {
+		return db.Pool.QueryRow(ctx, `SELECT message_id, id FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`).Scan(&msg, &work) == nil
+	})
+	stop()
+
+	// The values as the previous release sealed them.
+	var raw, payload []byte
+	if err := db.Pool.QueryRow(ctx, `SELECT m.raw, w.payload FROM mefor_message m, mefor_work w WHERE m.id = $1 AND w.id = $2`, msg, work).Scan(&raw, &payload); err != nil {
+		t.Fatal(err)
+	}
+	plainRaw, err := kr.Open(pipeline.ColRaw, pipeline.MessageRow(msg), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacyRaw := sealV1(t, k1, pipeline.ColRaw, plainRaw)
+	var legacyPayload []byte
+	if payload != nil {
+		plainPayload, err := kr.Open(pipeline.ColPayload, pipeline.MessageRow(msg), payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		legacyPayload = sealV1(t, k1, pipeline.ColPayload, plainPayload)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE mefor_message SET raw = $2 WHERE id = $1`, msg, legacyRaw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE mefor_work SET payload = $2 WHERE id = $1`, work, legacyPayload); err != nil {
+		t.Fatal(err)
+	}
+
+	if code, out, errs := cli(t, db.URL, k1, "messages", "show", fmt.Sprint(msg), "--body"); code != 0 || !strings.Contains(out, "LEGACY^PATIENT") {
+		t.Fatalf("show --body of a legacy value: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := cli(t, db.URL, k1, "keys", "status"); code != 0 || !strings.Contains(out, "plaintext accepted until `mefor keys rotate` completes") {
+		t.Fatalf("keys status before the rotation: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := cli(t, db.URL, k1, "keys", "rotate"); code != 0 || !strings.Contains(out, "sealed to its row") {
+		t.Fatalf("keys rotate: exit %d\n%s%s", code, out, errs)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT raw FROM mefor_message WHERE id = $1`, msg).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(raw, crypt.BinaryHeader("k1")) {
+		t.Fatalf("the legacy body was not re-sealed row-bound: %q", raw[:min(len(raw), 8)])
+	}
+	if _, err := kr.Open(pipeline.ColRaw, pipeline.MessageRow(msg+1), raw); !crypt.IsTampered(err) {
+		t.Fatalf("the re-sealed body opens on another message's row: %v", err)
+	}
+	if code, out, errs := cli(t, db.URL, k1, "keys", "status"); code != 0 || !strings.Contains(out, "sealed store") {
+		t.Fatalf("keys status after the rotation: exit %d\n%s%s", code, out, errs)
+	}
+
+	partner := newReplyingPartnerAt(t, partnerAddr)
+	stop, err = startPHINode(t, db, phiOpts{keys: k1, listen: listen, partner: partnerAddr, plain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	cluster.Poll(t, 30*time.Second, "the delivery", func() bool { return len(partner.received()) == 1 })
+	if got := partner.received()[0]; !bytes.Contains(got, []byte("LEGACY^PATIENT")) {
+		t.Fatalf("delivered %q", got)
 	}
 }

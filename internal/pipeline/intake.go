@@ -375,11 +375,14 @@ func (c *messageColumns) set(k int, kr *crypt.Keyring, id int64, in Inbound) {
 }
 
 // patientKey is the stored form of a patient id; "" stays "" (NULL). With
-// encryption off nothing is stored: a clear identifier is never kept, so
-// patients are searchable only with keys.
+// encryption off it is UnindexedPatient: a clear identifier is never kept,
+// so patients are searchable only with keys.
 func patientKey(kr *crypt.Keyring, id string) string {
-	if id == "" || !kr.Enabled() {
+	if id == "" {
 		return ""
+	}
+	if !kr.Enabled() {
+		return UnindexedPatient
 	}
 	return PatientKey(kr, ColumnText(id))
 }

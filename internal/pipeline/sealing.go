@@ -37,10 +37,16 @@ func MessageRow(id int64) crypt.Row { return crypt.Row("message " + strconv.Form
 const patientPurpose = "patient"
 
 // PatientKey is what the store keeps, and searches by, for a patient
-// identifier (PID-3.1): mefor_message.patient_key. With encryption on it
-// is a keyed blind index (an HMAC of the id under the active key), so the
-// clear id is never stored; with it off, the id itself.
+// identifier (PID-3.1): mefor_message.patient_key, a keyed blind index (an
+// HMAC of the id under the active key), so the clear id is never stored.
+// Intake stores UnindexedPatient instead with encryption off.
 func PatientKey(kr *crypt.Keyring, id string) string { return kr.BlindIndex(patientPurpose, id) }
+
+// UnindexedPatient is what patient_key holds for a message that names a
+// patient but was stored without keys: never the identifier itself, which
+// a reader of the table would see; `mefor keys rotate` indexes it from the
+// body once keys are set.
+const UnindexedPatient = "unindexed"
 
 // PatientKeys is every form id may be stored under: its blind index under
 // each key of the ring (values indexed before a rotation keep the old

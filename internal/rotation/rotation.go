@@ -382,7 +382,7 @@ func (c SealedColumn) reseal(kr *crypt.Keyring, at crypt.Row, v any, raw []byte)
 		return string(s), true, nil
 	default:
 		stored := v.(string)
-		if _, blinded := crypt.BlindKeyID(stored); !blinded {
+		if _, blinded := crypt.BlindKeyID(stored); !blinded && stored != pipeline.UnindexedPatient {
 			// Legacy plaintext: the id itself.
 			return pipeline.PatientKey(kr, stored), true, nil
 		}
