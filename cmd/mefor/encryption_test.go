@@ -139,6 +139,8 @@ type phiOpts struct {
 	log io.Writer
 	// plain routes without the script and the reference set.
 	plain bool
+	// alerts, when set, is the config's alerts: section.
+	alerts string
 }
 
 func startPHINode(t *testing.T, db *testcontainers.DB, o phiOpts) (stop func(), err error) {
@@ -162,6 +164,7 @@ reference_sets:
 	if o.plain {
 		route, extra = "{name: out, destinations: [lab]}", ""
 	}
+	extra += o.alerts
 	file := write("mefor.yaml", fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
   adt:

@@ -79,7 +79,13 @@ func TestCiphertextCopiedAcrossRowsIsRefused(t *testing.T) {
 
 	partner := newReplyingPartnerAt(t, partnerAddr)
 	var logs fixtures.SyncBuffer
-	stop, err = startPHINode(t, db, phiOpts{keys: k1, listen: listen, partner: partnerAddr, plain: true, log: &logs})
+	stop, err = startPHINode(t, db, phiOpts{keys: k1, listen: listen, partner: partnerAddr, plain: true, log: &logs, alerts: `alerts:
+  interval: 1s
+  sinks:
+    ops: {log: {level: error}}
+  rules:
+    - {name: lab-tampered, destination: lab, tampered: 2, sinks: [ops]}
+`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +117,12 @@ func TestCiphertextCopiedAcrossRowsIsRefused(t *testing.T) {
 	if !strings.Contains(logs.String(), "tampered") {
 		t.Fatal("the node did not log the tampered rows")
 	}
+	// The alert fires on them.
+	cluster.Poll(t, 10*time.Second, "the tampered alert firing", func() bool {
+		var state string
+		_ = db.Pool.QueryRow(ctx, `SELECT state FROM mefor_alert WHERE rule = 'lab-tampered'`).Scan(&state)
+		return state == "firing" && strings.Contains(logs.String(), "2 rows dead-lettered as tampered")
+	})
 }
 
 // A node whose database is on another host refuses to start without keys,

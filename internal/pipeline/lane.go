@@ -266,10 +266,14 @@ func (e *UnopenedError) Error() string {
 
 func (e *UnopenedError) Unwrap() error { return e.Err }
 
+// TamperedPrefix starts the dead-letter reason of a tampered row.
+const TamperedPrefix = "tampered: "
+
 // TamperedReason is the dead-letter reason of a row whose body did not open
-// as sealed for it: "tampered: " and the crypt error, which names the
-// column and key, never content.
-func TamperedReason(err error) string { return "tampered: " + err.Error() }
+// as sealed for it: TamperedPrefix and the crypt error, which names the
+// column and key, never content. It is stored in clear, as mefor's other
+// reasons that quote nothing are, so alerts can count it in SQL.
+func TamperedReason(err error) string { return TamperedPrefix + err.Error() }
 
 // DeadLetterTampered dead-letters row, whose stored body is tampered
 // (crypt.IsTampered), with reason TamperedReason(cause), and finalizes its
@@ -286,8 +290,7 @@ func DeadLetterTampered(ctx context.Context, pool *pgxpool.Pool, ex Execution, r
 			return err
 		}
 		b := &pgx.Batch{}
-		reason := ex.Keys.SealString(ColError, MessageRow(row.MessageID), TamperedReason(cause))
-		QueueDeadLetter(b, []int64{row.ID}, []string{reason})
+		QueueDeadLetter(b, []int64{row.ID}, []string{TamperedReason(cause)})
 		QueueFinalize(b, []int64{row.MessageID})
 		br := tx.SendBatch(ctx, b)
 		tag, err := br.Exec()
