@@ -49,6 +49,9 @@ func TestCiphertextCopiedAcrossRowsIsRefused(t *testing.T) {
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE stage = 'outbound' AND status = 'pending'`).Scan(&n)
 		return n == 3
 	})
+	if code, out, errs := cli(t, db.URL, k1, "status"); code != 0 || !strings.Contains(out, "plaintext accepted until `mefor keys rotate` completes") {
+		t.Fatalf("status before keys rotate: exit %d\n%s%s", code, out, errs)
+	}
 	stop()
 
 	// The superuser's rewrites: C1's sealed payload onto C2's delivery,
@@ -116,6 +119,9 @@ func TestCiphertextCopiedAcrossRowsIsRefused(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "tampered") {
 		t.Fatal("the node did not log the tampered rows")
+	}
+	if code, out, errs := cli(t, db.URL, k1, "status"); code != 0 || strings.Contains(out, "plaintext accepted") {
+		t.Fatalf("status after keys rotate: exit %d\n%s%s", code, out, errs)
 	}
 	// The alert fires on them.
 	cluster.Poll(t, 10*time.Second, "the tampered alert firing", func() bool {
