@@ -387,13 +387,14 @@ func TestConfigNamesEncryptionKeys(t *testing.T) {
 		t.Fatalf("enqueue: exit %d\n%s%s", code, out, errs)
 	}
 	var raw []byte
-	if err := db.Pool.QueryRow(context.Background(), `SELECT raw FROM mefor_message`).Scan(&raw); err != nil {
+	var id int64
+	if err := db.Pool.QueryRow(context.Background(), `SELECT id, raw FROM mefor_message`).Scan(&id, &raw); err != nil {
 		t.Fatal(err)
 	}
 	if id, ok := crypt.Sealed(raw); !ok || id != "cfg1" || bytes.Contains(raw, []byte("WALRUS")) {
 		t.Fatalf("stored raw body is not sealed under cfg1 (sealed %v, key %q)", ok, id)
 	}
-	if code, out, errs := cli(t, db.URL, spec, "messages", "show", "1", "--body"); code != 0 || !strings.Contains(out, "WALRUS^GARBAGE") {
+	if code, out, errs := cli(t, db.URL, spec, "messages", "show", fmt.Sprint(id), "--body"); code != 0 || !strings.Contains(out, "WALRUS^GARBAGE") {
 		t.Fatalf("show --body with the config's keys: exit %d\n%s%s", code, out, errs)
 	}
 

@@ -207,7 +207,7 @@ func (n *Node) watchConfig(ctx context.Context, kick <-chan struct{}) {
 		case <-t.C:
 		case <-kick:
 		}
-		if err := n.checkSealedStore(ctx); err != nil && ctx.Err() == nil {
+		if err := n.checkSealedStore(ctx, false); err != nil && ctx.Err() == nil {
 			n.logger.WarnContext(ctx, "could not read whether the store is sealed", "error", err)
 		}
 		n.checkConfigVersion(ctx)

@@ -67,7 +67,7 @@ type IntakeDB interface {
 // ingress work row, the received event and the activation of the ingress
 // lane's drainer. The sender may be acknowledged only after tx commits.
 func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int64, error) {
-	ids, _, err := receiveTx(ctx, tx, ins, []Inbound{in}, false)
+	ids, _, err := receiveTx(ctx, tx, ins, []Inbound{in}, nil, false)
 	if err != nil {
 		return 0, err
 	}
@@ -107,7 +107,8 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 	if !errors.Is(err, jobs.ErrNoLiveDrainer) {
 		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
 	}
-	return ReceiveBatchActivating(ctx, db, ins, ms)
+	// The refused batch wrote nothing: its ids are still free.
+	return receiveBatchActivating(ctx, db, ins, ms, pre)
 }
 
 // ReceiveBatchActivating stores ms as ReceiveBatch does, in a transaction
@@ -120,11 +121,17 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 // The drainers it inserts are announced after the commit
 // (jobs.Activation.FinishUnannounced says why), before it returns.
 func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
+	return receiveBatchActivating(ctx, db, ins, ms, nil)
+}
+
+// receiveBatchActivating is ReceiveBatchActivating with the messages' ids
+// drawn ahead (pre), or nil to draw them in its transaction.
+func receiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound, pre []int64) ([]int64, error) {
 	var ids []int64
 	var act *jobs.Activation
 	err := pgx.BeginTxFunc(ctx, db, PipelineTxLockTimeout(IntakeLockTimeout), func(tx pgx.Tx) error {
 		var err error
-		ids, act, err = receiveTx(ctx, tx, ins, ms, true)
+		ids, act, err = receiveTx(ctx, tx, ins, ms, pre, true)
 		return err
 	})
 	if err != nil {
@@ -141,14 +148,17 @@ func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter,
 	return ids, nil
 }
 
-// receiveTx stores ms in tx, inserting the drainers their lanes lack. With
+// receiveTx stores ms in tx, inserting the drainers their lanes lack, under
+// ids pre when drawn ahead (nil: drawn here, when sealed). With
 // later set, the drainers are not announced at commit: the caller announces
 // them with the returned activation once tx has committed.
-func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound, later bool) ([]int64, *jobs.Activation, error) {
+func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound, pre []int64, later bool) ([]int64, *jobs.Activation, error) {
 	ids := make([]int64, len(ms))
-	pre, err := drawMessageIDs(ctx, tx, ms)
-	if err != nil {
-		return nil, nil, err
+	if pre == nil {
+		var err error
+		if pre, err = drawMessageIDs(ctx, tx, ms); err != nil {
+			return nil, nil, err
+		}
 	}
 	var act *jobs.Activation
 	b := &pgx.Batch{}

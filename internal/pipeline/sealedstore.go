@@ -36,3 +36,22 @@ func MarkSealedStore(ctx context.Context, q DBTX, keyID string) error {
 	}
 	return nil
 }
+
+// MarkSealedStoreIfEmpty marks the store sealed, under key id, when it
+// holds no content yet (no message, transform state or reference row): a
+// new store whose first node has keys never holds plaintext to accept. It
+// reports whether the store is sealed now.
+func MarkSealedStoreIfEmpty(ctx context.Context, q DBTX, keyID string) (bool, error) {
+	tag, err := q.Exec(ctx, `
+		INSERT INTO mefor_sealed_store (key_id)
+		SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM mefor_message) AND NOT EXISTS (SELECT 1 FROM mefor_state)
+			AND NOT EXISTS (SELECT 1 FROM mefor_reference_row)
+		ON CONFLICT (only_row) DO NOTHING`, keyID)
+	if err != nil {
+		return false, fmt.Errorf("record that a new store refuses unsealed content: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	return SealedStore(ctx, q)
+}
