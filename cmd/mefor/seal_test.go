@@ -159,6 +159,11 @@ func TestRunRefusesPlaintextStorageOnARemoteDatabase(t *testing.T) {
 			t.Errorf("checkPlaintextStorage(keys %v, allow %v) of %s: %v", c.keys, c.allow, c.url, err)
 		}
 	}
+
+	// Without keys patients are not indexed, and a search by patient says so.
+	if code, out, errs := cli(t, db.URL, "", "messages", "list", "--patient", "P100"); code == 0 || !strings.Contains(errs, "patient search needs encryption keys") {
+		t.Fatalf("messages list --patient without keys: exit %d\n%s%s", code, out, errs)
+	}
 }
 
 // sealV1 seals plain as the release before row binding did (envelope
