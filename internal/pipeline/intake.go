@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +40,9 @@ type Inbound struct {
 	// Keys seals the body (and a parse error, which may quote it) and
 	// blinds the patient id; nil stores them in clear (encryption off).
 	Keys *crypt.Keyring
+	// IDs, when set with Keys, hands out the message ids sealing needs
+	// ahead of the insert from blocks it drew; nil draws them per batch.
+	IDs *MessageIDs
 
 	// ParseError, when set, is why the message could not be parsed (never
 	// containing message content). The message is stored with status error
@@ -190,7 +195,58 @@ func drawMessageIDs(ctx context.Context, db batchSender, ms []Inbound) ([]int64,
 	if len(ms) == 0 || !ms[0].Keys.Enabled() {
 		return nil, nil
 	}
+	if ms[0].IDs != nil {
+		return ms[0].IDs.Take(ctx, db, len(ms))
+	}
 	return DrawMessageIDs(ctx, db, len(ms))
+}
+
+// MessageIDs hands out message ids drawn ahead in blocks, so that sealed
+// intake under load draws ids once per Block messages instead of once per
+// batch (a round trip every commit waited for). Ids older than MaxAge are
+// dropped unused (gaps, as an identity column leaves anyway): listings
+// take id order for receipt order, and a block drawn long ago would
+// number a message received now before ones stored since. Safe for
+// concurrent use; the zero value is ready.
+type MessageIDs struct {
+	// Block is how many ids one draw takes at least. Defaults to 64.
+	Block int
+	// MaxAge is how long drawn ids may wait to be used. Defaults to 1s.
+	MaxAge time.Duration
+
+	mu    sync.Mutex
+	free  []int64 // ascending
+	drawn time.Time
+}
+
+// Take returns n ids, ascending, after every id it returned before.
+func (a *MessageIDs) Take(ctx context.Context, db batchSender, n int) ([]int64, error) {
+	block, maxAge := a.Block, a.MaxAge
+	if block <= 0 {
+		block = 64
+	}
+	if maxAge <= 0 {
+		maxAge = time.Second
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.drawn) > maxAge {
+		a.free = nil
+	}
+	if len(a.free) < n {
+		// Drawn after the ids held, so the list stays ascending.
+		more, err := DrawMessageIDs(ctx, db, max(block, n-len(a.free)))
+		if err != nil {
+			return nil, err
+		}
+		if len(a.free) == 0 {
+			a.drawn = time.Now()
+		}
+		a.free = append(a.free, more...)
+	}
+	out := slices.Clone(a.free[:n])
+	a.free = a.free[n:]
+	return out, nil
 }
 
 // DrawMessageIDs draws n ids of mefor_message from its identity sequence,
