@@ -32,21 +32,34 @@ type KeyStatus struct {
 	Droppable []string `json:"droppable,omitempty"`
 	// Unknown are key ids values are sealed under that the ring lacks.
 	Unknown []string `json:"unknown,omitempty"`
+	// Unbound is how many content values are not sealed bound to their
+	// row (plaintext, or the legacy mfe1 envelope); SealedStore whether the
+	// store refuses them (keys rotate sealed them all).
+	Unbound     int64 `json:"unbound"`
+	SealedStore bool  `json:"sealed_store"`
 }
 
 // KeysStatus counts the sealed values by key id. It reads every content
 // row (a scan of the tables).
 func KeysStatus(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring) (*KeyStatus, error) {
 	var counts []rotation.KeyCount
+	var unbound int64
+	var sealed bool
 	err := readTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		counts, err = rotation.KeyCensus(ctx, tx)
+		if counts, err = rotation.KeyCensus(ctx, tx); err != nil {
+			return err
+		}
+		if unbound, err = rotation.Unbound(ctx, tx); err != nil {
+			return err
+		}
+		sealed, err = pipeline.SealedStore(ctx, tx)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	st := &KeyStatus{Counts: counts, ByKey: map[string]int64{}, Active: kr.ActiveID()}
+	st := &KeyStatus{Counts: counts, ByKey: map[string]int64{}, Active: kr.ActiveID(), Unbound: unbound, SealedStore: sealed}
 	if st.Counts == nil {
 		st.Counts = []rotation.KeyCount{}
 	}
@@ -94,6 +107,11 @@ type RotateResult struct {
 	// retention purged the body they are made from: once that key is
 	// dropped, --patient no longer finds those messages.
 	Kept int `json:"kept,omitempty"`
+	// SealedStore is whether the store now refuses content not sealed
+	// bound to its row; Unbound how many such values are left (rows nodes
+	// were writing: run it again).
+	SealedStore bool  `json:"sealed_store"`
+	Unbound     int64 `json:"unbound"`
 }
 
 // RotateKeys re-seals, under kr's active key, every value not under it yet:
@@ -166,6 +184,15 @@ func RotateKeys(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, opt 
 		return res, err
 	}
 	res.Left = after.Pending
+	if after.Unbound == 0 && !after.SealedStore {
+		// Everything nodes send or transform is sealed bound to its row:
+		// from now on, a value that is not was written outside mefor.
+		if err := pipeline.MarkSealedStore(ctx, pool, kr.ActiveID()); err != nil {
+			return res, err
+		}
+		after.SealedStore = true
+	}
+	res.SealedStore, res.Unbound = after.SealedStore, after.Unbound
 	return res, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/retention"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/leader"
+	"github.com/mefor/mefor/migrations"
 )
 
 // Message and status types, as ops returns them.
@@ -69,6 +70,12 @@ const (
 	StatusError     = pipeline.StatusError
 )
 
+// ErrPatientSearchNeedsKeys is a search by patient without encryption keys:
+// patients are indexed only by a keyed blind index (never the identifier
+// in clear), so without the keys there is nothing to search by.
+var ErrPatientSearchNeedsKeys = errors.New("patient search needs encryption keys: patients are indexed only under a key " +
+	"(a blind index, never the identifier in clear); set " + crypt.EnvKeys + " for this command, as on the nodes")
+
 // ErrNotFound is returned for a message id that does not exist.
 var ErrNotFound = pipeline.ErrNotFound
 
@@ -81,6 +88,13 @@ var ErrNotFound = pipeline.ErrNotFound
 // records what it found. The rows record that a search ran and what it
 // read and found, never the text or identifier searched for.
 func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilter) ([]search.MessageSummary, error) {
+	if f.Patient != "" && !f.Keys.Enabled() {
+		// Who may search by patient is answered first, as with keys.
+		if err := migrations.RequireRole(ctx, pool, migrations.RoleOperator, "searching messages by patient"); err != nil {
+			return nil, err
+		}
+		return nil, ErrPatientSearchNeedsKeys
+	}
 	if f.Text == "" && f.Patient == "" {
 		return search.ListMessages(ctx, pool, f)
 	}
@@ -210,29 +224,29 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 // openView opens the sealed parts of a message view in place.
 func openView(kr *crypt.Keyring, v *MessageView) error {
 	var err error
-	v.Message.Error = pipeline.OpenText(kr, v.Message.Error)
+	v.Message.Error = pipeline.OpenText(kr, v.Message.ID, v.Message.Error)
 	for i := range v.Work {
-		v.Work[i].LastError = pipeline.OpenText(kr, v.Work[i].LastError)
+		v.Work[i].LastError = pipeline.OpenText(kr, v.Message.ID, v.Work[i].LastError)
 	}
 	for i := range v.Events {
-		v.Events[i].Detail = pipeline.OpenText(kr, v.Events[i].Detail)
+		v.Events[i].Detail = pipeline.OpenText(kr, v.Message.ID, v.Events[i].Detail)
 	}
 	if p := v.Origin.Parent; p != nil {
-		p.Error = pipeline.OpenText(kr, p.Error)
+		p.Error = pipeline.OpenText(kr, p.ID, p.Error)
 	}
 	for i := range v.Origin.Replies {
-		v.Origin.Replies[i].Error = pipeline.OpenText(kr, v.Origin.Replies[i].Error)
+		v.Origin.Replies[i].Error = pipeline.OpenText(kr, v.Origin.Replies[i].ID, v.Origin.Replies[i].Error)
 	}
-	if v.Message.Raw, err = kr.Open(pipeline.ColRaw, v.Message.Raw); err != nil {
+	if v.Message.Raw, err = kr.Open(pipeline.ColRaw, pipeline.MessageRow(v.Message.ID), v.Message.Raw); err != nil {
 		return fmt.Errorf("message %d: %w", v.Message.ID, err)
 	}
 	for i := range v.Replies {
-		if v.Replies[i].Body, err = kr.Open(pipeline.ColReply, v.Replies[i].Body); err != nil {
+		if v.Replies[i].Body, err = kr.Open(pipeline.ColReply, pipeline.MessageRow(v.Message.ID), v.Replies[i].Body); err != nil {
 			return fmt.Errorf("message %d, reply %d: %w", v.Message.ID, v.Replies[i].ID, err)
 		}
 	}
 	for i := range v.Outbound {
-		if v.Outbound[i].Payload, err = kr.Open(pipeline.ColPayload, v.Outbound[i].Payload); err != nil {
+		if v.Outbound[i].Payload, err = kr.Open(pipeline.ColPayload, pipeline.MessageRow(v.Message.ID), v.Outbound[i].Payload); err != nil {
 			return fmt.Errorf("message %d, row %d: %w", v.Message.ID, v.Outbound[i].WorkID, err)
 		}
 	}
@@ -286,7 +300,7 @@ func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipe
 		// Sealed texts are only named (their key), not opened.
 		rows, err := search.ListDead(ctx, pool, f)
 		for i := range rows {
-			rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
+			rows[i].LastError = pipeline.OpenText(kr, rows[i].MessageID, rows[i].LastError)
 		}
 		return rows, err
 	}
@@ -308,7 +322,7 @@ func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipe
 		return nil, err
 	}
 	for i := range rows {
-		rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
+		rows[i].LastError = pipeline.OpenText(kr, rows[i].MessageID, rows[i].LastError)
 	}
 	return rows, err
 }

@@ -216,6 +216,13 @@ func measure(ctx context.Context, tx pgx.Tx, r config.AlertRule, b *search.Backl
 		}
 		out = append(out, Reading{config.ConditionDeadLetters, float64(n), float64(r.DeadLetters)})
 	}
+	if r.Tampered > 0 {
+		n, err := alert.CountTampered(ctx, tx, r.Destination, r.Channel)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Reading{config.ConditionTampered, float64(n), float64(r.Tampered)})
+	}
 	if r.NoTraffic > 0 {
 		secs, ok, err := alert.SecondsSinceTraffic(ctx, tx, r.Destination, r.Channel)
 		if err != nil {
@@ -255,6 +262,8 @@ func summary(n Notification) string {
 		cond = fmt.Sprintf("%.0f rows queued (threshold %.0f)", n.Value, n.Threshold)
 	case config.ConditionDeadLetters:
 		cond = fmt.Sprintf("%.0f dead letters (threshold %.0f)", n.Value, n.Threshold)
+	case config.ConditionTampered:
+		cond = fmt.Sprintf("%.0f rows dead-lettered as tampered, never sent (threshold %.0f)", n.Value, n.Threshold)
 	case config.ConditionNoTraffic:
 		cond = fmt.Sprintf("no traffic for %s (threshold %s)", secs(n.Value), secs(n.Threshold))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
@@ -81,6 +82,15 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 		}
 		rate.read(time.Now(), len(rows))
 		if err := pipeline.OpenBodies(d.Keys, rows); err != nil {
+			if done, terr := d.tampered(ctx, ex, lane, err); done {
+				if errors.Is(terr, pipeline.ErrSuperseded) {
+					return d.fenced(ctx, lane, ex)
+				}
+				if terr != nil {
+					return terr
+				}
+				continue // the row is dead; the lane moves on
+			}
 			// Nothing is handed on or sent from a value that did not open:
 			// the lane waits, looking again every few seconds, until the
 			// node has the key (or the value is dealt with).
@@ -126,6 +136,36 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 			}
 		}
 	}
+}
+
+// tampered dead-letters the row of err (from OpenBodies) when its body is
+// tampered: altered, copied from another message, or plaintext in a sealed
+// store. Such a value never opens, so holding the lane on it would hold it
+// for good; it is never sent, and the lane moves on past it as past any
+// dead letter (FIFO order of the other rows is kept). The dead letter is
+// counted (mefor_tampered_total) and logged at error with ids and the key,
+// never content; the dead-letter alert conditions see it. It reports
+// whether it handled err; a missing key is left to hold the lane.
+func (d *Deps) tampered(ctx context.Context, ex pipeline.Execution, lane string, err error) (bool, error) {
+	var ue *pipeline.UnopenedError
+	if !errors.As(err, &ue) || !crypt.IsTampered(err) {
+		return false, nil
+	}
+	row := ue.Row
+	dead, derr := pipeline.DeadLetterTampered(ctx, d.Pool, ex, row, ue.Err)
+	if derr != nil {
+		return true, derr
+	}
+	if dead {
+		stage, _ := jobs.StageOf(lane)
+		d.Metrics.Tampered(stage)
+		if row.Destination != "" {
+			d.Metrics.DeadLettered(row.Destination)
+		}
+		d.Logger.ErrorContext(ctx, "row dead-lettered as tampered: its stored body does not open as sealed for its message; nothing was sent",
+			"lane", lane, "work_id", row.ID, "message_id", row.MessageID, "error", ue.Err)
+	}
+	return true, nil
 }
 
 // sliceOf is how long one execution may keep its lane: slice, and up to a

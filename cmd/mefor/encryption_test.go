@@ -139,6 +139,8 @@ type phiOpts struct {
 	log io.Writer
 	// plain routes without the script and the reference set.
 	plain bool
+	// alerts, when set, is the config's alerts: section.
+	alerts string
 }
 
 func startPHINode(t *testing.T, db *testcontainers.DB, o phiOpts) (stop func(), err error) {
@@ -162,6 +164,7 @@ reference_sets:
 	if o.plain {
 		route, extra = "{name: out, destinations: [lab]}", ""
 	}
+	extra += o.alerts
 	file := write("mefor.yaml", fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
   adt:
@@ -274,7 +277,7 @@ func TestNoPlaintextPatientDataAtRest(t *testing.T) {
 	})
 
 	dump := pgDump(t, db)
-	if !strings.Contains(dump, "mefor_message") || !strings.Contains(dump, "mfe1") {
+	if !strings.Contains(dump, "mefor_message") || !strings.Contains(dump, "mfe2") {
 		t.Fatalf("the dump does not look like mefor's data:\n%.2000s", dump)
 	}
 	secrets := []string{"WALRUS", "PX777"}
@@ -384,13 +387,14 @@ func TestConfigNamesEncryptionKeys(t *testing.T) {
 		t.Fatalf("enqueue: exit %d\n%s%s", code, out, errs)
 	}
 	var raw []byte
-	if err := db.Pool.QueryRow(context.Background(), `SELECT raw FROM mefor_message`).Scan(&raw); err != nil {
+	var id int64
+	if err := db.Pool.QueryRow(context.Background(), `SELECT id, raw FROM mefor_message`).Scan(&id, &raw); err != nil {
 		t.Fatal(err)
 	}
 	if id, ok := crypt.Sealed(raw); !ok || id != "cfg1" || bytes.Contains(raw, []byte("WALRUS")) {
 		t.Fatalf("stored raw body is not sealed under cfg1 (sealed %v, key %q)", ok, id)
 	}
-	if code, out, errs := cli(t, db.URL, spec, "messages", "show", "1", "--body"); code != 0 || !strings.Contains(out, "WALRUS^GARBAGE") {
+	if code, out, errs := cli(t, db.URL, spec, "messages", "show", fmt.Sprint(id), "--body"); code != 0 || !strings.Contains(out, "WALRUS^GARBAGE") {
 		t.Fatalf("show --body with the config's keys: exit %d\n%s%s", code, out, errs)
 	}
 

@@ -88,6 +88,11 @@ func (c *keysStatusCmd) Run(ctx context.Context, g *Globals) error {
 	default:
 		fmt.Fprintf(g.stdout, "every value is under the active key %s\n", st.Active)
 	}
+	if st.SealedStore {
+		fmt.Fprintln(g.stdout, "sealed store: content that is plaintext or not bound to its row is refused as tampered")
+	} else if st.Active != "" {
+		fmt.Fprintf(g.stdout, "plaintext accepted until `mefor keys rotate` completes (%d content values not sealed to their row)\n", st.Unbound)
+	}
 	for _, id := range st.Droppable {
 		fmt.Fprintf(g.stdout, "key %s seals nothing: it can be dropped from MEFOR_ENCRYPTION_KEYS\n", id)
 	}
@@ -169,6 +174,11 @@ func (c *keysRotateCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if left := res.Left - int64(res.Kept); left > 0 {
 		fmt.Fprintf(g.stdout, "%d values were being written by nodes and were left: run 'mefor keys rotate' again\n", left)
+	}
+	if res.SealedStore {
+		fmt.Fprintln(g.stdout, "every content value is sealed to its row: nodes now refuse plaintext and values not bound to their row as tampered")
+	} else {
+		fmt.Fprintf(g.stdout, "plaintext accepted until `mefor keys rotate` completes: %d content values are not sealed to their row yet; run it again\n", res.Unbound)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
@@ -34,6 +35,8 @@ type opsFixture struct {
 	db                        *testcontainers.DB
 	q                         *river.Client[pgx.Tx]
 	done, dead, queued, fresh int64
+	// keys is the commands' MEFOR_ENCRYPTION_KEYS ("": unset).
+	keys string
 }
 
 // emptyOpsFixture is an opsFixture whose database holds no message yet.
@@ -120,7 +123,7 @@ func newOpsFixture(t *testing.T) *opsFixture {
 func (f *opsFixture) mefor(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(append(args, "--database-url", f.db.URL), &out, &errb)
+	code = runEnv(append(args, "--database-url", f.db.URL), &out, &errb, envWith(f.keys))
 	return code, out.String(), errb.String()
 }
 
@@ -357,6 +360,12 @@ func newSearchFixture(t *testing.T) *searchFixture {
 	ctx := context.Background()
 	f := &searchFixture{opsFixture: emptyOpsFixture(t), ids: map[string]int64{}}
 	db, q := f.db, f.q
+	// Patients are indexed only under a key.
+	f.keys = newKeySpec(t, "k1")
+	kr, err := crypt.Parse(f.keys)
+	if err != nil {
+		t.Fatal(err)
+	}
 	add := func(control, typ, trigger, patient, hoursAgo string, dests ...string) {
 		t.Helper()
 		body := fmt.Sprintf("MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||%s^%s|%s|P|2.5\rPID|1||%s^^^HOSP^MR||NAME-OF-%s\r",
@@ -364,7 +373,7 @@ func newSearchFixture(t *testing.T) *searchFixture {
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			id, err := pipeline.Receive(ctx, tx, q, pipeline.Inbound{
 				Channel: "adt", Source: "test", Raw: []byte(body),
-				ControlID: control, MessageType: typ, TriggerEvent: trigger, PatientID: patient,
+				ControlID: control, MessageType: typ, TriggerEvent: trigger, PatientID: patient, Keys: kr,
 			})
 			f.ids[control] = id
 			if err != nil {

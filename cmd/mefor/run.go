@@ -27,6 +27,8 @@ type runCmd struct {
 	StopTimeout     time.Duration `name:"stop-timeout" default:"30s" help:"On SIGTERM/SIGINT, how long drainers may take to finish their current row before being cancelled."`
 	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /metrics, /cluster/status, /cluster/nodes, /certificates); empty disables them. Give each node on one host its own."`
 	ReclaimInterval time.Duration `name:"reclaim-interval" placeholder:"DURATION" help:"How often River's leader re-activates lanes left with backlog and no drainer; overrides maintenance.reclaim.schedule (default 5s)."`
+	// AllowPlaintextStorage lifts checkPlaintextStorage's refusal.
+	AllowPlaintextStorage bool `name:"allow-plaintext-storage" help:"Run without encryption keys although the database is on another host: message content is then stored there in plaintext. Refused by default."`
 }
 
 func (c *runCmd) Help() string {
@@ -72,6 +74,9 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	kr, err := g.configKeyring(cfg)
 	if err != nil {
+		return err
+	}
+	if err := checkPlaintextStorage(g.DatabaseURL, kr.Enabled(), c.AllowPlaintextStorage); err != nil {
 		return err
 	}
 	nodeID := c.NodeID

@@ -16,6 +16,9 @@ func printEncryption(w io.Writer, es *ops.EncryptionStatus, mine *crypt.Keyring)
 	switch es.State() {
 	case "on":
 		fmt.Fprintf(w, "encryption at rest: on, active key %s on every live node\n", es.Nodes[0].ActiveKey)
+		if !es.SealedStore {
+			fmt.Fprintln(w, "plaintext accepted until `mefor keys rotate` completes: it seals what was stored in plaintext or before row binding, then nodes refuse such values")
+		}
 	case "off":
 		fmt.Fprintf(w, "encryption at rest: off: message content is stored in plaintext (set %s on every node; see 'mefor keys --help')\n",
 			crypt.EnvKeys)

@@ -143,6 +143,22 @@ func CountDead(ctx context.Context, q pipeline.DBTX, destination, channel string
 	return n, nil
 }
 
+// CountTampered counts the rows of a destination, or of a channel when
+// destination is empty, dead-lettered as tampered (pipeline.TamperedReason,
+// stored in clear for this count) and not replayed or cancelled since.
+func CountTampered(ctx context.Context, q pipeline.DBTX, destination, channel string) (int64, error) {
+	col, v := "destination", destination
+	if destination == "" {
+		col, v = "channel", channel
+	}
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM mefor_work WHERE status = 'dead' AND `+col+` = $1 AND starts_with(last_error, $2)`,
+		v, pipeline.TamperedPrefix).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count tampered rows: %w", err)
+	}
+	return n, nil
+}
+
 // SecondsSinceTraffic is how long ago the channel last received a message,
 // or the destination last had a delivery queued for it, by the database
 // clock; ok is false when it never did.

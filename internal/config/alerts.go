@@ -88,6 +88,10 @@ type AlertRule struct {
 	// DeadLetters breaches when at least this many rows are dead-lettered
 	// (and not yet replayed or cancelled).
 	DeadLetters int64
+	// Tampered breaches when at least this many rows are dead-lettered as
+	// tampered (a stored value that did not open as sealed for its row; not
+	// yet replayed or cancelled).
+	Tampered int64
 	// NoTraffic breaches when nothing arrived for this long: no message
 	// received on the channel, or none queued for the destination.
 	NoTraffic time.Duration
@@ -101,6 +105,7 @@ const (
 	ConditionQueueDepth   = "queue_depth"
 	ConditionDeadLetters  = "dead_letters"
 	ConditionNoTraffic    = "no_traffic"
+	ConditionTampered     = "tampered"
 )
 
 // Sink returns the sink with the given name, or nil.
@@ -198,7 +203,7 @@ func (l *loader) decodeAlertSink(name string, n *yaml.Node, p path) AlertSink {
 func (l *loader) decodeAlertRule(n *yaml.Node, p path) AlertRule {
 	var r AlertRule
 	m := l.mapping(n, p, "name", "destination", "channel",
-		ConditionOldestQueued, ConditionQueueDepth, ConditionDeadLetters, ConditionNoTraffic, "sinks")
+		ConditionOldestQueued, ConditionQueueDepth, ConditionDeadLetters, ConditionNoTraffic, ConditionTampered, "sinks")
 	decodeScalar(l, m, p, "name", &r.Name, asString)
 	decodeScalar(l, m, p, "destination", &r.Destination, asString)
 	decodeScalar(l, m, p, "channel", &r.Channel, asString)
@@ -206,6 +211,7 @@ func (l *loader) decodeAlertRule(n *yaml.Node, p path) AlertRule {
 	decodeScalar(l, m, p, ConditionQueueDepth, &r.QueueDepth, parseInt64)
 	decodeScalar(l, m, p, ConditionDeadLetters, &r.DeadLetters, parseInt64)
 	decodeScalar(l, m, p, ConditionNoTraffic, &r.NoTraffic, parseDuration)
+	decodeScalar(l, m, p, ConditionTampered, &r.Tampered, parseInt64)
 	l.strings(m, p, "sinks", &r.Sinks)
 	return r
 }
@@ -273,7 +279,7 @@ func (l *loader) checkAlerts(c *Config) {
 		}
 
 		conds := 0
-		for _, k := range []string{ConditionOldestQueued, ConditionQueueDepth, ConditionDeadLetters, ConditionNoTraffic} {
+		for _, k := range []string{ConditionOldestQueued, ConditionQueueDepth, ConditionDeadLetters, ConditionNoTraffic, ConditionTampered} {
 			kp := rp.key(k)
 			if !l.given(kp) {
 				continue
@@ -295,10 +301,14 @@ func (l *loader) checkAlerts(c *Config) {
 				if r.DeadLetters < 1 {
 					l.errorf(kp, "must be at least 1 (e.g. dead_letters: 1): the rule fires when this many rows are dead-lettered")
 				}
+			case ConditionTampered:
+				if r.Tampered < 1 {
+					l.errorf(kp, "must be at least 1 (e.g. tampered: 1): the rule fires when this many rows are dead-lettered as tampered")
+				}
 			}
 		}
 		if conds == 0 {
-			l.errorf(rp, "has no condition; give at least one of oldest_queued: 10m, queue_depth: 500, dead_letters: 1, no_traffic: 30m")
+			l.errorf(rp, "has no condition; give at least one of oldest_queued: 10m, queue_depth: 500, dead_letters: 1, no_traffic: 30m, tampered: 1")
 		}
 
 		sp := rp.key("sinks")

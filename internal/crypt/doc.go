@@ -16,12 +16,15 @@
 // A sealed value is self-describing, so a column can hold values under
 // several keys and legacy plaintext side by side:
 //
-//	bytea columns:  0x00 'm' 'f' 'e' '1' len(id) id nonce(24) ciphertext‖tag(16)
-//	text columns:   "mfe1:" id ":" base64(nonce(24) ‖ ciphertext‖tag(16))
+//	bytea columns:  0x00 'm' 'f' 'e' '2' len(id) id nonce(24) ciphertext‖tag(16)
+//	text columns:   "mfe2:" id ":" base64(nonce(24) ‖ ciphertext‖tag(16))
 //
-// A value without the prefix is legacy plaintext, written before encryption
-// was turned on (or while it was off): Open returns it as it is, and
-// `mefor keys rotate` seals it. HL7 v2 starts with "MSH" and text columns
+// Releases before row binding wrote version 1 ("\x00mfe1", "mfe1:"), the
+// same layout bound to the column only; Open still opens them, until the
+// keyring refuses unbound values (below), and Reseal turns them into
+// version 2. A value without the prefix is legacy plaintext, written before
+// encryption was turned on (or while it was off): Open returns it as it is,
+// and `mefor keys rotate` seals it. HL7 v2 starts with "MSH" and text columns
 // hold mefor's own strings, so plaintext is told apart by its first bytes;
 // the one ambiguity is a legacy bytea value that begins with the five bytes
 // 0x00 "mfe1" (a malformed message could), which reads as a sealed value
@@ -32,9 +35,22 @@
 //
 // # Authenticated data
 //
-// The envelope header (prefix and key id) and the column's name are the
-// GCM additional data: a value moved to another column, or whose key id was
-// edited, fails to open instead of decrypting into the wrong place.
+// The envelope header (prefix and key id), the column's name and the row's
+// binding (a Row: for message content "message <id>", for transform state
+// its key, for reference values their set and key; the owner of each table
+// says which) are the GCM additional data: a value moved to another column
+// or copied onto another row, or whose key id was edited, fails to open
+// (an *OpenError) instead of decrypting into the wrong place, or the wrong
+// patient's chart. A version 1 value's additional data is the header and
+// the column only.
+//
+// # Refusing unbound values
+//
+// Plaintext and version 1 values can be written or copied by anyone who
+// can write the table. Once `mefor keys rotate` has sealed every one of
+// them, the store is marked sealed and nodes call RefuseUnbound: Open then
+// refuses them with an *UnboundError. IsTampered tells both errors (never
+// use the value) from a *MissingKeyError (add the key).
 //
 // # Nonces
 //

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // EnvKeys is the environment variable that holds the keyring.
@@ -35,6 +36,9 @@ type Keyring struct {
 	active *key
 	byID   map[string]*key
 	ids    []string // as given, active first
+	// refuse is shared by every copy of the keyring a node hands out, so
+	// one RefuseUnbound reaches all its readers; nil never refuses.
+	refuse *atomic.Bool
 }
 
 // key is one keyring entry. Only derived keys are kept, never the key as
@@ -93,7 +97,7 @@ func ParseFrom(name, spec string) (*Keyring, error) {
 	if spec == "" {
 		return nil, nil
 	}
-	kr := &Keyring{byID: map[string]*key{}}
+	kr := &Keyring{byID: map[string]*key{}, refuse: new(atomic.Bool)}
 	n := 0
 	for i, entry := range strings.Split(spec, ",") {
 		entry = strings.TrimSpace(entry)
@@ -155,6 +159,35 @@ func validID(id string) bool {
 		}
 	}
 	return true
+}
+
+// RefuseUnbound makes Open and OpenString refuse, with an *UnboundError,
+// a value that is plaintext or sealed in the legacy column-bound form
+// (mfe1), instead of reading it: set once `mefor keys rotate` has sealed
+// every such value, after which one can only have been written outside
+// mefor. Reseal still reads them. It changes every reader of kr at once.
+func (kr *Keyring) RefuseUnbound(on bool) {
+	if kr != nil && kr.refuse != nil {
+		kr.refuse.Store(on)
+	}
+}
+
+// RefusesUnbound reports whether kr refuses plaintext and legacy values.
+func (kr *Keyring) RefusesUnbound() bool { return kr.refusesUnbound() }
+
+func (kr *Keyring) refusesUnbound() bool {
+	return kr != nil && kr.refuse != nil && kr.refuse.Load()
+}
+
+// lenient is kr reading plaintext and legacy values whatever RefuseUnbound
+// says: what rotation, which seals them, reads with.
+func (kr *Keyring) lenient() *Keyring {
+	if kr == nil || kr.refuse == nil {
+		return kr
+	}
+	c := *kr
+	c.refuse = nil
+	return &c
 }
 
 // Enabled reports whether values are sealed.

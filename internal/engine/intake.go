@@ -46,6 +46,8 @@ type Intake struct {
 	// log as an ERROR). Zero: always try the one round trip first.
 	Linger time.Duration
 
+	// ids are the message ids sealed intake draws ahead, a block at a time.
+	ids pipeline.MessageIDs
 	// group stores messages arriving together in one transaction.
 	group groupCommit
 	// lanes is when intake last stored a message into each ingress lane.
@@ -89,7 +91,7 @@ func (in *Intake) Receive(ctx context.Context, channel, source, remote string, r
 func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner, identity string, keep int) (Received, error) {
 	msg, perr := hl7.Parse(raw)
 	inbound := pipeline.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner,
-		SourceIdentity: identity, Keys: in.Keys, KeepUnparseable: keep}
+		SourceIdentity: identity, Keys: in.Keys, IDs: &in.ids, KeepUnparseable: keep}
 	if perr != nil {
 		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()
 	} else {

@@ -548,9 +548,11 @@ func TestQuietInterfaceIsNotRefusedFirst(t *testing.T) {
 	}
 }
 
-// Intake captures PID-3.1, so a message received over MLLP is found by
-// patient.
-func TestIntakeStoresPatientForSearch(t *testing.T) {
+// Without encryption keys intake stores no patient identifier at all: the
+// patient search column holds only a keyed blind index, never the MRN in
+// clear (without keys only a mark that the message names a patient, for
+// keys rotate to index later), so nothing is found by patient.
+func TestIntakeStoresNoClearPatientWithoutKeys(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "", nil)
@@ -562,19 +564,16 @@ func TestIntakeStoresPatientForSearch(t *testing.T) {
 `), nil)
 	send(t, listen, adt("S000", "P777"), adt("S001", "P888"), adt("S002", "P777"))
 
-	got, err := search.ListMessages(context.Background(), db.Pool, search.MessageFilter{Patient: "P777"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].ControlID != "S002" || got[1].ControlID != "S000" {
-		t.Fatalf("messages of patient P777 = %+v, want S002 and S000", got)
-	}
-	var stored string
+	var n, other int
 	if err := db.Pool.QueryRow(context.Background(),
-		`SELECT patient_key FROM mefor_message WHERE control_id = 'S001'`).Scan(&stored); err != nil {
+		`SELECT count(*), count(*) FILTER (WHERE patient_key IS DISTINCT FROM $1) FROM mefor_message`, pipeline.UnindexedPatient).Scan(&n, &other); err != nil {
 		t.Fatal(err)
 	}
-	if stored != pipeline.PatientKey(nil, "P888") {
-		t.Fatalf("patient_key = %q, want PatientKey(P888) = %q", stored, pipeline.PatientKey(nil, "P888"))
+	if n != 3 || other != 0 {
+		t.Fatalf("%d messages, %d with a patient_key other than %q; want 3 and none", n, other, pipeline.UnindexedPatient)
+	}
+	got, err := search.ListMessages(context.Background(), db.Pool, search.MessageFilter{Patient: "P777"})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("messages of patient P777 without keys = %+v, %v; want none", got, err)
 	}
 }

@@ -417,6 +417,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.graph.Store(g)
+	if err := n.checkSealedStore(ctx, true); err != nil {
+		return err
+	}
 	if err := n.membership.Join(ctx); err != nil {
 		return err
 	}

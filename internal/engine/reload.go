@@ -208,6 +208,9 @@ func (n *Node) watchConfig(ctx context.Context, kick <-chan struct{}) {
 		case <-t.C:
 		case <-kick:
 		}
+		if err := n.checkSealedStore(ctx, false); err != nil && ctx.Err() == nil {
+			n.logger.WarnContext(ctx, "could not read whether the store is sealed", "error", err)
+		}
 		n.checkConfigVersion(ctx)
 	}
 }

@@ -1,7 +1,10 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
@@ -167,5 +173,59 @@ destinations:
 		return e.Event == "replied" && strings.Contains(e.Detail, "not routed: past reply_depth_limit 8")
 	}) {
 		t.Fatalf("depth-8 message's events %+v lack the not-routed reply", v.Events)
+	}
+}
+
+// With encryption on, a reply routed back in is a message whose body is
+// sealed bound to its own id, drawn in its delivery record's transaction:
+// it opens at each of its stages, and the archive gets the partner's ACK.
+func TestRepliesRoutedBackInAreSealedToTheirMessage(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "", nil)
+	listen, archive := fixtures.FreeAddr(t), t.TempDir()
+	b := make([]byte, crypt.KeySize)
+	rand.Read(b)
+	kr, err := crypt.Parse("k1=" + base64.StdEncoding.EncodeToString(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
+cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
+channels:
+  orders:
+    inbound: {mllp: {listen: %q}}
+    routes: [{destinations: [lab]}]
+  replies:
+    routes: [{destinations: [archive]}]
+destinations:
+  lab:
+    type: mllp
+    mllp: {address: %q}
+    reply_to: replies
+  archive:
+    type: file
+    file: {directory: %q}
+`, listen, p.addr, archive)), func(o *engine.Options) { o.Keys = kr })
+
+	send(t, listen, adt("O1", "P1"), adt("O2", "P2"))
+	fixtures.Eventually(t, 20*time.Second, "two replies archived", func() bool {
+		rs := replyRows(t, db, "replies")
+		return len(rs) == 2 && !slices.ContainsFunc(rs, func(r replyRow) bool { return r.status != "processed" })
+	})
+	for _, r := range replyRows(t, db, "replies") {
+		var raw []byte
+		if err := db.Pool.QueryRow(context.Background(), `SELECT raw FROM mefor_message WHERE id = $1`, r.id).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kr.Open(pipeline.ColRaw, pipeline.MessageRow(r.id), raw); err != nil || !bytes.HasPrefix(raw, crypt.BinaryHeader("k1")) {
+			t.Fatalf("reply %d's stored body is not sealed to its message: %v", r.id, err)
+		}
+		got, err := os.ReadFile(filepath.Join(archive, fmt.Sprintf("%d.hl7", r.id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack, err := hl7.ParseACK(got); err != nil || ack.Code != hl7.AckAccept || ack.ControlID != r.parentCtl {
+			t.Fatalf("archived reply %d: %v %+v", r.id, err, ack)
+		}
 	}
 }

@@ -172,7 +172,7 @@ func (s *Store) failed(ctx context.Context, tx pgx.Tx, id int64, target map[stri
 // the code does not match.
 func (s *Store) secondFactor(ctx context.Context, tx pgx.Tx, id int64, sealed, code string, lastStep int64) (string, error) {
 	if isTOTPCode(code) {
-		secret, err := s.opts.Keys.OpenString(colTOTP, sealed)
+		secret, err := s.opts.Keys.OpenString(colTOTP, userRow(id), sealed)
 		if err != nil {
 			return "", fmt.Errorf("open TOTP secret: %w", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,6 +20,10 @@ import (
 // colTOTP is the sealed TOTP secret's column (part of its authenticated
 // data).
 const colTOTP crypt.Column = "mefor_user.totp_secret"
+
+// userRow names a user's row in a sealed value's authenticated data, so a
+// TOTP secret copied onto another user's row does not open there.
+func userRow(id int64) crypt.Row { return crypt.Row("user " + strconv.FormatInt(id, 10)) }
 
 // Lockout: LockoutFailures failed logins within LockoutWindow lock the
 // account for LockoutDuration.

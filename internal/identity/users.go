@@ -114,7 +114,7 @@ func (s *Store) enroll(ctx context.Context, tx pgx.Tx, id int64, name string) (*
 		return nil, err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE mefor_user SET totp_secret = $2, totp_last_step = 0, updated_at = now() WHERE id = $1`,
-		id, s.opts.Keys.SealString(colTOTP, secret)); err != nil {
+		id, s.opts.Keys.SealString(colTOTP, userRow(id), secret)); err != nil {
 		return nil, fmt.Errorf("store TOTP secret of %s: %w", name, err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM mefor_user_recovery_code WHERE user_id = $1`, id); err != nil {

@@ -97,6 +97,7 @@ type Metrics struct {
 	connsRefused     *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
+	tampered         *prometheus.CounterVec
 	deliveryDuration *prometheus.HistogramVec
 	ackDuration      *prometheus.HistogramVec
 	refSyncFailures  *prometheus.CounterVec
@@ -134,6 +135,8 @@ func New(opts Options) *Metrics {
 		deliveries: counterVec("deliveries_total",
 			"Delivery attempts made by this node, by destination and outcome (ok, AE, AR, timeout, refused, closed, tls, io-error).",
 			"destination", "outcome"),
+		tampered: counterVec("tampered_total",
+			"Rows dead-lettered because a stored value did not open as sealed for its row: altered, copied from another row, or plaintext in a sealed store (never sent).", "stage"),
 		deadLetters: counterVec("dead_letters_total",
 			"Deliveries this node dead-lettered (attempts used up, or the destination left the config), by destination.",
 			"destination"),
@@ -174,7 +177,7 @@ func New(opts Options) *Metrics {
 			"target"),
 	}
 	m.registry.MustRegister(
-		m.received, m.rejected, m.connsClosed, m.paced, m.connsRefused, m.deliveries, m.deadLetters, m.deliveryDuration, m.ackDuration,
+		m.received, m.rejected, m.connsClosed, m.paced, m.connsRefused, m.deliveries, m.deadLetters, m.tampered, m.deliveryDuration, m.ackDuration,
 		m.refSyncFailures, m.maintenanceRuns, m.gathers, m.sharedHandoffs, m.failedTurns,
 		m.intakeWait, m.intakeCommit, m.intakeBatch, m.sharedReads, m.egressRefused,
 		collectors.NewGoCollector(),
@@ -358,6 +361,14 @@ func (m *Metrics) DeadLettered(destination string) {
 		return
 	}
 	m.deadLetters.WithLabelValues(destination).Inc()
+}
+
+// Tampered counts a row of stage dead-lettered as tampered.
+func (m *Metrics) Tampered(stage string) {
+	if m == nil {
+		return
+	}
+	m.tampered.WithLabelValues(stage).Inc()
 }
 
 // ReferenceSyncFailed counts a failed sync of reference set set.

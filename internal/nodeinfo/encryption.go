@@ -42,6 +42,9 @@ type NodeEncryption struct {
 type EncryptionStatus struct {
 	// Nodes are the live nodes that recorded their keys.
 	Nodes []NodeEncryption `json:"nodes"`
+	// SealedStore is whether the store refuses content not sealed to its
+	// row (pipeline.SealedStore): false means plaintext is still accepted.
+	SealedStore bool `json:"sealed_store"`
 }
 
 // State sums the nodes up: "on" (every node seals under one key), "off"
@@ -86,5 +89,9 @@ func ReadEncryptionStatus(ctx context.Context, q pipeline.DBTX) (*EncryptionStat
 	if nodes == nil {
 		nodes = []NodeEncryption{}
 	}
-	return &EncryptionStatus{Nodes: nodes}, nil
+	sealed, err := pipeline.SealedStore(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read encryption status: %w", err)
+	}
+	return &EncryptionStatus{Nodes: nodes, SealedStore: sealed}, nil
 }

@@ -134,6 +134,9 @@ type pendingReply struct {
 	row   Row
 	a     Attempt // sealed
 	plain []byte
+	// id is the reply message's id, drawn ahead when its body is sealed
+	// (bound to it); 0 lets the insert draw it.
+	id int64
 }
 
 type failedRecord struct {
@@ -157,9 +160,10 @@ func prepareRecord(ex Execution, outs []Outcome, dueBy *time.Time) *Handoff {
 		// the ack code and outcome are metadata. A reply routed back in is
 		// sealed again for the message column it is stored in.
 		plain := a.Reply
-		a.Reply = ex.Keys.Seal(ColReply, a.Reply)
-		a.Error = ex.Keys.SealString(ColError, a.Error)
-		a.DeadReason = ex.Keys.SealString(ColError, a.DeadReason)
+		at := MessageRow(o.Row.MessageID)
+		a.Reply = ex.Keys.Seal(ColReply, at, a.Reply)
+		a.Error = ex.Keys.SealString(ColError, at, a.Error)
+		a.DeadReason = ex.Keys.SealString(ColError, at, a.DeadReason)
 		r.ids = append(r.ids, o.Row.ID)
 		if !o.Delivered {
 			r.failed = append(r.failed, failedRecord{o: o, a: a})
@@ -273,7 +277,7 @@ func queueRecords(b *handoff, rs []*recordArgs) {
 	}
 	for _, r := range rs {
 		for _, p := range r.replies {
-			queueReply(b, p.row, p.a, p.plain)
+			queueReply(b, p.row, p.a, p.plain, p.id)
 		}
 		for _, f := range r.failed {
 			queueFailed(b, r, f)

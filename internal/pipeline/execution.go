@@ -113,7 +113,7 @@ func (h *handoff) deadLetter(rows []Row, reasons []string) {
 	}
 	sealed := make([]string, len(reasons))
 	for i, r := range reasons {
-		sealed[i] = h.keys.SealString(ColError, r)
+		sealed[i] = h.keys.SealString(ColError, MessageRow(rows[i].MessageID), r)
 	}
 	QueueDeadLetter(&h.b, ids, sealed)
 }

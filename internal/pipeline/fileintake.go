@@ -58,13 +58,34 @@ type FileReceipt struct {
 // file already recorded stores nothing and says so (Duplicate), so a node
 // that stopped between the commit and the move, or another node taking the
 // directory over, never stores a file twice. One round trip, plus one to
-// activate the ingress lane's drainer when it has none.
+// activate the ingress lane's drainer when it has none, and with encryption
+// on one to draw the messages' ids, which their sealed bodies are bound to.
 func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile) (FileReceipt, error) {
 	lane := jobs.IngressLane(f.Channel)
 	n := len(f.Messages)
 	c := newMessageColumns(n)
+	var pre []int64
+	if f.Keys.Enabled() && n > 0 {
+		var err error
+		if pre, err = DrawMessageIDs(ctx, tx, n); err != nil {
+			return FileReceipt{}, fmt.Errorf("store file %s of channel %s: %w", f.Name, f.Channel, err)
+		}
+	}
+	idCol, idVal, override := "", "", ""
+	if pre != nil {
+		idCol, idVal, override = "id, ", "($17::bigint[])[u.n], ", " OVERRIDING SYSTEM VALUE"
+	}
 	for i, m := range f.Messages {
-		c.set(i, f.Keys, m)
+		var id int64
+		if pre != nil {
+			id = pre[i]
+		}
+		c.set(i, f.Keys, id, m)
+	}
+	args := []any{f.Channel, f.Name, f.Size, f.SHA256[:], n, c.raw, c.ctrl, c.typ, c.trig, c.app, c.fac, SourceFile, lane, f.LeaseOwner,
+		c.size, c.patient}
+	if pre != nil {
+		args = append(args, pre)
 	}
 	b := &pgx.Batch{}
 	if f.LeaseOwner != "" {
@@ -79,9 +100,9 @@ func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile
 			ON CONFLICT (channel, name, size, sha256) DO NOTHING
 			RETURNING id
 		), m AS (
-			INSERT INTO mefor_message (channel, source, control_id, message_type, trigger_event, sending_app,
-				sending_facility, size, raw, status, source_file_id, source_file_index, patient_key)
-			SELECT $1, $12, NULLIF(u.ctrl, ''), NULLIF(u.typ, ''), NULLIF(u.trig, ''), NULLIF(u.app, ''), NULLIF(u.fac, ''),
+			INSERT INTO mefor_message (`+idCol+`channel, source, control_id, message_type, trigger_event, sending_app,
+				sending_facility, size, raw, status, source_file_id, source_file_index, patient_key)`+override+`
+			SELECT `+idVal+`$1, $12, NULLIF(u.ctrl, ''), NULLIF(u.typ, ''), NULLIF(u.trig, ''), NULLIF(u.app, ''), NULLIF(u.fac, ''),
 				u.size, u.raw, 'received', f.id, u.n, NULLIF(u.patient, '')
 			FROM f CROSS JOIN unnest($6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $15::int4[], $16::text[])
 				WITH ORDINALITY AS u(raw, ctrl, typ, trig, app, fac, size, patient, n)
@@ -95,9 +116,7 @@ func ReceiveFile(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f IntakeFile
 		INSERT INTO mefor_work (message_id, stage, lane, channel)
 		SELECT id, 'ingress', $13, $1 FROM m
 		ORDER BY id
-		RETURNING message_id`,
-		f.Channel, f.Name, f.Size, f.SHA256[:], n, c.raw, c.ctrl, c.typ, c.trig, c.app, c.fac, SourceFile, lane, f.LeaseOwner,
-		c.size, c.patient).Query(func(rows pgx.Rows) error {
+		RETURNING message_id`, args...).Query(func(rows pgx.Rows) error {
 		var err error
 		r.MessageIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err

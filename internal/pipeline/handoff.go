@@ -224,7 +224,7 @@ func PrepareTransform(ex Execution, rows []Row, decisions []TransformDecision) *
 			a.oWork = append(a.oWork, row.ID)
 			a.oLane, a.oChan, a.oRoute = append(a.oLane, o.Lane), append(a.oChan, row.Channel), append(a.oRoute, row.Route)
 			a.oHandler, a.oDest = append(a.oHandler, row.Handler), append(a.oDest, o.Destination)
-			a.oPayload = append(a.oPayload, ex.Keys.Seal(ColPayload, o.Payload))
+			a.oPayload = append(a.oPayload, ex.Keys.Seal(ColPayload, MessageRow(row.MessageID), o.Payload))
 			h.lanes = append(h.lanes, o.Lane)
 		}
 		ev := EventTransformed
@@ -242,7 +242,7 @@ func PrepareTransform(ex Execution, rows []Row, decisions []TransformDecision) *
 // deadLetter adds row to h's dead letters, with its reason sealed.
 func (h *Handoff) deadLetter(row Row, reason string) {
 	h.dead = append(h.dead, row.ID)
-	h.deadReasons = append(h.deadReasons, h.ex.Keys.SealString(ColError, reason))
+	h.deadReasons = append(h.deadReasons, h.ex.Keys.SealString(ColError, MessageRow(row.MessageID), reason))
 	h.finalize = append(h.finalize, row.MessageID)
 }
 
@@ -261,6 +261,18 @@ func RunHandoffs(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, hs ...*Hando
 			if !h.Shareable() {
 				return errors.New("a hand-off that is not shareable (transform state, a failed attempt or a routed reply) cannot share its transaction")
 			}
+		}
+	}
+	if len(hs) == 1 && hs[0].rec != nil && len(hs[0].rec.replies) > 0 && hs[0].ex.Keys.Enabled() {
+		// A reply routed back in is a message whose sealed body is bound
+		// to its id: drawn first (a reply is recorded alone, and rare).
+		reps := hs[0].rec.replies
+		ids, err := DrawMessageIDs(ctx, tx, len(reps))
+		if err != nil {
+			return err
+		}
+		for i := range reps {
+			reps[i].id = ids[i]
 		}
 	}
 	var b *handoff

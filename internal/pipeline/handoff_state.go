@@ -131,7 +131,7 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 				}
 				k := readOrder[ord-1]
 				if e.Version != 0 {
-					plain, err := h.keys.Open(ColState, value)
+					plain, err := h.keys.Open(ColState, StateValueRow(k), value)
 					if err != nil {
 						return fmt.Errorf("transform state %s: %w", k, err)
 					}
@@ -187,7 +187,7 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 		setKeys = append(setKeys, k)
 		setNS, setKey = append(setNS, k.Namespace), append(setKey, forms[0])
 		setSealed = append(setSealed, SealStateKey(h.keys, k))
-		setValue, setMsg = append(setValue, h.keys.Seal(ColState, []byte(w.Value))), append(setMsg, msgOf[k])
+		setValue, setMsg = append(setValue, h.keys.Seal(ColState, StateValueRow(k), []byte(w.Value))), append(setMsg, msgOf[k])
 	}
 	if len(delNS) > 0 {
 		h.b.Queue(`

@@ -23,7 +23,7 @@ func RecordHold(ctx context.Context, tx pgx.Tx, ex Execution, row Row, reason st
 		UPDATE mefor_work SET attempts = attempts + 1, last_error = $2,
 			next_attempt_at = clock_timestamp() + make_interval(secs => $3::float8),
 			updated_at = clock_timestamp()
-		WHERE id = $1 AND status = `+PendingByID, row.ID, ex.Keys.SealString(ColError, reason), retryIn.Seconds())
+		WHERE id = $1 AND status = `+PendingByID, row.ID, ex.Keys.SealString(ColError, MessageRow(row.MessageID), reason), retryIn.Seconds())
 	if err != nil {
 		return fmt.Errorf("record hold of row %d: %w", row.ID, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/mefor/mefor/internal/dbpool"
@@ -40,6 +42,9 @@ type Inbound struct {
 	// Keys seals the body (and a parse error, which may quote it) and
 	// blinds the patient id; nil stores them in clear (encryption off).
 	Keys *crypt.Keyring
+	// IDs, when set with Keys, hands out the message ids sealing needs
+	// ahead of the insert from blocks it drew; nil draws them per batch.
+	IDs *MessageIDs
 
 	// ParseError, when set, is why the message could not be parsed (never
 	// containing message content). The message is stored with status error
@@ -69,7 +74,7 @@ type IntakeDB interface {
 // ingress work row, the received event and the activation of the ingress
 // lane's drainer. The sender may be acknowledged only after tx commits.
 func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int64, error) {
-	ids, _, err := receiveTx(ctx, tx, ins, []Inbound{in}, false)
+	ids, _, err := receiveTx(ctx, tx, ins, []Inbound{in}, nil, false)
 	if err != nil {
 		return 0, err
 	}
@@ -89,19 +94,28 @@ func Receive(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, in Inbound) (int
 // without a live drainer makes that batch fail before it writes (or draws
 // an id), and the messages are stored again in a transaction that also
 // inserts the drainer, as Receive does.
+//
+// With encryption on, the messages' ids are drawn first, in a round trip of
+// their own, because each sealed body is bound to its message's id
+// (MessageRow) and so cannot be sealed before the id is known.
 func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
 	ids := make([]int64, len(ms))
+	pre, err := drawMessageIDs(ctx, db, ms)
+	if err != nil {
+		return nil, err
+	}
 	b := &pgx.Batch{}
 	b.Queue(intakeSettingsSQL)
-	queueReceive(b, ms, ids, jobs.QueueLiveDrainerCheck)
-	err := db.SendBatch(ctx, b).Close()
+	queueReceive(b, ms, pre, ids, jobs.QueueLiveDrainerCheck)
+	err = db.SendBatch(ctx, b).Close()
 	if err == nil {
 		return ids, nil
 	}
 	if !errors.Is(err, jobs.ErrNoLiveDrainer) {
 		return nil, fmt.Errorf("store %d messages: %w", len(ms), err)
 	}
-	return ReceiveBatchActivating(ctx, db, ins, ms)
+	// The refused batch wrote nothing: its ids are still free.
+	return receiveBatchActivating(ctx, db, ins, ms, pre)
 }
 
 // ReceiveBatchActivating stores ms as ReceiveBatch does, in a transaction
@@ -114,11 +128,17 @@ func ReceiveBatch(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbo
 // The drainers it inserts are announced after the commit
 // (jobs.Activation.FinishUnannounced says why), before it returns.
 func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound) ([]int64, error) {
+	return receiveBatchActivating(ctx, db, ins, ms, nil)
+}
+
+// receiveBatchActivating is ReceiveBatchActivating with the messages' ids
+// drawn ahead (pre), or nil to draw them in its transaction.
+func receiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter, ms []Inbound, pre []int64) ([]int64, error) {
 	var ids []int64
 	var act *jobs.Activation
 	err := pgx.BeginTxFunc(ctx, db, PipelineTxTimeouts(dbpool.Intake), func(tx pgx.Tx) error {
 		var err error
-		ids, act, err = receiveTx(ctx, tx, ins, ms, true)
+		ids, act, err = receiveTx(ctx, tx, ins, ms, pre, true)
 		return err
 	})
 	if err != nil {
@@ -135,14 +155,21 @@ func ReceiveBatchActivating(ctx context.Context, db IntakeDB, ins jobs.Inserter,
 	return ids, nil
 }
 
-// receiveTx stores ms in tx, inserting the drainers their lanes lack. With
+// receiveTx stores ms in tx, inserting the drainers their lanes lack, under
+// ids pre when drawn ahead (nil: drawn here, when sealed). With
 // later set, the drainers are not announced at commit: the caller announces
 // them with the returned activation once tx has committed.
-func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound, later bool) ([]int64, *jobs.Activation, error) {
+func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound, pre []int64, later bool) ([]int64, *jobs.Activation, error) {
 	ids := make([]int64, len(ms))
+	if pre == nil {
+		var err error
+		if pre, err = drawMessageIDs(ctx, tx, ms); err != nil {
+			return nil, nil, err
+		}
+	}
 	var act *jobs.Activation
 	b := &pgx.Batch{}
-	queueReceive(b, ms, ids, func(b *pgx.Batch, lanes []string) { act = jobs.QueueActivation(b, lanes) })
+	queueReceive(b, ms, pre, ids, func(b *pgx.Batch, lanes []string) { act = jobs.QueueActivation(b, lanes) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, fmt.Errorf("store %d messages: %w", len(ms), err)
 	}
@@ -156,6 +183,96 @@ func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound, 
 	return ids, act, nil
 }
 
+// batchSender is what drawMessageIDs needs: a pool, a connection or a
+// transaction.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// drawMessageIDs draws an id for each message of ms, ascending in ms's
+// order, when they are sealed (encryption on); nil otherwise, and the
+// insert draws them. Ids drawn for messages that end up not stored (a
+// batch refused) are gaps, as an identity column leaves anyway.
+func drawMessageIDs(ctx context.Context, db batchSender, ms []Inbound) ([]int64, error) {
+	if len(ms) == 0 || !ms[0].Keys.Enabled() {
+		return nil, nil
+	}
+	if ms[0].IDs != nil {
+		return ms[0].IDs.Take(ctx, db, len(ms))
+	}
+	return DrawMessageIDs(ctx, db, len(ms))
+}
+
+// MessageIDs hands out message ids drawn ahead in blocks, so that sealed
+// intake under load draws ids once per Block messages instead of once per
+// batch (a round trip every commit waited for). Ids older than MaxAge are
+// dropped unused (gaps, as an identity column leaves anyway): listings
+// take id order for receipt order, and a block drawn long ago would
+// number a message received now before ones stored since. Safe for
+// concurrent use; the zero value is ready.
+type MessageIDs struct {
+	// Block is how many ids one draw takes at least. Defaults to 64.
+	Block int
+	// MaxAge is how long drawn ids may wait to be used. Defaults to 1s.
+	MaxAge time.Duration
+
+	mu    sync.Mutex
+	free  []int64 // ascending
+	drawn time.Time
+}
+
+// Take returns n ids, ascending, after every id it returned before.
+func (a *MessageIDs) Take(ctx context.Context, db batchSender, n int) ([]int64, error) {
+	block, maxAge := a.Block, a.MaxAge
+	if block <= 0 {
+		block = 64
+	}
+	if maxAge <= 0 {
+		maxAge = time.Second
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.drawn) > maxAge {
+		a.free = nil
+	}
+	if len(a.free) < n {
+		// Drawn after the ids held, so the list stays ascending.
+		more, err := DrawMessageIDs(ctx, db, max(block, n-len(a.free)))
+		if err != nil {
+			return nil, err
+		}
+		if len(a.free) == 0 {
+			a.drawn = time.Now()
+		}
+		a.free = append(a.free, more...)
+	}
+	out := slices.Clone(a.free[:n])
+	a.free = a.free[n:]
+	return out, nil
+}
+
+// DrawMessageIDs draws n ids of mefor_message from its identity sequence,
+// ascending, in one round trip, for writers that must seal a message's
+// content before inserting it (a sealed value is bound to its message's
+// id); they insert with OVERRIDING SYSTEM VALUE.
+func DrawMessageIDs(ctx context.Context, db batchSender, n int) ([]int64, error) {
+	b := &pgx.Batch{}
+	var ids []int64
+	b.Queue(`SELECT nextval(s::regclass) FROM pg_get_serial_sequence('mefor_message', 'id') s, generate_series(1, $1) ORDER BY 1`, n).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("draw %d message ids: %w", n, err)
+	}
+	if len(ids) != n {
+		return nil, fmt.Errorf("drew %d of %d message ids", len(ids), n)
+	}
+	return ids, nil
+}
+
 // queueReceive queues on b the writes that store ms, in this order: the lease
 // checks, the lanes' locks (sorted, as every writer takes them), the lanes'
 // activation check (queued by activate, under the locks, and before any
@@ -165,8 +282,9 @@ func receiveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, ms []Inbound, 
 //
 // seq is drawn under the lane lock in the order of ms (ids, then work rows,
 // are inserted in that order), so two messages of one lane keep the order
-// they arrived in.
-func queueReceive(b *pgx.Batch, ms []Inbound, ids []int64, activate func(b *pgx.Batch, lanes []string)) {
+// they arrived in. pre, when not nil, are the messages' ids, drawn ahead
+// (drawMessageIDs), ascending in ms's order.
+func queueReceive(b *pgx.Batch, ms []Inbound, pre, ids []int64, activate func(b *pgx.Batch, lanes []string)) {
 	var owners []string
 	for _, in := range ms {
 		if in.LeaseOwner != "" && !slices.Contains(owners, in.LeaseOwner) {
@@ -185,37 +303,55 @@ func queueReceive(b *pgx.Batch, ms []Inbound, ids []int64, activate func(b *pgx.
 	jobs.QueueLocks(b, lanes)
 	activate(b, lanes)
 	if len(parsed) > 0 {
-		queueParsed(b, ms, parsed, ids)
+		queueParsed(b, ms, parsed, pre, ids)
 	}
 	for i, in := range ms {
 		if in.ParseError != "" {
-			queueMalformed(b, in, &ids[i])
+			var id int64
+			if pre != nil {
+				id = pre[i]
+			}
+			queueMalformed(b, in, id, &ids[i])
 		}
 	}
 }
 
 // queueParsed queues one statement storing the parsed messages ms[idx...]:
 // their messages, received events and ingress rows, inserted in idx order.
-func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
+func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, pre, ids []int64) {
 	n := len(idx)
 	channel, source, remote, ident, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	c := newMessageColumns(n)
+	var given []int64
 	for k, i := range idx {
 		in := ms[i]
 		channel[k], source[k], remote[k], ident[k], lane[k] = in.Channel, in.Source, in.RemoteAddr, in.SourceIdentity, jobs.IngressLane(in.Channel)
-		c.set(k, in.Keys, in)
+		var id int64
+		if pre != nil {
+			id = pre[i]
+			given = append(given, id)
+		}
+		c.set(k, in.Keys, id, in)
 	}
-	// The message ids are drawn in u.n order, and the work rows (with their
-	// seq) in id order, so ids and seq follow idx.
+	// The message ids are drawn (or were, ascending) in u.n order, and the
+	// work rows (with their seq) in id order, so ids and seq follow idx.
+	idCol, idVal, override := "", "", ""
+	if given != nil {
+		idCol, idVal, override = "id, ", "($14::bigint[])[n], ", " OVERRIDING SYSTEM VALUE"
+	}
+	args := []any{channel, source, remote, c.ctrl, c.typ, c.trig, c.app, c.fac, c.size, c.raw, ident, c.patient, lane}
+	if given != nil {
+		args = append(args, given)
+	}
 	b.Queue(`
 		WITH u AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 				$8::text[], $9::int4[], $10::bytea[], $11::text[], $12::text[], $13::text[])
 				WITH ORDINALITY AS u(channel, source, remote, ctrl, typ, trig, app, fac, size, raw, ident, patient, lane, n)
 		), m AS (
-			INSERT INTO mefor_message (channel, source, remote_addr, control_id, message_type, trigger_event,
-				sending_app, sending_facility, size, raw, status, source_identity, patient_key)
-			SELECT channel, source, NULLIF(remote, ''), NULLIF(ctrl, ''), NULLIF(typ, ''), NULLIF(trig, ''),
+			INSERT INTO mefor_message (`+idCol+`channel, source, remote_addr, control_id, message_type, trigger_event,
+				sending_app, sending_facility, size, raw, status, source_identity, patient_key)`+override+`
+			SELECT `+idVal+`channel, source, NULLIF(remote, ''), NULLIF(ctrl, ''), NULLIF(typ, ''), NULLIF(trig, ''),
 				NULLIF(app, ''), NULLIF(fac, ''), size, raw, 'received', NULLIF(ident, ''), NULLIF(patient, '')
 			FROM u ORDER BY n
 			RETURNING id, channel, source
@@ -226,8 +362,7 @@ func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
 		SELECT m.id, 'ingress', l.lane, m.channel
 		FROM m JOIN (SELECT DISTINCT channel, lane FROM u) l ON l.channel = m.channel
 		ORDER BY m.id
-		RETURNING message_id`,
-		channel, source, remote, c.ctrl, c.typ, c.trig, c.app, c.fac, c.size, c.raw, ident, c.patient, lane).Query(func(rows pgx.Rows) error {
+		RETURNING message_id`, args...).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
 			return err
@@ -246,23 +381,29 @@ func queueParsed(b *pgx.Batch, ms []Inbound, idx []int, ids []int64) {
 // queueMalformed queues the statement storing a message that did not
 // parse, with status error and its raw body (or its first KeepUnparseable
 // bytes) for inspection, its received and failed events, and no stage work.
-func queueMalformed(b *pgx.Batch, in Inbound, id *int64) {
-	sealedErr := in.Keys.SealString(ColError, in.ParseError)
+// pre is its id when drawn ahead (drawMessageIDs), else 0.
+func queueMalformed(b *pgx.Batch, in Inbound, pre int64, id *int64) {
+	at := MessageRow(pre)
+	sealedErr := in.Keys.SealString(ColError, at, in.ParseError)
 	raw, cutAt := in.Raw, 0
 	if in.KeepUnparseable > 0 && len(raw) > in.KeepUnparseable {
 		raw, cutAt = raw[:in.KeepUnparseable], in.KeepUnparseable
 	}
+	idCol, idVal, override := "", "", ""
+	if pre != 0 {
+		idCol, idVal, override = "id, ", fmt.Sprintf("%d, ", pre), " OVERRIDING SYSTEM VALUE"
+	}
 	b.Queue(`
 		WITH m AS (
-			INSERT INTO mefor_message (channel, source, remote_addr, size, raw, status, error, source_identity, cut_at)
-			VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''), NULLIF($10, 0))
+			INSERT INTO mefor_message (`+idCol+`channel, source, remote_addr, size, raw, status, error, source_identity, cut_at)`+override+`
+			VALUES (`+idVal+`$1, $2, NULLIF($3, ''), $4, $5, 'error', $6, NULLIF($7, ''), NULLIF($10, 0))
 			RETURNING id
 		)
 		INSERT INTO mefor_event (message_id, event, detail)
 		SELECT m.id, e.event, e.detail FROM m, (VALUES (1, $8, $2), (2, $9, $6)) AS e(k, event, detail)
 		ORDER BY e.k
 		RETURNING message_id`,
-		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Keys.Seal(ColRaw, raw), sealedErr,
+		in.Channel, in.Source, in.RemoteAddr, len(in.Raw), in.Keys.Seal(ColRaw, at, raw), sealedErr,
 		in.SourceIdentity, EventReceived, EventFailed, cutAt).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
@@ -291,19 +432,25 @@ func newMessageColumns(n int) *messageColumns {
 		app: make([]string, n), fac: make([]string, n), patient: make([]string, n)}
 }
 
-// set fills row k from in, sealing and blinding with kr.
-func (c *messageColumns) set(k int, kr *crypt.Keyring, in Inbound) {
+// set fills row k from in, sealing (for message id, drawn ahead) and
+// blinding with kr.
+func (c *messageColumns) set(k int, kr *crypt.Keyring, id int64, in Inbound) {
 	// Size is the plaintext's, the body is sealed.
-	c.raw[k], c.size[k] = kr.Seal(ColRaw, in.Raw), int32(len(in.Raw))
+	c.raw[k], c.size[k] = kr.Seal(ColRaw, MessageRow(id), in.Raw), int32(len(in.Raw))
 	c.ctrl[k], c.typ[k], c.trig[k] = ColumnText(in.ControlID), ColumnText(in.MessageType), ColumnText(in.TriggerEvent)
 	c.app[k], c.fac[k] = ColumnText(in.SendingApp), ColumnText(in.SendingFacility)
 	c.patient[k] = patientKey(kr, in.PatientID)
 }
 
-// patientKey is the stored form of a patient id; "" stays "" (NULL).
+// patientKey is the stored form of a patient id; "" stays "" (NULL). With
+// encryption off it is UnindexedPatient: a clear identifier is never kept,
+// so patients are searchable only with keys.
 func patientKey(kr *crypt.Keyring, id string) string {
 	if id == "" {
 		return ""
+	}
+	if !kr.Enabled() {
+		return UnindexedPatient
 	}
 	return PatientKey(kr, ColumnText(id))
 }

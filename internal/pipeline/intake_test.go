@@ -1,8 +1,12 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
@@ -239,5 +244,75 @@ func TestActivatingIntakeAnnouncesAfterItsCommit(t *testing.T) {
 	}
 	if committed < 0 || announced < committed {
 		t.Fatalf("storing transaction committed at statement %d, announcement at %d: want the announcement after the commit", committed, announced)
+	}
+}
+
+// With encryption on, a batch's message ids are drawn before its one round
+// trip (its bodies are sealed bound to them); drawn a block at a time, a
+// batch that finds ids left costs the one round trip alone. The stored
+// bodies open under their own message's id only.
+func TestSealedIntakeDrawsIdsAheadABlockAtATime(t *testing.T) {
+	f := newFixture(t)
+	trips := &testcontainers.RoundTrips{}
+	pool := f.DB.TracedPool(t, trips)
+	if err := pool.Ping(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, crypt.KeySize)
+	rand.Read(key)
+	kr, err := crypt.Parse("k1=" + base64.StdEncoding.EncodeToString(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-a', now() + interval '1 hour')`,
+		leader.ListenerLeaseKey)
+	ids := &pipeline.MessageIDs{Block: 8, MaxAge: time.Minute}
+	sealed := func(ch, ctrl string) pipeline.Inbound {
+		in := parsedInbound(ch, ctrl, "node-a")
+		in.Keys, in.IDs = kr, ids
+		return in
+	}
+	if _, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, []pipeline.Inbound{sealed("adt", "A0")}); err != nil {
+		t.Fatal(err) // activates the lane
+	}
+	trips.N.Store(0)
+	batch := []pipeline.Inbound{sealed("adt", "A1"), sealed("adt", "A2")}
+	got, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.N.Load(); n != 1 {
+		t.Errorf("a sealed batch with ids left in the block took %d round trips, want 1", n)
+	}
+	if got[0] >= got[1] {
+		t.Errorf("ids %v do not follow the batch's order", got)
+	}
+	for i, in := range batch {
+		var raw []byte
+		if err := pool.QueryRow(f.Ctx, `SELECT raw FROM mefor_message WHERE id = $1 AND control_id = $2`, got[i], in.ControlID).Scan(&raw); err != nil {
+			t.Fatalf("message %s not stored under id %d: %v", in.ControlID, got[i], err)
+		}
+		if body, err := kr.Open(pipeline.ColRaw, pipeline.MessageRow(got[i]), raw); err != nil || !bytes.Equal(body, in.Raw) {
+			t.Errorf("message %d's body does not open under its id: %v", got[i], err)
+		}
+		if _, err := kr.Open(pipeline.ColRaw, pipeline.MessageRow(got[1-i]), raw); !crypt.IsTampered(err) {
+			t.Errorf("message %d's body opens under another message's id: %v", got[i], err)
+		}
+	}
+	// The block used up, the next batch draws again first.
+	trips.N.Store(0)
+	var more []pipeline.Inbound
+	for i := range 6 {
+		more = append(more, sealed("adt", fmt.Sprintf("B%d", i)))
+	}
+	if _, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, more); err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.N.Load(); n != 2 {
+		t.Errorf("a sealed batch past the block took %d round trips, want 2 (the draw, the batch)", n)
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -236,18 +238,74 @@ const (
 )
 
 // OpenBodies opens the bodies of rows read by PendingRows, in place. A body
-// that does not open (its key is missing, it was altered) fails the whole
-// batch with an error naming the row and the key: nothing is ever handed
-// on or sent from a value that did not open.
+// that does not open (its key is missing, it was altered, copied from
+// another message, or is plaintext in a sealed store) fails the whole batch
+// with an *UnopenedError naming the row and the key: nothing is ever
+// handed on or sent from a value that did not open.
 func OpenBodies(kr *crypt.Keyring, rows []Row) error {
 	for i := range rows {
-		body, err := kr.Open(rows[i].BodyColumn, rows[i].Body)
+		body, err := kr.Open(rows[i].BodyColumn, MessageRow(rows[i].MessageID), rows[i].Body)
 		if err != nil {
-			return fmt.Errorf("row %d of message %d: %w", rows[i].ID, rows[i].MessageID, err)
+			return &UnopenedError{Row: rows[i], Err: err}
 		}
 		rows[i].Body = body
 	}
 	return nil
+}
+
+// UnopenedError is a row whose body did not open. crypt.IsTampered(err)
+// tells a value that must never be used (dead-letter it:
+// DeadLetterTampered) from one whose key is missing (hold the lane).
+type UnopenedError struct {
+	Row Row
+	Err error
+}
+
+func (e *UnopenedError) Error() string {
+	return fmt.Sprintf("row %d of message %d: %v", e.Row.ID, e.Row.MessageID, e.Err)
+}
+
+func (e *UnopenedError) Unwrap() error { return e.Err }
+
+// TamperedPrefix starts the dead-letter reason of a tampered row.
+const TamperedPrefix = "tampered: "
+
+// TamperedReason is the dead-letter reason of a row whose body did not open
+// as sealed for it: TamperedPrefix and the crypt error, which names the
+// column and key, never content. It is stored in clear, as mefor's other
+// reasons that quote nothing are, so alerts can count it in SQL.
+func TamperedReason(err error) string { return TamperedPrefix + err.Error() }
+
+// DeadLetterTampered dead-letters row, whose stored body is tampered
+// (crypt.IsTampered), with reason TamperedReason(cause), and finalizes its
+// message, in one transaction fenced by ex under the row's lane lock. The
+// row is never handed on or sent; the lane moves on, as after any dead
+// letter. It reports whether the row was still pending.
+func DeadLetterTampered(ctx context.Context, pool *pgxpool.Pool, ex Execution, row Row, cause error) (bool, error) {
+	var n int64
+	err := pgx.BeginTxFunc(ctx, pool, PipelineTxTimeouts(dbpool.Intake), func(tx pgx.Tx) error {
+		if err := Fence(ctx, tx, ex); err != nil {
+			return err
+		}
+		if err := jobs.LockLanes(ctx, tx, []string{row.Lane}); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		QueueDeadLetter(b, []int64{row.ID}, []string{TamperedReason(cause)})
+		QueueFinalize(b, []int64{row.MessageID})
+		br := tx.SendBatch(ctx, b)
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("dead-letter tampered row %d: %w", row.ID, err)
+		}
+		n = tag.RowsAffected()
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("dead-letter tampered row %d: %w", row.ID, err)
+		}
+		return nil
+	})
+	return n > 0, err
 }
 
 // readLanesSQL reads several route or transform lanes, and

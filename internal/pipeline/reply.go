@@ -44,13 +44,21 @@ func replyLanes(routes []*ReplyRoute) []string {
 	return lanes
 }
 
+// nullID is id as an argument, NULL for 0.
+func nullID(id int64) *int64 {
+	if id == 0 {
+		return nil
+	}
+	return &id
+}
+
 // queueReply queues the reply's message, events and ingress row, after the
 // statement that records row delivered. Everything is tied, in the
 // statement, to the delivery this transaction recorded: the row must be done, with a delivered response at
 // its current attempt that no reply message links to yet, so a record that
 // found the row no longer pending produces nothing, and none is produced
 // twice.
-func queueReply(h *handoff, row Row, a Attempt, reply []byte) {
+func queueReply(h *handoff, row Row, a Attempt, reply []byte, id int64) {
 	rt := a.ReplyTo
 	const delivery = `
 		WITH w AS (
@@ -65,7 +73,7 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) {
 		h.b.Queue(delivery+`
 			INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
 			SELECT message_id, $4, id, $2, format('reply of %s bytes not routed to channel %s: %s', $3::int, $5::text, $6::text) FROM w`,
-			row.ID, row.Destination, len(reply), EventReplied, rt.Channel, h.keys.SealString(ColError, rt.NotHL7))
+			row.ID, row.Destination, len(reply), EventReplied, rt.Channel, h.keys.SealString(ColError, MessageRow(row.MessageID), rt.NotHL7))
 		return
 	}
 	lane := jobs.IngressLane(rt.Channel)
@@ -73,9 +81,9 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) {
 			SELECT w.message_id AS id, w.response_id, m.reply_depth + 1 AS depth, m.reply_depth + 1 > $5 AS over
 			FROM w JOIN mefor_message m ON m.id = w.message_id
 		), m AS (
-			INSERT INTO mefor_message (channel, source, control_id, message_type, trigger_event, sending_app,
-				sending_facility, size, raw, status, error, parent_id, parent_response_id, reply_depth)
-			SELECT $3, $7, NULLIF($8, ''), NULLIF($9, ''), NULLIF($10, ''), NULLIF($11, ''), NULLIF($12, ''),
+			INSERT INTO mefor_message (id, channel, source, control_id, message_type, trigger_event, sending_app,
+				sending_facility, size, raw, status, error, parent_id, parent_response_id, reply_depth) OVERRIDING SYSTEM VALUE
+			SELECT coalesce($15::bigint, nextval(pg_get_serial_sequence('mefor_message', 'id')::regclass)), $3, $7, NULLIF($8, ''), NULLIF($9, ''), NULLIF($10, ''), NULLIF($11, ''), NULLIF($12, ''),
 				$14::int, $6::bytea,
 				CASE WHEN p.over THEN 'error' ELSE 'received' END,
 				CASE WHEN p.over THEN format('reply %s deep, past reply_depth_limit %s of destination %s: recorded, not routed (a loop of replies?)',
@@ -101,7 +109,7 @@ func queueReply(h *handoff, row Row, a Attempt, reply []byte) {
 		)
 		INSERT INTO mefor_work (message_id, stage, lane, channel)
 		SELECT id, 'ingress', $4, $3 FROM m WHERE status = 'received'`,
-		row.ID, row.Destination, rt.Channel, lane, rt.MaxDepth, h.keys.Seal(ColRaw, reply), SourceReply,
+		row.ID, row.Destination, rt.Channel, lane, rt.MaxDepth, h.keys.Seal(ColRaw, MessageRow(id), reply), SourceReply,
 		ColumnText(rt.ControlID), ColumnText(rt.MessageType), ColumnText(rt.TriggerEvent),
-		ColumnText(rt.SendingApp), ColumnText(rt.SendingFacility), EventReplied, len(reply))
+		ColumnText(rt.SendingApp), ColumnText(rt.SendingFacility), EventReplied, len(reply), nullID(id))
 }

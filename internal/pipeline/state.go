@@ -44,7 +44,7 @@ func LoadState(ctx context.Context, q DBTX, kr *crypt.Keyring, keys []state.Key)
 			return nil, fmt.Errorf("load transform state: %w", err)
 		}
 		k := keys[ord-1]
-		if e.Value, err = decodeStateValue(kr, value); err != nil {
+		if e.Value, err = decodeStateValue(kr, k, value); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load transform state %s: %w", k, err)
 		}
@@ -73,7 +73,7 @@ func ReadState(ctx context.Context, q DBTX, kr *crypt.Keyring, namespace, key st
 		return StateRow{}, false, fmt.Errorf("read state of namespace %q: %w", namespace, err)
 	}
 	row.Key = key
-	if row.Value, err = decodeStateValue(kr, value); err != nil {
+	if row.Value, err = decodeStateValue(kr, state.Key{Namespace: namespace, Key: key}, value); err != nil {
 		return StateRow{}, false, fmt.Errorf("read state of namespace %q: %w", namespace, err)
 	}
 	if msg != nil {

@@ -63,8 +63,18 @@ func SealStateKey(kr *crypt.Keyring, k state.Key) []byte {
 	if !kr.Enabled() {
 		return nil
 	}
-	return kr.Seal(ColStateKey, []byte(k.Key))
+	return kr.Seal(ColStateKey, StateKeyRow(k.Namespace), []byte(k.Key))
 }
+
+// StateValueRow binds a transform state value to its key (see crypt.Row):
+// the key as the script wrote it, which its blind index is made from
+// again at every rotation, so the binding outlives the index.
+func StateValueRow(k state.Key) crypt.Row {
+	return crypt.Row("state " + k.Namespace + "\x00" + k.Key)
+}
+
+// StateKeyRow binds the sealed copy of a state key to its namespace.
+func StateKeyRow(namespace string) crypt.Row { return crypt.Row("state namespace " + namespace) }
 
 // StateLookup is the statement parts that find keys under all their forms:
 // FormsSQL joins mefor_state to its arguments (namespaces, forms and the
@@ -175,7 +185,7 @@ func ResealStateKeys(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, after []
 				res.Kept++ // no copy to index again from
 				continue
 			}
-			plain, err := kr.Open(ColStateKey, r.sealed)
+			plain, err := kr.Open(ColStateKey, StateKeyRow(r.ns), r.sealed)
 			if err != nil {
 				return res, fmt.Errorf("rotate mefor_state.key, namespace %q: %w", r.ns, err)
 			}
@@ -211,9 +221,9 @@ func ResealStateKeys(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, after []
 	return res, nil
 }
 
-// decodeStateValue opens a stored value.
-func decodeStateValue(kr *crypt.Keyring, value []byte) (json.RawMessage, error) {
-	plain, err := kr.Open(ColState, value)
+// decodeStateValue opens the stored value of k.
+func decodeStateValue(kr *crypt.Keyring, k state.Key, value []byte) (json.RawMessage, error) {
+	plain, err := kr.Open(ColState, StateValueRow(k), value)
 	if err != nil {
 		return nil, err
 	}

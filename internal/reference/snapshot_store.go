@@ -85,7 +85,7 @@ func WriteReferenceSnapshot(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, n
 			for j, c := range snap.Columns {
 				value[c] = r.Values[j]
 			}
-			return []any{name, version, r.Key, sealReferenceValue(kr, value)}, nil
+			return []any{name, version, r.Key, sealReferenceValue(kr, name, r.Key, value)}, nil
 		}))
 	if err != nil {
 		return 0, fmt.Errorf("write reference set %s: rows: %w", name, err)
@@ -171,7 +171,7 @@ func LoadReferenceSnapshot(ctx context.Context, db Beginner, kr *crypt.Keyring, 
 	var key string
 	var stored []byte
 	_, err = pgx.ForEachRow(rows, []any{&key, &stored}, func() error {
-		value, err := openReferenceValue(kr, stored)
+		value, err := openReferenceValue(kr, name, key, stored)
 		if err != nil {
 			return fmt.Errorf("row %q: %w", key, err)
 		}
@@ -213,7 +213,7 @@ func ReadReferenceRows(ctx context.Context, q pipeline.DBTX, kr *crypt.Keyring, 
 			more = true
 			return nil
 		}
-		value, err := openReferenceValue(kr, stored)
+		value, err := openReferenceValue(kr, name, k, stored)
 		if err != nil {
 			return fmt.Errorf("row %q: %w", k, err)
 		}
@@ -256,24 +256,33 @@ func ReferenceSets(ctx context.Context, db pipeline.DBTX, names []string) ([]Ref
 // sealReferenceValue is what mefor_reference_row.value holds for value:
 // the JSON object itself in clear, or with kr a JSON string holding the
 // object sealed (jsonb keeps the column's type either way).
-func sealReferenceValue(kr *crypt.Keyring, value map[string]string) json.RawMessage {
+func sealReferenceValue(kr *crypt.Keyring, set, key string, value map[string]string) json.RawMessage {
 	obj, _ := json.Marshal(value) // a map of strings always encodes
 	if !kr.Enabled() {
 		return obj
 	}
-	s, _ := json.Marshal(kr.SealString(pipeline.ColReference, string(obj)))
+	s, _ := json.Marshal(kr.SealString(pipeline.ColReference, ReferenceValueRow(set, key), string(obj)))
 	return s
 }
 
-// openReferenceValue reads a stored value back, sealed or clear.
-func openReferenceValue(kr *crypt.Keyring, stored []byte) (map[string]string, error) {
+// ReferenceValueRow binds a reference row's sealed value to its set and key
+// (see crypt.Row); any version of the set may hold it.
+func ReferenceValueRow(set, key string) crypt.Row {
+	return crypt.Row("reference " + set + "\x00" + key)
+}
+
+// openReferenceValue reads the stored value of key of set back, sealed or
+// clear (unless kr refuses clear values).
+func openReferenceValue(kr *crypt.Keyring, set, key string, stored []byte) (map[string]string, error) {
 	var sealed string
 	if err := json.Unmarshal(stored, &sealed); err == nil {
-		obj, err := kr.OpenString(pipeline.ColReference, sealed)
+		obj, err := kr.OpenString(pipeline.ColReference, ReferenceValueRow(set, key), sealed)
 		if err != nil {
 			return nil, err
 		}
 		stored = []byte(obj)
+	} else if kr.RefusesUnbound() {
+		return nil, &crypt.UnboundError{Column: pipeline.ColReference}
 	}
 	var value map[string]string
 	if err := json.Unmarshal(stored, &value); err != nil {

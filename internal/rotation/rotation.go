@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ import (
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/reference"
+	"github.com/mefor/mefor/internal/state"
 )
 
 // SealedColumn is one column that holds sealed values (or legacy plaintext
@@ -37,6 +39,10 @@ type SealedColumn struct {
 	// only narrows the rows: of the event details, only those of failed and
 	// dead events quote errors; the others are metadata (a route name).
 	only string
+	// bind are the SQL expressions read with each value to name its row
+	// (crypt.Row), and row makes the row of them.
+	bind string
+	row  func(kr *crypt.Keyring, ns any, vals []any) (crypt.Row, error)
 	// write stores the re-sealed values of the rows pks names (one slice
 	// per primary key column, typed as pkTypes say) in the table's owner.
 	write func(ctx context.Context, tx pgx.Tx, pks []any, values any) (int64, error)
@@ -63,20 +69,45 @@ var (
 // them. A column added to hold content must be added here (and to
 // migrations' contentColumns).
 var SealedColumns = []SealedColumn{
-	{Name: "mefor_message.raw", table: "mefor_message", column: "raw", seal: pipeline.ColRaw, kind: kindBytes, pk: idKey, pkTypes: idTypes, write: byID("mefor_message.raw")},
-	{Name: "mefor_message.patient_key", table: "mefor_message", column: "patient_key", kind: kindBlind, pk: idKey, pkTypes: idTypes, write: byID("mefor_message.patient_key")},
-	{Name: "mefor_work.payload", table: "mefor_work", column: "payload", seal: pipeline.ColPayload, kind: kindBytes, pk: idKey, pkTypes: idTypes, write: byID("mefor_work.payload")},
-	{Name: "mefor_response.body", table: "mefor_response", column: "body", seal: pipeline.ColReply, kind: kindBytes, pk: idKey, pkTypes: idTypes, write: byID("mefor_response.body")},
+	{Name: "mefor_message.raw", table: "mefor_message", column: "raw", seal: pipeline.ColRaw, kind: kindBytes, pk: idKey, pkTypes: idTypes, bind: "id", row: ofMessage, write: byID("mefor_message.raw")},
+	{Name: "mefor_message.patient_key", table: "mefor_message", column: "patient_key", kind: kindBlind, pk: idKey, pkTypes: idTypes, bind: "id", row: ofMessage, write: byID("mefor_message.patient_key")},
+	{Name: "mefor_work.payload", table: "mefor_work", column: "payload", seal: pipeline.ColPayload, kind: kindBytes, pk: idKey, pkTypes: idTypes, bind: "message_id", row: ofMessage, write: byID("mefor_work.payload")},
+	{Name: "mefor_response.body", table: "mefor_response", column: "body", seal: pipeline.ColReply, kind: kindBytes, pk: idKey, pkTypes: idTypes, bind: "message_id", row: ofMessage, write: byID("mefor_response.body")},
 	{Name: "mefor_state.value", table: "mefor_state", column: "value", seal: pipeline.ColState, kind: kindBytes,
-		pk: stateKey, pkTypes: []string{"text", "text"}, write: stateValues},
+		pk: stateKey, pkTypes: []string{"text", "text"}, bind: "key, key_sealed", row: ofState, write: stateValues},
 	{Name: "mefor_state.key", table: "mefor_state", column: "key", kind: kindStateKey,
 		pk: stateKey, pkTypes: []string{"text", "text"}},
 	{Name: "mefor_reference_row.value", table: "mefor_reference_row", column: "value", seal: pipeline.ColReference, kind: kindJSON,
-		pk: refKey, pkTypes: []string{"text", "bigint", "text"}, write: referenceValues},
-	{Name: "mefor_message.error", table: "mefor_message", column: "error", seal: pipeline.ColError, kind: kindText, pk: idKey, pkTypes: idTypes, write: byID("mefor_message.error")},
-	{Name: "mefor_work.last_error", table: "mefor_work", column: "last_error", seal: pipeline.ColError, kind: kindText, pk: idKey, pkTypes: idTypes, write: byID("mefor_work.last_error")},
-	{Name: "mefor_event.detail", table: "mefor_event", column: "detail", seal: pipeline.ColError, kind: kindText, pk: idKey, pkTypes: idTypes, write: byID("mefor_event.detail"),
+		pk: refKey, pkTypes: []string{"text", "bigint", "text"}, bind: "set_name, key", row: ofReference, write: referenceValues},
+	{Name: "mefor_message.error", table: "mefor_message", column: "error", seal: pipeline.ColError, kind: kindText, pk: idKey, pkTypes: idTypes, bind: "id", row: ofMessage, write: byID("mefor_message.error")},
+	{Name: "mefor_work.last_error", table: "mefor_work", column: "last_error", seal: pipeline.ColError, kind: kindText, pk: idKey, pkTypes: idTypes, bind: "message_id", row: ofMessage, write: byID("mefor_work.last_error")},
+	{Name: "mefor_event.detail", table: "mefor_event", column: "detail", seal: pipeline.ColError, kind: kindText, pk: idKey, pkTypes: idTypes, bind: "message_id", row: ofMessage, write: byID("mefor_event.detail"),
 		only: "event IN ('failed', 'dead', 'replied')"},
+}
+
+// ofMessage is the row of a value bound to its message (pipeline.MessageRow).
+func ofMessage(_ *crypt.Keyring, _ any, vals []any) (crypt.Row, error) {
+	return pipeline.MessageRow(vals[0].(int64)), nil
+}
+
+// ofState is the row of a transform state value: its key as the script
+// wrote it, read from its sealed copy when the stored key is a blind index.
+func ofState(kr *crypt.Keyring, ns any, vals []any) (crypt.Row, error) {
+	stored := vals[0].(string)
+	if _, blinded := crypt.BlindKeyID(stored); !blinded {
+		return pipeline.StateValueRow(state.Key{Namespace: ns.(string), Key: stored}), nil
+	}
+	sealed, _ := vals[1].([]byte)
+	plain, err := kr.Open(pipeline.ColStateKey, pipeline.StateKeyRow(ns.(string)), sealed)
+	if err != nil {
+		return "", err
+	}
+	return pipeline.StateValueRow(state.Key{Namespace: ns.(string), Key: string(plain)}), nil
+}
+
+// ofReference is the row of a reference value: its set and key.
+func ofReference(_ *crypt.Keyring, _ any, vals []any) (crypt.Row, error) {
+	return reference.ReferenceValueRow(vals[0].(string), vals[1].(string)), nil
 }
 
 // byID writes the values of an id-keyed column of the pipeline's tables.
@@ -102,17 +133,13 @@ func (c SealedColumn) keyIDSQL() string {
 	v := c.column
 	switch c.kind {
 	case kindBytes:
-		return fmt.Sprintf(`CASE WHEN substring(%[1]s FOR 5) = '\x%[2]x'::bytea THEN
+		return fmt.Sprintf(`CASE WHEN substring(%[1]s FOR 4) = '\x%[2]x'::bytea THEN
 			CASE WHEN length(%[1]s) > 5 THEN encode(substring(%[1]s FROM 7 FOR get_byte(%[1]s, 5)), 'escape') ELSE '?' END END`,
 			v, crypt.BinaryPrefix())
 	case kindText:
-		p := crypt.TextPrefix()
-		return fmt.Sprintf(`CASE WHEN position('%[2]s' IN %[1]s) > 0 THEN split_part(substr(%[1]s, position('%[2]s' IN %[1]s) + %[3]d), ':', 1) END`,
-			v, p, len(p))
+		return fmt.Sprintf(`substring(%s FROM '%s')`, v, crypt.TextPattern())
 	case kindJSON:
-		p := crypt.TextPrefix()
-		return fmt.Sprintf(`CASE WHEN jsonb_typeof(%[1]s) = 'string' AND left(%[1]s #>> '{}', %[3]d) = '%[2]s'
-			THEN split_part(substr(%[1]s #>> '{}', %[3]d + 1), ':', 1) END`, v, p, len(p))
+		return fmt.Sprintf(`CASE WHEN jsonb_typeof(%[1]s) = 'string' THEN substring(%[1]s #>> '{}' FROM '^%[2]s') END`, v, crypt.TextPattern())
 	default: // the blind indexes
 		p := crypt.BlindPrefix()
 		return fmt.Sprintf(`CASE WHEN left(%[1]s, %[3]d) = '%[2]s' THEN split_part(substr(%[1]s, %[3]d + 1), ':', 1) END`, v, p, len(p))
@@ -184,6 +211,39 @@ func KeyCensusDirect(ctx context.Context, q pipeline.DBTX) ([]KeyCount, error) {
 	return out, nil
 }
 
+// refusedColumns are the columns whose values a sealed store
+// (pipeline.SealedStore) refuses when they are not sealed row-bound: the
+// content nodes send or transform. Error and event texts are also written
+// in clear by SQL and are only ever shown, so they are not refused.
+var refusedColumns = []string{"mefor_message.raw", "mefor_work.payload", "mefor_response.body", "mefor_state.value", "mefor_reference_row.value"}
+
+// Unbound counts the values of the refused columns that are not sealed
+// bound to their row (plaintext, or the legacy mfe1 envelope): once it is
+// zero, keys rotate marks the store sealed. It reads every content row.
+func Unbound(ctx context.Context, q pipeline.DBTX) (int64, error) {
+	var total int64
+	for _, c := range SealedColumns {
+		if !slices.Contains(refusedColumns, c.Name) {
+			continue
+		}
+		var cond string
+		switch c.kind {
+		case kindBytes:
+			m := crypt.BinaryMagic()
+			cond = fmt.Sprintf(`substring(%s FOR %d) <> '\x%x'::bytea`, c.column, len(m), m)
+		case kindJSON:
+			m := crypt.TextMagic()
+			cond = fmt.Sprintf(`NOT (jsonb_typeof(%[1]s) = 'string' AND left(%[1]s #>> '{}', %[2]d) = '%[3]s')`, c.column, len(m), m)
+		}
+		var n int64
+		if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s AND %s`, c.table, c.present(), cond)).Scan(&n); err != nil {
+			return 0, fmt.Errorf("count the unsealed values of %s: %w", c.Name, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
 // IsResealConflict reports whether err is PostgreSQL aborting a
 // ResealBatch to break a deadlock (40P01) or a serialization failure
 // (40001) with a node's transaction touching the same rows in another
@@ -227,8 +287,8 @@ func ResealBatch(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, c SealedColu
 	case kindBlind:
 		value = c.column + ", raw"
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT %s, %s, coalesce(%s, '') FROM %s WHERE %s ORDER BY %s LIMIT %d FOR UPDATE SKIP LOCKED`,
-		pk, value, c.keyIDSQL(), c.table, strings.Join(where, " AND "), pk, limit), args...)
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT %s, %s, %s, coalesce(%s, '') FROM %s WHERE %s ORDER BY %s LIMIT %d FOR UPDATE SKIP LOCKED`,
+		pk, value, c.bind, c.keyIDSQL(), c.table, strings.Join(where, " AND "), pk, limit), args...)
 	if err != nil {
 		return res, fmt.Errorf("rotate %s: %w", c.Name, err)
 	}
@@ -237,6 +297,7 @@ func ResealBatch(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, c SealedColu
 		value any
 		raw   []byte
 		from  string
+		bind  []any
 	}
 	var taken []row
 	for rows.Next() {
@@ -246,9 +307,12 @@ func ResealBatch(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, c SealedColu
 			return res, fmt.Errorf("rotate %s: %w", c.Name, err)
 		}
 		r := row{pk: vals[:len(c.pk)], value: vals[len(c.pk)], from: vals[len(vals)-1].(string)}
+		bound := len(c.pk) + 1
 		if c.kind == kindBlind {
 			r.raw, _ = vals[len(c.pk)+1].([]byte)
+			bound++
 		}
+		r.bind = vals[bound : len(vals)-1]
 		taken = append(taken, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -264,7 +328,11 @@ func ResealBatch(ctx context.Context, tx pgx.Tx, kr *crypt.Keyring, c SealedColu
 	pks := make([][]any, len(c.pk))
 	var values []any
 	for _, r := range taken {
-		v, ok, err := c.reseal(kr, r.value, r.raw)
+		at, err := c.row(kr, r.pk[0], r.bind)
+		if err != nil {
+			return res, fmt.Errorf("rotate %s, row %v: %w", c.Name, r.pk, err)
+		}
+		v, ok, err := c.reseal(kr, at, r.value, r.raw)
 		if err != nil {
 			return res, fmt.Errorf("rotate %s, row %v: %w", c.Name, r.pk, err)
 		}
@@ -313,37 +381,37 @@ func (c SealedColumn) pending(active string) string {
 
 // reseal is the value of c under the active key; ok is false for a blind
 // index that cannot be made again (no body left to read the id from).
-func (c SealedColumn) reseal(kr *crypt.Keyring, v any, raw []byte) (any, bool, error) {
+func (c SealedColumn) reseal(kr *crypt.Keyring, at crypt.Row, v any, raw []byte) (any, bool, error) {
 	switch c.kind {
 	case kindBytes:
-		out, _, err := kr.Reseal(c.seal, v.([]byte))
+		out, _, err := kr.Reseal(c.seal, at, v.([]byte))
 		return out, true, err
 	case kindText:
-		out, _, err := kr.ResealString(c.seal, v.(string))
+		out, _, err := kr.ResealString(c.seal, at, v.(string))
 		return out, true, err
 	case kindJSON:
 		var sealed string
 		if err := json.Unmarshal([]byte(v.(string)), &sealed); err != nil {
 			// Legacy plaintext: the JSON object itself.
-			s, _ := json.Marshal(kr.SealString(c.seal, v.(string)))
+			s, _ := json.Marshal(kr.SealString(c.seal, at, v.(string)))
 			return string(s), true, nil
 		}
-		plain, err := kr.OpenString(c.seal, sealed)
+		out, _, err := kr.ResealString(c.seal, at, sealed)
 		if err != nil {
 			return nil, false, err
 		}
-		s, _ := json.Marshal(kr.SealString(c.seal, plain))
+		s, _ := json.Marshal(out)
 		return string(s), true, nil
 	default:
 		stored := v.(string)
-		if _, blinded := crypt.BlindKeyID(stored); !blinded {
+		if _, blinded := crypt.BlindKeyID(stored); !blinded && stored != pipeline.UnindexedPatient {
 			// Legacy plaintext: the id itself.
 			return pipeline.PatientKey(kr, stored), true, nil
 		}
 		if raw == nil {
 			return nil, false, nil
 		}
-		body, err := kr.Open(pipeline.ColRaw, raw)
+		body, err := kr.Open(pipeline.ColRaw, at, raw)
 		if err != nil {
 			return nil, false, err
 		}

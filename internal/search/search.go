@@ -159,7 +159,7 @@ func searchText(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Messag
 			if !ok {
 				continue
 			}
-			body, err := f.Keys.Open(pipeline.ColRaw, raw)
+			body, err := f.Keys.Open(pipeline.ColRaw, pipeline.MessageRow(m.ID), raw)
 			if err != nil {
 				return nil, fmt.Errorf("search the body of message %d: %w", m.ID, err)
 			}

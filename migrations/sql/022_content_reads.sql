@@ -58,12 +58,10 @@ BEGIN
         ('mefor_event', 'detail', 'text', 'event IN (''failed'', ''dead'', ''replied'')')
     ) AS v(tbl, col, kind, only_if) LOOP
         expr := CASE c.kind
-            WHEN 'bytes' THEN format($f$CASE WHEN substring(%1$I FOR 5) = '\x006d666531'::bytea THEN
+            WHEN 'bytes' THEN format($f$CASE WHEN substring(%1$I FOR 4) = '\x006d6665'::bytea THEN
                 CASE WHEN length(%1$I) > 5 THEN encode(substring(%1$I FROM 7 FOR get_byte(%1$I, 5)), 'escape') ELSE '?' END END$f$, c.col)
-            WHEN 'text' THEN format($f$CASE WHEN position('mfe1:' IN %1$I) > 0
-                THEN split_part(substr(%1$I, position('mfe1:' IN %1$I) + 5), ':', 1) END$f$, c.col)
-            WHEN 'json' THEN format($f$CASE WHEN jsonb_typeof(%1$I) = 'string' AND left(%1$I #>> '{}', 5) = 'mfe1:'
-                THEN split_part(substr(%1$I #>> '{}', 6), ':', 1) END$f$, c.col)
+            WHEN 'text' THEN format($f$substring(%1$I FROM 'mfe[12]:([^:]*):')$f$, c.col)
+            WHEN 'json' THEN format($f$CASE WHEN jsonb_typeof(%1$I) = 'string' THEN substring(%1$I #>> '{}' FROM '^mfe[12]:([^:]*):') END$f$, c.col)
             ELSE format($f$CASE WHEN left(%1$I, 4) = 'bi1:' THEN split_part(substr(%1$I, 5), ':', 1) END$f$, c.col)
         END;
         cond := format('%I IS NOT NULL', c.col);
@@ -99,11 +97,11 @@ BEGIN
     END IF;
     RETURN QUERY SELECT m.id, m.raw FROM mefor_message m
         WHERE m.id = ANY(p_ids)
-          AND (position(p_text IN m.raw) > 0 OR substring(m.raw FOR 5) = '\x006d666531'::bytea)
+          AND (position(p_text IN m.raw) > 0 OR substring(m.raw FOR 4) = '\x006d6665'::bytea)
         ORDER BY m.id DESC;
     SELECT coalesce(array_agg(m.id ORDER BY m.id DESC), '{}') INTO read_ids FROM mefor_message m
         WHERE m.id = ANY(p_ids)
-          AND (position(p_text IN m.raw) > 0 OR substring(m.raw FOR 5) = '\x006d666531'::bytea);
+          AND (position(p_text IN m.raw) > 0 OR substring(m.raw FOR 4) = '\x006d6665'::bytea);
     PERFORM mefor_audit_append(p_os_user, p_host, '', 'search-bodies',
         (p_target::jsonb || jsonb_build_object('candidates', coalesce(cardinality(p_ids), 0), 'bodies_read', to_jsonb(read_ids)))::text,
         'ok');
