@@ -129,13 +129,29 @@ type Lag struct {
 	OldestSeconds float64
 }
 
-// Lags reads every target's lag.
+// lagColumns computes a target's lag from its cursor's audit_seq (f): the
+// rows after it and the age of the first of them.
+const lagColumns = `
+	greatest(coalesce((SELECT max(seq) FROM mefor_audit), 0) - f.audit_seq, 0),
+	coalesce(extract(epoch FROM clock_timestamp() - (SELECT at FROM mefor_audit WHERE seq = f.audit_seq + 1)), 0)::float8`
+
+// LagOf reads target's lag; a target that never ran yet is behind by the
+// whole log.
+func LagOf(ctx context.Context, q dbpool.DBTX, target string) (Lag, error) {
+	l := Lag{Target: target}
+	err := q.QueryRow(ctx, `
+		SELECT `+lagColumns+`
+		FROM (SELECT coalesce((SELECT audit_seq FROM mefor_audit_forward WHERE target = $1), 0) AS audit_seq) f`, target).
+		Scan(&l.Rows, &l.OldestSeconds)
+	if err != nil {
+		return Lag{}, fmt.Errorf("read the audit forward lag of %s: %w", target, err)
+	}
+	return l, nil
+}
+
+// Lags reads the lag of every target that has a cursor.
 func Lags(ctx context.Context, q dbpool.DBTX) ([]Lag, error) {
-	rows, err := q.Query(ctx, `
-		SELECT f.target,
-			greatest(coalesce((SELECT max(seq) FROM mefor_audit), 0) - f.audit_seq, 0),
-			coalesce(extract(epoch FROM clock_timestamp() - (SELECT at FROM mefor_audit WHERE seq = f.audit_seq + 1)), 0)::float8
-		FROM mefor_audit_forward f ORDER BY f.target`)
+	rows, err := q.Query(ctx, `SELECT f.target, `+lagColumns+` FROM mefor_audit_forward f ORDER BY f.target`)
 	if err != nil {
 		return nil, fmt.Errorf("read the audit forward lag: %w", err)
 	}

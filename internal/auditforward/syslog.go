@@ -35,7 +35,8 @@ type Syslog struct {
 	Hostname string
 	// AppName is the APP-NAME field. Defaults to "mefor".
 	AppName string
-	// Facility is the syslog facility number. Defaults to 13 (log audit).
+	// Facility is the syslog facility number, 0 to 23 (audit.forward
+	// defaults it to 13, log audit).
 	Facility int
 	// Timeout bounds one batch: connecting, writing and the receiver's
 	// close. Defaults to 30s.
@@ -108,9 +109,6 @@ func (s *Syslog) Send(ctx context.Context, items []Item) (err error) {
 // message formats one item as an RFC 5424 message.
 func (s *Syslog) message(it Item) ([]byte, error) {
 	facility := s.Facility
-	if facility == 0 {
-		facility = 13
-	}
 	app := s.AppName
 	if app == "" {
 		app = "mefor"
