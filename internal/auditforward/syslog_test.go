@@ -186,7 +186,7 @@ func TestForwardToRsyslogResumesAfterRestartWithoutGap(t *testing.T) {
 		TLS: &tls.Config{RootCAs: trust(t, ca), ServerName: "rsyslog.test", MinVersion: tls.VersionTLS12,
 			Certificates: []tls.Certificate{client.TLS}}}
 	f := &auditforward.Forwarder{DB: db.Pool, Target: auditforward.TargetSyslog, Sender: sender, Batch: 4,
-		RetryMin: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RetryFor: 2 * time.Second}
+		RetryMin: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond, RetryFor: 20 * time.Second}
 	res, err := f.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +217,7 @@ func TestForwardToRsyslogResumesAfterRestartWithoutGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendRows(t, db, 4)
+	f.RetryFor = 2 * time.Second
 	if _, err := f.Run(ctx); err == nil {
 		t.Fatal("forwarding to a stopped receiver reported success")
 	}
