@@ -17,10 +17,11 @@ import (
 // (audit.forward).
 const MaintenanceAuditForward = "audit-forward"
 
-// auditForwardRetryFor is how long one run retries a batch its receiver
-// does not accept before it ends (the next scheduled run starts again from
-// the cursor).
-const auditForwardRetryFor = 5 * time.Minute
+// auditForwardRunFor bounds one run, retries included (the next scheduled
+// run carries on from the cursor). It stays well under River's rescue of
+// stuck jobs (the engine's JobTimeout plus 10s, a minute or more), so a
+// run is never rescued, and run again by another node, while it sends.
+const auditForwardRunFor = 30 * time.Second
 
 // AuditForwardWorker sends every audit row and anchor to the audit.forward
 // targets, each from its own cursor, so a syslog receiver that is down
@@ -38,7 +39,7 @@ type AuditForwardWorker struct {
 }
 
 func (w *AuditForwardWorker) Timeout(*river.Job[jobs.AuditForwardArgs]) time.Duration {
-	return auditForwardRetryFor + 2*time.Minute
+	return auditForwardRunFor + 10*time.Second
 }
 
 func (w *AuditForwardWorker) Work(ctx context.Context, job *river.Job[jobs.AuditForwardArgs]) (err error) {
@@ -61,6 +62,8 @@ func ForwardAudit(ctx context.Context, d *Deps, f *config.AuditForward,
 	if err := auditforward.Forget(ctx, d.Pool, keep); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, auditForwardRunFor)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, len(keep))
 	for i, target := range keep {
@@ -68,7 +71,7 @@ func ForwardAudit(ctx context.Context, d *Deps, f *config.AuditForward,
 		go func() {
 			defer wg.Done()
 			fw := &auditforward.Forwarder{DB: d.Pool, Target: target, Sender: byTarget[target], Batch: f.BatchSize,
-				RetryMin: f.RetryMin, RetryMax: f.RetryMax, RetryFor: auditForwardRetryFor, Logger: d.Logger}
+				RetryMin: f.RetryMin, RetryMax: f.RetryMax, RetryFor: auditForwardRunFor, Logger: d.Logger}
 			res, err := fw.Run(ctx)
 			if res.Rows+res.Anchors > 0 {
 				d.Logger.InfoContext(ctx, "audit forwarded", "target", target, "rows", res.Rows, "anchors", res.Anchors,

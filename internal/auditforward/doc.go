@@ -17,8 +17,10 @@
 //
 // Runs are River jobs on the maintenance queue, enqueued by River's
 // elected leader (workers.AuditForwardWorker) and unique while live, so
-// one node sends at a time. A node that froze mid-run and wakes after its
-// job was rescued may send a batch the next run sends again: a duplicate,
+// one node sends at a time. A run is bounded (30s, retries included) well
+// under River's rescue of stuck jobs, so River does not start another
+// while it sends; a node that froze mid-run and wakes after its job was
+// rescued may still send a batch the next run sends again: a duplicate,
 // never a gap (the compare-and-set refuses its stale advance).
 //
 // # What "accepted" means

@@ -39,7 +39,7 @@ type Forwarder struct {
 	// the receiver did not accept. Default to 1s and 1m.
 	RetryMin, RetryMax time.Duration
 	// RetryFor is how long one Run keeps retrying a batch before it gives
-	// up (the next run starts again from the cursor). Defaults to 5m.
+	// up (the next run starts again from the cursor). Defaults to 30s.
 	RetryFor time.Duration
 	Logger   *slog.Logger
 }
@@ -149,7 +149,7 @@ func (f *Forwarder) backoff() retry.Backoff {
 		hi = time.Minute
 	}
 	if total <= 0 {
-		total = 5 * time.Minute
+		total = 30 * time.Second
 	}
 	b := retry.NewExponential(lo)
 	b = retry.WithJitterPercent(10, b)

@@ -39,7 +39,7 @@ type Syslog struct {
 	// defaults it to 13, log audit).
 	Facility int
 	// Timeout bounds one batch: connecting, writing and the receiver's
-	// close. Defaults to 30s.
+	// close. Defaults to 10s.
 	Timeout time.Duration
 	// NoConfirm skips waiting for the receiver to close after the
 	// close_notify: the batch counts as accepted once written.
@@ -59,7 +59,7 @@ const structuredDataID = "mefor@32473"
 func (s *Syslog) Send(ctx context.Context, items []Item) (err error) {
 	timeout := s.Timeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = 10 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -24,7 +24,7 @@ type Webhook struct {
 	Client *http.Client
 	// Headers are sent with every POST; their values are never logged.
 	Headers http.Header
-	// Timeout bounds one POST. Defaults to 30s.
+	// Timeout bounds one POST. Defaults to 10s.
 	Timeout time.Duration
 }
 
@@ -45,7 +45,7 @@ type WebhookBatch struct {
 func (w *Webhook) Send(ctx context.Context, items []Item) error {
 	timeout := w.Timeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = 10 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

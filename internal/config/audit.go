@@ -49,7 +49,7 @@ type AuditSyslog struct {
 	// (log audit).
 	Facility int
 	// Timeout bounds one batch: connecting, writing and the receiver's
-	// confirmation. Defaults to 30s.
+	// confirmation. Defaults to 10s.
 	Timeout time.Duration
 	// Confirm waits, after each batch, for the receiver to close its side
 	// of the TLS stream in answer to mefor's close_notify, which says it
@@ -64,7 +64,7 @@ const (
 	maxAuditForwardBatch        = 10_000
 	defaultAuditRetryMin        = time.Second
 	defaultAuditRetryMax        = time.Minute
-	defaultSyslogTimeout        = 30 * time.Second
+	defaultSyslogTimeout        = 10 * time.Second
 	defaultSyslogFacility       = 13
 )
 

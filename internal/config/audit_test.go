@@ -40,7 +40,7 @@ alerts:
 	}
 	s := f.Syslog
 	if s == nil || s.Address != "siem.example.org:6514" || !s.TLS.Enabled || s.TLS.ServerName != "siem.example.org" ||
-		s.TLS.CertFile != "/etc/mefor/node.crt" || s.AppName != "mefor" || s.Facility != 13 || s.Timeout != 30*time.Second || !s.Confirm {
+		s.TLS.CertFile != "/etc/mefor/node.crt" || s.AppName != "mefor" || s.Facility != 13 || s.Timeout != 10*time.Second || !s.Confirm {
 		t.Fatalf("audit.forward.syslog = %+v", s)
 	}
 	w := f.Webhook
