@@ -71,9 +71,11 @@ func (f *Forwarder) Run(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		attempt := 0
+		var lastErr error
 		err = retry.Do(ctx, f.backoff(), func(ctx context.Context) error {
 			attempt++
 			if err := f.Sender.Send(ctx, items); err != nil {
+				lastErr = err
 				logger.WarnContext(ctx, "audit forward: the receiver did not accept a batch; retrying",
 					"target", f.Target, "from_seq", cur.Seq+1, "to_seq", seq, "attempt", attempt, "error", err)
 				_ = recordFailure(ctx, f.DB, f.Target, err.Error())
@@ -82,6 +84,10 @@ func (f *Forwarder) Run(ctx context.Context) (Result, error) {
 			return nil
 		})
 		if err != nil {
+			if lastErr != nil && ctx.Err() != nil {
+				// The run's time is up: the receiver's refusal says more.
+				err = lastErr
+			}
 			err = fmt.Errorf("forward audit rows %d to %d to %s: %w", cur.Seq+1, seq, f.Target, err)
 			_ = recordFailure(context.WithoutCancel(ctx), f.DB, f.Target, err.Error())
 			return res, err
