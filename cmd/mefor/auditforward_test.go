@@ -1,8 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mefor/mefor/internal/audit"
+	"github.com/mefor/mefor/internal/auditforward"
+	"github.com/mefor/mefor/testcontainers"
 )
 
 const auditForwardYAML = `channels:
@@ -42,5 +50,45 @@ func TestConfigCheckAuditForward(t *testing.T) {
 	code = run([]string{"config", "check", missing}, &out, &errb)
 	if want := `missing.yaml:11: audit.forward.syslog.tls.ca_file ` + dir + `/nope.crt cannot be read`; code != 1 || !strings.Contains(out.String(), want) {
 		t.Fatalf("config check missing CA: exit %d, want 1 and %q in\n%s", code, want, out.String())
+	}
+}
+
+type refusingSender struct{ err error }
+
+func (s refusingSender) Send(context.Context, []auditforward.Item) error { return s.err }
+
+// mefor status says when a receiver of the audit trail is behind, and why.
+func TestStatusShowsAuditForwardBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	for range 3 {
+		if err := audit.AppendAlone(ctx, db.Pool, audit.Entry{Action: audit.ActionReload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func() string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run([]string{"status", "--database-url", db.URL}, &out, &errb); code != 0 {
+			t.Fatalf("status: exit %d: %s", code, errb.String())
+		}
+		return out.String()
+	}
+	fw := &auditforward.Forwarder{DB: db.Pool, Target: auditforward.TargetSyslog, RetryFor: 10 * time.Millisecond,
+		Sender: refusingSender{errors.New("syslog receiver siem.example.org:6514: connect: connection refused")}}
+	if _, err := fw.Run(ctx); err == nil {
+		t.Fatal("a refusing receiver accepted the batch")
+	}
+	want := "warning: audit forward to syslog is 3 rows behind"
+	if out := status(); !strings.Contains(out, want) || !strings.Contains(out, "siem.example.org:6514: connect: connection refused") {
+		t.Fatalf("status while the receiver refuses:\n%s\nwant %q and the refusal", out, want)
+	}
+	fw.Sender = refusingSender{}
+	if _, err := fw.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := status(); !strings.Contains(out, "audit forward to syslog: up to date (row 3, anchor 0;") {
+		t.Fatalf("status once the receiver has every row:\n%s", out)
 	}
 }

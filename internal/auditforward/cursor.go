@@ -165,3 +165,33 @@ func Lags(ctx context.Context, q dbpool.DBTX) ([]Lag, error) {
 	}
 	return out, nil
 }
+
+// Status is a target's cursor with its lag, as `mefor status` shows it.
+type Status struct {
+	Cursor
+	LagRows       int64   `json:"lag_rows"`
+	OldestSeconds float64 `json:"oldest_unsent_seconds"`
+}
+
+// ReadStatus returns every target's cursor and lag, by target.
+func ReadStatus(ctx context.Context, q dbpool.DBTX) ([]Status, error) {
+	cs, err := Cursors(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	lags, err := Lags(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Status, 0, len(cs))
+	for _, c := range cs {
+		st := Status{Cursor: c}
+		for _, l := range lags {
+			if l.Target == c.Target {
+				st.LagRows, st.OldestSeconds = l.Rows, l.OldestSeconds
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
