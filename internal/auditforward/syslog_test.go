@@ -29,9 +29,9 @@ var rsyslogPackages = []string{"rsyslog", "rsyslog-gnutls"}
 const receivedFile = "/var/log/mefor/received.log"
 
 // startRsyslog runs rsyslog with its TLS input (imtcp, gtls driver,
-// StreamDriver.Mode=1): with clientCA, it requires a client certificate
-// signed by it (AuthMode x509/certvalid); without, it takes any client
-// (anon). It returns the receiver and the TLS config that trusts it.
+// StreamDriver.Mode=1): with requireClient, it requires a client
+// certificate signed by ca and naming mefor.test (AuthMode x509/name);
+// without, it takes any client (anon).
 func startRsyslog(t *testing.T, ca *certtest.OpenSSLCA, requireClient bool) *testcontainers.Peer {
 	t.Helper()
 	server := ca.Issue(t, "rsyslog", "rsyslog.test", "DNS:rsyslog.test", "IP:127.0.0.1")
@@ -42,9 +42,9 @@ func startRsyslog(t *testing.T, ca *certtest.OpenSSLCA, requireClient bool) *tes
 		}
 		return b
 	}
-	auth := "anon"
+	auth := `StreamDriver.AuthMode="anon"`
 	if requireClient {
-		auth = "x509/certvalid"
+		auth = `StreamDriver.AuthMode="x509/name" PermittedPeer=["mefor.test"]`
 	}
 	return testcontainers.StartPeer(t, testcontainers.PeerOptions{
 		Image: rsyslogImage, Packages: rsyslogPackages, Port: 6514,
@@ -58,7 +58,7 @@ func startRsyslog(t *testing.T, ca *certtest.OpenSSLCA, requireClient bool) *tes
 	workDirectory="/tmp"
 	maxMessageSize="64k"
 )
-module(load="imtcp" StreamDriver.Name="gtls" StreamDriver.Mode="1" StreamDriver.AuthMode="%s")
+module(load="imtcp" StreamDriver.Name="gtls" StreamDriver.Mode="1" %s)
 input(type="imtcp" port="%d" address="127.0.0.1")
 template(name="raw" type="string" string="%%rawmsg%%\n")
 action(type="omfile" file="%s" template="raw" dirCreateMode="0755" flushOnTXEnd="on" asyncWriting="off")
@@ -173,7 +173,7 @@ func TestForwardToRsyslogResumesAfterRestartWithoutGap(t *testing.T) {
 	defer cancel()
 	db := testcontainers.NewDB(t)
 	ca := certtest.NewOpenSSLCA(t, "syslog-ca")
-	client := ca.Issue(t, "mefor-client", "mefor.test")
+	client := ca.Issue(t, "mefor-client", "mefor.test", "DNS:mefor.test")
 	rs := startRsyslog(t, ca, true)
 
 	appendRows(t, db, 5)
@@ -200,6 +200,20 @@ func TestForwardToRsyslogResumesAfterRestartWithoutGap(t *testing.T) {
 	}
 	if fmt.Sprint(anchors) != "[1]" {
 		t.Fatalf("the receiver got anchors %v, want [1]", anchors)
+	}
+
+	// A client the receiver refuses (its certificate names another peer)
+	// is not taken as accepted though the receiver closes the connection:
+	// it closes with the messages unread, which resets it.
+	intruder := ca.Issue(t, "intruder", "intruder.test", "DNS:intruder.test")
+	refused := &auditforward.Forwarder{DB: db.Pool, Target: "intruder", RetryMin: 100 * time.Millisecond, RetryFor: time.Second,
+		Sender: &auditforward.Syslog{Address: rs.Addr, Hostname: "node-a", Timeout: 5 * time.Second,
+			TLS: &tls.Config{RootCAs: trust(t, ca), ServerName: "rsyslog.test", Certificates: []tls.Certificate{intruder.TLS}}}}
+	if res, err := refused.Run(ctx); err == nil || res.Cursor.Seq != 0 || !strings.Contains(err.Error(), "did not confirm reading") {
+		t.Fatalf("a client the receiver refused: %+v, %v; want the batch not confirmed and its cursor at row 0", res, err)
+	}
+	if seqs, _ := received(t, rs); len(seqs) != 8 {
+		t.Fatalf("the receiver logged %v after refusing a client, want rows 1 to 8 only", seqs)
 	}
 
 	// A run with nothing new sends nothing again.
