@@ -39,3 +39,22 @@ func (AuditAnchorArgs) InsertOpts() river.InsertOpts {
 		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
 	}
 }
+
+// AuditForwardArgs sends the audit trail to the audit.forward targets from
+// their cursors. River's elected leader enqueues it every
+// audit.forward.interval; one run at a time, so one node sends.
+type AuditForwardArgs struct{}
+
+func (AuditForwardArgs) Kind() string { return "mefor_audit_forward" }
+
+func (AuditForwardArgs) InsertOpts() river.InsertOpts {
+	// One live run at a time: two would send the same rows twice. A failed
+	// run recorded its failure in the cursor and retried with backoff; the
+	// next scheduled run carries on from the cursor, so River does not
+	// retry it.
+	return river.InsertOpts{
+		Queue:       QueueMaintenance,
+		MaxAttempts: 1,
+		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/mefor/mefor/internal/auditforward"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -357,7 +359,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*search.Status, error) {
 		if st.Encryption, err = nodeinfo.ReadEncryptionStatus(ctx, tx); err != nil {
 			return err
 		}
-		st.Egress, err = nodeinfo.ReadEgressStatus(ctx, tx)
+		if st.Egress, err = nodeinfo.ReadEgressStatus(ctx, tx); err != nil {
+			return err
+		}
+		st.AuditForward, err = auditforward.ReadStatus(ctx, tx)
 		return err
 	})
 	return st, err

@@ -154,9 +154,12 @@ func (w *AlertNotifyWorker) logNotification(ctx context.Context, sink *config.Al
 	}
 	attrs := []any{"rule", a.Rule, "sink", a.Sink, "state", n.State, "condition", n.Condition,
 		"value", n.Value, "threshold", n.Threshold, "unit", n.Unit, "since", n.Since, "summary", n.Summary}
-	if n.Destination != "" {
+	switch {
+	case n.AuditForward != "":
+		attrs = append(attrs, "audit_forward", n.AuditForward)
+	case n.Destination != "":
 		attrs = append(attrs, "destination", n.Destination)
-	} else {
+	default:
 		attrs = append(attrs, "channel", n.Channel)
 	}
 	w.Logger.Log(ctx, level, "alert "+a.State, attrs...)

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/mefor/mefor/internal/alert"
+	"github.com/mefor/mefor/internal/auditforward"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
@@ -70,6 +71,9 @@ type Notification struct {
 	State       string `json:"state"`
 	Destination string `json:"destination,omitempty"`
 	Channel     string `json:"channel,omitempty"`
+	// AuditForward is the audit.forward target (syslog, webhook) of a
+	// rule watching one: its queue is the audit rows not yet accepted.
+	AuditForward string `json:"audit_forward,omitempty"`
 	// Condition, Value and Threshold are the condition that breached: on
 	// resolved, the one that had fired, with its value now.
 	Condition string  `json:"condition"`
@@ -150,7 +154,7 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 				continue
 			}
 			n := Notification{
-				Rule: r.Name, State: state, Destination: r.Destination, Channel: r.Channel,
+				Rule: r.Name, State: state, Destination: r.Destination, Channel: r.Channel, AuditForward: r.AuditForward,
 				Condition: shown.Condition, Value: round(shown.Value), Threshold: shown.Threshold, Unit: unitOf(shown.Condition),
 				Breaches: []Reading{}, Since: row.Since, At: row.Since,
 			}
@@ -190,7 +194,17 @@ func EvaluateAlerts(ctx context.Context, d *Deps, a *config.Alerts, ins jobs.Ins
 func measure(ctx context.Context, tx pgx.Tx, r config.AlertRule, b *search.Backlog, st alert.Alert) ([]Reading, error) {
 	var depth int64
 	var oldest float64
+	if r.AuditForward != "" {
+		lag, err := auditforward.LagOf(ctx, tx, r.AuditForward)
+		if err != nil {
+			return nil, err
+		}
+		depth, oldest = lag.Rows, lag.OldestSeconds
+	}
 	for _, g := range b.Groups {
+		if r.AuditForward != "" {
+			break
+		}
 		var mine bool
 		if r.Destination != "" {
 			mine = g.Stage == jobs.StageOutbound && g.Destination == r.Destination
@@ -251,7 +265,10 @@ func round(v float64) float64 { return math.Round(v*1000) / 1000 }
 // summary is the notification in one sentence, for chat hooks and logs.
 func summary(n Notification) string {
 	what := "destination " + n.Destination
-	if n.Channel != "" {
+	switch {
+	case n.AuditForward != "":
+		what = "audit forward to " + n.AuditForward
+	case n.Channel != "":
 		what = "channel " + n.Channel
 	}
 	var cond string

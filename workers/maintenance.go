@@ -42,8 +42,9 @@ const (
 
 // MaintenanceJobs lists the maintenance jobs of cfg in a stable order:
 // reclaim, retention (which a parsed config always has: keep_errors applies
-// without a retention block), the audit anchor, the alert evaluation when the config
-// has alerts, then one reference sync per reference set in file order.
+// without a retention block), the audit anchor, the audit forward when the
+// config has audit.forward, the alert evaluation when the config has
+// alerts, then one reference sync per reference set in file order.
 func MaintenanceJobs(cfg *config.Config) []MaintenanceJob {
 	list := []MaintenanceJob{{
 		Name:     MaintenanceReclaim,
@@ -63,6 +64,13 @@ func MaintenanceJobs(cfg *config.Config) []MaintenanceJob {
 		// just before its next anchor.
 		RunOnStart: true,
 	})
+	if f := cfg.Audit.Forward; f != nil {
+		list = append(list, MaintenanceJob{
+			Name: MaintenanceAuditForward, Schedule: config.Every(f.Interval), Args: jobs.AuditForwardArgs{},
+			// A new leader catches up at once.
+			RunOnStart: true,
+		})
+	}
 	if a := cfg.Alerts; a != nil {
 		list = append(list, MaintenanceJob{
 			Name: MaintenanceAlerts, Schedule: config.Every(a.Interval), Args: jobs.AlertEvalArgs{}, RunOnStart: true,

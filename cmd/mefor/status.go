@@ -119,6 +119,7 @@ func (c *statusCmd) printTail(w io.Writer, st *ops.StatusReport) error {
 	}
 	printEncryption(w, st.Encryption, c.keys)
 	printEgress(w, st.Egress)
+	printAuditForward(w, st.AuditForward, st.At)
 	return nil
 }
 

@@ -250,3 +250,21 @@ func check(prev, r Record) string {
 	}
 	return ""
 }
+
+// RowsAfter returns up to limit rows numbered after seq, oldest first:
+// what a forwarder that has sent the log up to seq sends next. Limit
+// defaults to 500 when not positive.
+func RowsAfter(ctx context.Context, q DBTX, seq int64, limit int) ([]Record, error) {
+	if limit <= 0 {
+		limit = 500
+	}
+	rows, err := q.Query(ctx, `SELECT `+recordColumns+` FROM mefor_audit WHERE seq > $1 ORDER BY seq LIMIT $2`, seq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit log after row %d: %w", seq, err)
+	}
+	out, err := pgx.CollectRows(rows, scanRecord)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit log after row %d: %w", seq, err)
+	}
+	return out, nil
+}

@@ -81,6 +81,10 @@ type AlertRule struct {
 	// its work not yet handed to a destination (ingress and routed rows).
 	Destination string
 	Channel     string
+	// AuditForward, set instead, watches an audit.forward target (syslog
+	// or webhook): its queue is the audit rows its receiver has not yet
+	// accepted. Only oldest_queued and queue_depth apply.
+	AuditForward string
 	// OldestQueued breaches when the oldest queued row is at least this old.
 	OldestQueued time.Duration
 	// QueueDepth breaches when at least this many rows are queued.
@@ -163,33 +167,7 @@ func (l *loader) decodeAlertSink(name string, n *yaml.Node, p path) AlertSink {
 	s := AlertSink{Name: name}
 	m := l.mapping(n, p, "webhook", "log")
 	if wn, ok := m["webhook"]; ok {
-		wp := p.key("webhook")
-		s.Webhook = &WebhookSink{Timeout: defaultWebhookTimeout}
-		wm := l.mapping(wn, wp, "url", "headers", "timeout", "tls", "proxy", "plaintext")
-		decodeScalar(l, wm, wp, "url", &s.Webhook.URL, asString)
-		decodeScalar(l, wm, wp, "timeout", &s.Webhook.Timeout, parseDuration)
-		decodeScalar(l, wm, wp, "proxy", &s.Webhook.Proxy, asString)
-		decodeScalar(l, wm, wp, "plaintext", &s.Webhook.Plaintext, parseBool)
-		if tn, ok := wm["tls"]; ok {
-			s.Webhook.TLS = l.decodeClientTLS(tn, wp.key("tls"))
-		}
-		hp := wp.key("headers")
-		if hn := wm["headers"]; !isNull(hn) {
-			if hn.Kind != yaml.MappingNode {
-				l.errorAt(hn, hp, "must map header names to values, e.g. headers: {Authorization: \"${HOOK_TOKEN}\"}")
-				l.bad[hp] = true
-			} else {
-				for _, e := range l.entries(hn, hp) {
-					kp := hp.key(e.key.Value)
-					l.record(kp, e.key)
-					// text expands ${VAR}; its errors name the variable,
-					// never the value.
-					if v, ok := l.text(resolve(e.value), kp); ok {
-						s.Webhook.Headers = append(s.Webhook.Headers, Header{Name: e.key.Value, Value: v})
-					}
-				}
-			}
-		}
+		s.Webhook = l.decodeWebhook(wn, p.key("webhook"))
 	}
 	if ln, ok := m["log"]; ok {
 		lp := p.key("log")
@@ -200,13 +178,45 @@ func (l *loader) decodeAlertSink(name string, n *yaml.Node, p path) AlertSink {
 	return s
 }
 
+// decodeWebhook reads a webhook: block (an alert sink's, audit.forward's).
+func (l *loader) decodeWebhook(wn *yaml.Node, wp path) *WebhookSink {
+	w := &WebhookSink{Timeout: defaultWebhookTimeout}
+	wm := l.mapping(wn, wp, "url", "headers", "timeout", "tls", "proxy", "plaintext")
+	decodeScalar(l, wm, wp, "url", &w.URL, asString)
+	decodeScalar(l, wm, wp, "timeout", &w.Timeout, parseDuration)
+	decodeScalar(l, wm, wp, "proxy", &w.Proxy, asString)
+	decodeScalar(l, wm, wp, "plaintext", &w.Plaintext, parseBool)
+	if tn, ok := wm["tls"]; ok {
+		w.TLS = l.decodeClientTLS(tn, wp.key("tls"))
+	}
+	hp := wp.key("headers")
+	if hn := wm["headers"]; !isNull(hn) {
+		if hn.Kind != yaml.MappingNode {
+			l.errorAt(hn, hp, "must map header names to values, e.g. headers: {Authorization: \"${HOOK_TOKEN}\"}")
+			l.bad[hp] = true
+		} else {
+			for _, e := range l.entries(hn, hp) {
+				kp := hp.key(e.key.Value)
+				l.record(kp, e.key)
+				// text expands ${VAR}; its errors name the variable,
+				// never the value.
+				if v, ok := l.text(resolve(e.value), kp); ok {
+					w.Headers = append(w.Headers, Header{Name: e.key.Value, Value: v})
+				}
+			}
+		}
+	}
+	return w
+}
+
 func (l *loader) decodeAlertRule(n *yaml.Node, p path) AlertRule {
 	var r AlertRule
-	m := l.mapping(n, p, "name", "destination", "channel",
+	m := l.mapping(n, p, "name", "destination", "channel", "audit_forward",
 		ConditionOldestQueued, ConditionQueueDepth, ConditionDeadLetters, ConditionNoTraffic, ConditionTampered, "sinks")
 	decodeScalar(l, m, p, "name", &r.Name, asString)
 	decodeScalar(l, m, p, "destination", &r.Destination, asString)
 	decodeScalar(l, m, p, "channel", &r.Channel, asString)
+	decodeScalar(l, m, p, "audit_forward", &r.AuditForward, asString)
 	decodeScalar(l, m, p, ConditionOldestQueued, &r.OldestQueued, parseDuration)
 	decodeScalar(l, m, p, ConditionQueueDepth, &r.QueueDepth, parseInt64)
 	decodeScalar(l, m, p, ConditionDeadLetters, &r.DeadLetters, parseInt64)
@@ -262,8 +272,14 @@ func (l *loader) checkAlerts(c *Config) {
 			names[r.Name] = i
 		}
 
-		dp, cp := rp.key("destination"), rp.key("channel")
+		dp, cp, fp := rp.key("destination"), rp.key("channel"), rp.key("audit_forward")
 		switch {
+		case l.given(fp) && (l.given(dp) || l.given(cp)):
+			l.errorf(fp, "and %s are both set; a rule watches one queue: keep one of them", map[bool]string{true: "destination", false: "channel"}[l.given(dp)])
+		case l.given(fp):
+			if !l.failed(fp) {
+				l.checkAuditForwardRule(c, r, rp)
+			}
 		case l.given(dp) && l.given(cp):
 			l.errorf(cp, "and destination are both set; a rule watches one queue: keep one of them")
 		case l.given(dp):
@@ -337,6 +353,31 @@ func (l *loader) checkAlerts(c *Config) {
 	}
 }
 
+// checkAuditForwardRule checks a rule watching an audit.forward target.
+func (l *loader) checkAuditForwardRule(c *Config, r *AlertRule, rp path) {
+	fp := rp.key("audit_forward")
+	var targets []string
+	if f := c.Audit.Forward; f != nil {
+		if f.Syslog != nil {
+			targets = append(targets, "syslog")
+		}
+		if f.Webhook != nil {
+			targets = append(targets, "webhook")
+		}
+	}
+	switch {
+	case len(targets) == 0:
+		l.errorf(fp, "%q is not forwarded to: the config has no audit.forward target; add audit.forward.%s, or remove the rule", r.AuditForward, r.AuditForward)
+	case !slices.Contains(targets, r.AuditForward):
+		l.errorf(fp, "%q is not an audit.forward target of this config; use one of %s", r.AuditForward, strings.Join(targets, ", "))
+	}
+	for _, k := range []string{ConditionDeadLetters, ConditionNoTraffic, ConditionTampered} {
+		if l.given(rp.key(k)) {
+			l.errorf(rp.key(k), "does not apply to an audit_forward rule; use oldest_queued (the oldest row not yet accepted) or queue_depth (rows not yet accepted)")
+		}
+	}
+}
+
 func (l *loader) checkAlertSink(s *AlertSink, p path) {
 	switch {
 	case s.Webhook != nil && s.Log != nil:
@@ -349,29 +390,33 @@ func (l *loader) checkAlertSink(s *AlertSink, p path) {
 		return
 	}
 	if w := s.Webhook; w != nil {
-		wp := p.key("webhook")
-		up := wp.key("url")
-		if !l.given(up) {
-			l.errorf(up, "is required: where to POST notifications, e.g. url: https://hooks.example.org/mefor")
-		} else if u, err := url.Parse(w.URL); !l.failed(up) && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-			// The value is not quoted: a query string may hold a token.
-			l.errorf(up, "must be an http:// or https:// URL with a host (e.g. url: https://hooks.example.org/mefor)")
-		} else if !l.failed(up) {
-			l.checkHTTPClient(wp, u, &w.TLS, w.Proxy, w.Plaintext)
-		}
-		l.positive(wp, "timeout", w.Timeout, defaultWebhookTimeout)
-		for _, h := range w.Headers {
-			if strings.TrimSpace(h.Name) == "" || strings.ContainsAny(h.Name, " :\r\n") {
-				l.errorf(wp.key("headers").key(h.Name), "is not a valid HTTP header name")
-			}
-			if strings.ContainsAny(h.Value, "\r\n") {
-				l.errorf(wp.key("headers").key(h.Name), "has a line break in its value; a header value is one line")
-			}
-		}
+		l.checkWebhook(w, p.key("webhook"), "notifications")
 	}
 	if lg := s.Log; lg != nil {
 		if lp := p.key("log").key("level"); !l.failed(lp) && !slices.Contains(logLevels, lg.Level) {
 			l.errorf(lp, "%q is not a level; use one of %s", lg.Level, strings.Join(logLevels, ", "))
+		}
+	}
+}
+
+// checkWebhook checks a webhook: block at wp; what names what it POSTs.
+func (l *loader) checkWebhook(w *WebhookSink, wp path, what string) {
+	up := wp.key("url")
+	if !l.given(up) {
+		l.errorf(up, "is required: where to POST %s, e.g. url: https://hooks.example.org/mefor", what)
+	} else if u, err := url.Parse(w.URL); !l.failed(up) && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		// The value is not quoted: a query string may hold a token.
+		l.errorf(up, "must be an http:// or https:// URL with a host (e.g. url: https://hooks.example.org/mefor)")
+	} else if !l.failed(up) {
+		l.checkHTTPClient(wp, u, &w.TLS, w.Proxy, w.Plaintext)
+	}
+	l.positive(wp, "timeout", w.Timeout, defaultWebhookTimeout)
+	for _, h := range w.Headers {
+		if strings.TrimSpace(h.Name) == "" || strings.ContainsAny(h.Name, " :\r\n") {
+			l.errorf(wp.key("headers").key(h.Name), "is not a valid HTTP header name")
+		}
+		if strings.ContainsAny(h.Value, "\r\n") {
+			l.errorf(wp.key("headers").key(h.Name), "has a line break in its value; a header value is one line")
 		}
 	}
 }

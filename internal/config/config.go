@@ -29,6 +29,9 @@ type Config struct {
 	// Alerts holds mefor's own alert rules and sinks; nil when the file
 	// has no alerts: section.
 	Alerts *Alerts
+	// Audit configures the audit log beyond the database: where its trail
+	// is forwarded (audit.forward).
+	Audit Audit
 	// TLSExpiryWarning is how long before a certificate in use expires a
 	// node starts logging a warning about it, once a day. Defaults to 30
 	// days.

@@ -24,7 +24,7 @@ func (l *loader) decode(root *yaml.Node) *Config {
 		LeaseTTL:     defaultLeaseTTL,
 	}, TLSExpiryWarning: defaultTLSExpiryWarning}
 	var top path
-	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption", "egress", "api")
+	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption", "egress", "api", "audit")
 	l.decodeCluster(m["cluster"], top.key("cluster"), &c.Cluster)
 	decodeScalar(l, m, top, "tls_expiry_warning", &c.TLSExpiryWarning, parseAge)
 	c.Maintenance = defaultMaintenance()
@@ -32,6 +32,7 @@ func (l *loader) decode(root *yaml.Node) *Config {
 	if an, ok := m["alerts"]; ok {
 		c.Alerts = l.decodeAlerts(an, top.key("alerts"))
 	}
+	c.Audit = l.decodeAudit(m["audit"], top.key("audit"))
 	if en, ok := m["encryption"]; ok {
 		c.Encryption = l.decodeEncryption(en, top.key("encryption"))
 	}

@@ -32,13 +32,14 @@ type Egress struct {
 type Outbound struct {
 	// Target names what connects, as refusals and
 	// mefor_egress_refused_total label it: destination:NAME,
-	// reference_set:NAME or alert_sink:NAME.
+	// reference_set:NAME, alert_sink:NAME, audit_forward:syslog or
+	// audit_forward:webhook.
 	Target string
 	// Host is a name or an address literal; Port is always set.
 	Host string
 	Port int
-	// Protocol is what the connection speaks: mllp, http, https, postgres
-	// or proxy.
+	// Protocol is what the connection speaks: mllp, http, https, postgres,
+	// syslog-tls or proxy.
 	Protocol string
 	// Plaintext is set when the connection carries messages, rows or
 	// credentials unencrypted to another machine (not loopback) and the
@@ -225,6 +226,21 @@ func (l *loader) collectOutbound(c *Config) []Outbound {
 				web("alert_sink:"+s.Name, path{section: "alerts"}.key("sinks").key(s.Name).key("webhook"),
 					s.Webhook.URL, s.Webhook.Proxy, s.Webhook.Plaintext)
 			}
+		}
+	}
+	if f := c.Audit.Forward; f != nil {
+		fp := path{section: "audit"}.key("forward")
+		if s := f.Syslog; s != nil {
+			ap := fp.key("syslog").key("address")
+			host, port, err := net.SplitHostPort(s.Address)
+			n, perr := strconv.Atoi(port)
+			if err == nil && perr == nil && host != "" && !l.failed(ap) {
+				// Always TLS: never plaintext.
+				out = append(out, Outbound{Target: "audit_forward:syslog", Host: host, Port: n, Protocol: "syslog-tls", p: ap})
+			}
+		}
+		if w := f.Webhook; w != nil {
+			web("audit_forward:webhook", fp.key("webhook"), w.URL, w.Proxy, w.Plaintext)
 		}
 	}
 	return out

@@ -25,6 +25,7 @@ func (l *loader) validate(c *Config) {
 	l.checkMaintenance(c.Maintenance)
 	l.checkTLSExpiryWarning(c)
 	l.checkAlerts(c)
+	l.checkAudit(c)
 	l.checkEgress(c)
 	l.checkAPI(c)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"net/http"
+	"net/url"
 	"strings"
 
+	"github.com/mefor/mefor/internal/auditforward"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/nodeinfo"
@@ -20,7 +22,7 @@ import (
 // the host names the config connects to as they resolve then
 // (egress.NewPolicy), so a reload is how an operator accepts a host's new
 // address. Every outbound connection (destinations, reference sources,
-// alert webhooks) dials through the policy in force (n.egress), read at
+// alert webhooks, audit forwarding) dials through the policy in force (n.egress), read at
 // each connection. A connection refused is counted in
 // mefor_egress_refused_total and logged with its target and addresses.
 // The file itself was checked against egress.allow when it was loaded, so
@@ -72,6 +74,40 @@ func (n *Node) webhookClient(sink *config.AlertSink) *http.Client {
 		tc = c.Config()
 	}
 	return workers.WebhookClient(n.egress.Load(), tc, sink)
+}
+
+// auditForwardSenders are the senders of f's targets, by target, dialling
+// through the policy and TLS configurations in force.
+func (n *Node) auditForwardSenders(f *config.AuditForward) map[string]auditforward.Sender {
+	p := n.egress.Load()
+	out := map[string]auditforward.Sender{}
+	if s := f.Syslog; s != nil {
+		tc := &tls.Config{MinVersion: s.TLS.MinVersion, ServerName: s.TLS.ServerName}
+		if c := n.tls.set.AuditForwardClient(auditforward.TargetSyslog); c != nil && c.Config() != nil {
+			tc = c.Config()
+		}
+		out[auditforward.TargetSyslog] = &auditforward.Syslog{Address: s.Address, TLS: tc,
+			Dial: p.Dialer("audit_forward:" + auditforward.TargetSyslog), Hostname: n.opts.NodeID,
+			AppName: s.AppName, Facility: s.Facility, Timeout: s.Timeout, NoConfirm: !s.Confirm}
+	}
+	if w := f.Webhook; w != nil {
+		o := egress.HTTPOptions{}
+		if c := n.tls.set.AuditForwardClient(auditforward.TargetWebhook); c != nil {
+			o.TLS = c.Config()
+		}
+		if w.Proxy != "" {
+			if u, err := url.Parse(w.Proxy); err == nil {
+				o.Proxy = u
+			}
+		}
+		h := http.Header{}
+		for _, hd := range w.Headers {
+			h.Add(hd.Name, hd.Value)
+		}
+		out[auditforward.TargetWebhook] = &auditforward.Webhook{URL: w.URL, Headers: h, Timeout: w.Timeout,
+			Client: p.HTTPClient("audit_forward:"+auditforward.TargetWebhook, o)}
+	}
+	return out
 }
 
 // egressOf is what `mefor status` shows of cfg's egress: its list and the

@@ -321,6 +321,7 @@ func New(opts Options) (*Node, error) {
 	river.AddWorker(w, &workers.RetentionWorker{Deps: deps, NodeID: opts.NodeID,
 		Policy: func() *config.Retention { return n.Config().Maintenance.Retention }})
 	river.AddWorker(w, &workers.AuditAnchorWorker{Deps: deps, NodeID: opts.NodeID, Keys: opts.AuditKeys})
+	river.AddWorker(w, &workers.AuditForwardWorker{Deps: deps, Config: n.Config, Senders: n.auditForwardSenders})
 	river.AddWorker(w, &workers.AlertEvalWorker{Deps: deps, Config: n.Config})
 	river.AddWorker(w, &workers.AlertNotifyWorker{Pool: opts.Pool, Config: n.Config, Logger: opts.Logger,
 		RetryBase: opts.AlertRetryBase, Client: n.webhookClient})

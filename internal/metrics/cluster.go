@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mefor/mefor/internal/auditforward"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 )
@@ -30,8 +31,14 @@ type ClusterCollector struct {
 
 	mu     sync.Mutex
 	at     time.Time
-	cached *search.Backlog
+	cached *clusterRead
 	failed bool // the last read failed (logged once per failure streak)
+}
+
+// clusterRead is one read of the cluster gauges.
+type clusterRead struct {
+	backlog *search.Backlog
+	lags    []auditforward.Lag
 }
 
 var (
@@ -43,25 +50,35 @@ var (
 		"Pending rows of a stage (ingress, routed, outbound) for a channel, across the cluster.", []string{"stage", "channel"}, nil)
 	riverLeaderDesc = prometheus.NewDesc("mefor_river_leader",
 		"1 on the node that is River's elected leader (it schedules maintenance and alert jobs), else 0.", nil, nil)
+	auditForwardLagDesc = prometheus.NewDesc("mefor_audit_forward_lag_rows",
+		"Audit rows an audit.forward target (syslog, webhook) has not yet had accepted by its receiver, across the cluster.", []string{"target"}, nil)
+	auditForwardOldestDesc = prometheus.NewDesc("mefor_audit_forward_oldest_age_seconds",
+		"Age of the oldest audit row an audit.forward target has not yet had accepted; 0 when it has them all.", []string{"target"}, nil)
 	clusterUpDesc = prometheus.NewDesc("mefor_cluster_gauges_up",
 		"1 when the last database read for the cluster gauges succeeded, else 0 (and the cluster gauges are absent).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *ClusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueDepthDesc, queueOldestDesc, stageBacklogDesc, riverLeaderDesc, clusterUpDesc} {
+	for _, d := range []*prometheus.Desc{queueDepthDesc, queueOldestDesc, stageBacklogDesc, riverLeaderDesc, clusterUpDesc,
+		auditForwardLagDesc, auditForwardOldestDesc} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
-	b, err := c.read()
+	r, err := c.read()
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(clusterUpDesc, prometheus.GaugeValue, 0)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(clusterUpDesc, prometheus.GaugeValue, 1)
+	for _, l := range r.lags {
+		ch <- prometheus.MustNewConstMetric(auditForwardLagDesc, prometheus.GaugeValue, float64(l.Rows), l.Target)
+		ch <- prometheus.MustNewConstMetric(auditForwardOldestDesc, prometheus.GaugeValue, l.OldestSeconds, l.Target)
+	}
+	b := r.backlog
 	leader := 0.0
 	if b.RiverLeader != "" && b.RiverLeader == c.NodeID {
 		leader = 1
@@ -105,8 +122,9 @@ func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read returns the cached backlog, reading it again once CacheTTL passed.
-func (c *ClusterCollector) read() (*search.Backlog, error) {
+// read returns the cached backlog and audit forward lags, reading them
+// again once CacheTTL passed.
+func (c *ClusterCollector) read() (*clusterRead, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ttl := c.CacheTTL
@@ -123,6 +141,10 @@ func (c *ClusterCollector) read() (*search.Backlog, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	b, err := search.ReadBacklog(ctx, c.Pool)
+	var lags []auditforward.Lag
+	if err == nil {
+		lags, err = auditforward.Lags(ctx, c.Pool)
+	}
 	if err != nil {
 		c.cached = nil
 		if !c.failed && c.Logger != nil {
@@ -135,6 +157,6 @@ func (c *ClusterCollector) read() (*search.Backlog, error) {
 		c.Logger.Info("cluster gauges for /metrics readable again")
 	}
 	c.failed = false
-	c.cached, c.at = b, time.Now()
-	return b, nil
+	c.cached, c.at = &clusterRead{backlog: b, lags: lags}, time.Now()
+	return c.cached, nil
 }

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mefor/mefor/internal/auditforward"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/nodeinfo"
@@ -327,6 +329,9 @@ type Status struct {
 	Encryption *nodeinfo.EncryptionStatus `json:"encryption,omitempty"`
 	// Egress is where the live nodes let data go (filled by ops.Status).
 	Egress *nodeinfo.EgressStatus `json:"egress,omitempty"`
+	// AuditForward is how far each audit.forward target has had the
+	// audit trail accepted (filled by ops.Status).
+	AuditForward []auditforward.Status `json:"audit_forward,omitempty"`
 }
 
 // ReadStatus computes the per-channel and per-destination counts. Run it in a

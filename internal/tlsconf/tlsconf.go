@@ -135,6 +135,10 @@ func (s *Set) ReferenceClient(set string) *Client { return s.client(clientKey{"r
 // nil when it has no tls: block.
 func (s *Set) WebhookClient(sink string) *Client { return s.client(clientKey{"alerts", sink}) }
 
+// AuditForwardClient returns the configuration of an audit.forward target
+// (syslog, always TLS, or webhook, nil without a tls: block).
+func (s *Set) AuditForwardClient(target string) *Client { return s.client(clientKey{"audit", target}) }
+
 func (s *Set) client(k clientKey) *Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -193,6 +197,14 @@ func (s *Set) Prepare(cfg *config.Config, now time.Time) (*Staged, error) {
 			if w := sink.Webhook; w != nil {
 				client(clientKey{"alerts", sink.Name}, w.TLS, "sinks."+sink.Name+".webhook.tls.", fmt.Sprintf("alert sink %q", sink.Name))
 			}
+		}
+	}
+	if f := cfg.Audit.Forward; f != nil {
+		if sl := f.Syslog; sl != nil {
+			client(clientKey{"audit", "syslog"}, sl.TLS, "forward.syslog.tls.", "audit.forward syslog")
+		}
+		if w := f.Webhook; w != nil {
+			client(clientKey{"audit", "webhook"}, w.TLS, "forward.webhook.tls.", "audit.forward webhook")
 		}
 	}
 	if len(l.errs) > 0 {
@@ -323,7 +335,7 @@ func (l *loader) server(channel string, t config.ServerTLS) *tls.Config {
 // own in the file's paths (alert sinks: "sinks.ops.webhook.tls.").
 func (l *loader) client(k clientKey, t config.ClientTLS, base, use string) *tls.Config {
 	name := k.name
-	if k.section == "alerts" {
+	if k.section == "alerts" || k.section == "audit" {
 		name = ""
 	}
 	tc := &tls.Config{MinVersion: t.MinVersion, ServerName: t.ServerName}

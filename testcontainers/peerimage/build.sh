@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds a Docker image of a peer program the tests talk to (a syslog
+# receiver, an SSH or SMTP server, a browser) from Debian's own packages.
+#
+# The machines this project runs on have a Docker engine but no image
+# registry, so no image can be pulled. Like pgimage/build.sh, debootstrap
+# assembles a minimal Debian root holding PACKAGES and `docker import` turns
+# it into an image with no entrypoint: the test names the command to run.
+# About a minute on a 2-core machine with a warm apt cache.
+#
+# Usage: testcontainers/peerimage/build.sh IMAGE PACKAGE...
+#   e.g. testcontainers/peerimage/build.sh mefor-rsyslog:1 rsyslog rsyslog-gnutls
+# Does nothing when IMAGE already exists; FORCE=1 rebuilds.
+set -euo pipefail
+
+if [ $# -lt 2 ]; then
+	echo "usage: $0 IMAGE PACKAGE..." >&2
+	exit 2
+fi
+image=$1
+shift
+packages=$(IFS=,; echo "$*")
+suite=${MEFOR_PEER_SUITE:-${MEFOR_PG_SUITE:-bookworm}}
+mirror=${MEFOR_PEER_MIRROR:-${MEFOR_PG_MIRROR:-http://deb.debian.org/debian}}
+tag=${image//[^A-Za-z0-9]/_}
+
+if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
+	echo "peerimage: $image already present"
+	exit 0
+fi
+
+# Two builds of one image at once (parallel test packages on a fresh
+# machine) would both debootstrap; the second waits and finds the image.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"/tmp/mefor-peerimage-$tag-$(id -u).lock"
+	flock 9
+	if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
+		echo "peerimage: $image already present (built while waiting)"
+		exit 0
+	fi
+fi
+
+if ! command -v debootstrap >/dev/null 2>&1; then
+	echo "peerimage: installing debootstrap" >&2
+	if [ "$(id -u)" != 0 ]; then
+		echo "peerimage: debootstrap is missing and this is not root; run: sudo apt-get install debootstrap" >&2
+		exit 1
+	fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+
+work=$(mktemp -d /tmp/mefor-peerimage.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+start=$(date +%s)
+
+echo "peerimage: debootstrap $suite with $packages into $root" >&2
+debootstrap --variant=minbase --include="$packages" \
+	"$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+	tail -n 30 "$work/debootstrap.log" >&2
+	exit 1
+}
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+
+echo "peerimage: importing as $image" >&2
+tar -C "$root" -c . | docker import \
+	--change 'ENV LANG=C.UTF-8' \
+	--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+	- "$image" >/dev/null
+
+echo "peerimage: built $image ($packages) in $(( $(date +%s) - start ))s" >&2
