@@ -234,11 +234,21 @@ func TestTOTPSecretIsSealedUnderTheKeys(t *testing.T) {
 	if err := f.DB.Pool.QueryRow(f.Ctx, `SELECT totp_secret FROM mefor_user WHERE name = 'root'`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(stored, "mfe1:k1:") || strings.Contains(stored, secret) {
+	if !strings.HasPrefix(stored, crypt.TextHeader("k1")) || strings.Contains(stored, secret) {
 		t.Fatalf("the TOTP secret is stored as %q", stored)
 	}
 	if _, err := f.login("root", password, code(t, secret)); err != nil {
 		t.Fatal(err)
+	}
+
+	// The sealed secret is bound to its user's row: copied onto another
+	// admin's row it does not open, so root's codes do not log in as bob.
+	f.add("bob", identity.RoleAdmin)
+	if _, err := f.DB.Pool.Exec(f.Ctx, `UPDATE mefor_user SET totp_secret = $1, totp_last_step = 0 WHERE name = 'bob'`, stored); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := f.login("bob", password, code(t, secret)); err == nil {
+		t.Fatalf("bob logged in with root's copied TOTP secret: %+v", l)
 	}
 }
 
