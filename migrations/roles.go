@@ -68,6 +68,7 @@ var operatorHiddenColumns = map[string][]string{
 var operatorReadFunctions = []string{
 	"mefor_read_body(bigint, text, text)",
 	"mefor_key_census()",
+	"mefor_unbound_count()",
 	"mefor_search_bodies(bigint[], bytea, text, text, text)",
 	"mefor_read_reference(text, text, integer, text, text)",
 }

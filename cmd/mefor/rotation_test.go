@@ -45,6 +45,18 @@ func keysStatus(t *testing.T, db *testcontainers.DB, keys string) ops.KeyStatus 
 		if fmt.Sprint(viaFunction) != fmt.Sprint(direct) {
 			t.Errorf("mefor_key_census %v, the tables %v", viaFunction, direct)
 		}
+		// And so is the count of values a sealed store refuses.
+		unbound, err := rotation.Unbound(ctx, tx)
+		if err != nil {
+			return err
+		}
+		unboundDirect, err := rotation.UnboundDirect(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if unbound != unboundDirect {
+			t.Errorf("mefor_unbound_count %d, the tables %d", unbound, unboundDirect)
+		}
 		return nil
 	})
 	if err != nil {

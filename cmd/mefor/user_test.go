@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/identity"
 	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/ops"
@@ -61,7 +62,7 @@ func TestUserAndTokenCommands(t *testing.T) {
 	code, _, errs = f.withStdinKeys(t, pw, newKeySpec(t, "k1"), "user", "add", "carol", "--role", "admin", "--password-stdin")
 	var stored string
 	if err := f.db.Pool.QueryRow(ctx, `SELECT totp_secret FROM mefor_user WHERE name = 'carol'`).Scan(&stored); err != nil || code != 0 ||
-		!strings.HasPrefix(stored, "mfe1:k1:") || strings.Contains(errs, "in clear") {
+		!strings.HasPrefix(stored, crypt.TextHeader("k1")) || strings.Contains(errs, "in clear") {
 		t.Fatalf("user add with keys: exit %d, secret stored as %q (%v)\n%s", code, stored, err, errs)
 	}
 	f.ok(t, "user", "delete", "carol")

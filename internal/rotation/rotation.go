@@ -219,8 +219,21 @@ var refusedColumns = []string{"mefor_message.raw", "mefor_work.payload", "mefor_
 
 // Unbound counts the values of the refused columns that are not sealed
 // bound to their row (plaintext, or the legacy mfe1 envelope): once it is
-// zero, keys rotate marks the store sealed. It reads every content row.
+// zero, keys rotate marks the store sealed. It reads every content row,
+// through mefor_unbound_count (migration 022), which returns the count
+// only: operators, who run keys status, may not SELECT content.
 func Unbound(ctx context.Context, q pipeline.DBTX) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT mefor_unbound_count()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the unsealed content values: %w", err)
+	}
+	return n, nil
+}
+
+// UnboundDirect is Unbound reading the tables itself (an admin's reads),
+// from SealedColumns and refusedColumns: mefor_unbound_count must give the
+// same count (the key rotation test of cmd/mefor compares them).
+func UnboundDirect(ctx context.Context, q pipeline.DBTX) (int64, error) {
 	var total int64
 	for _, c := range SealedColumns {
 		if !slices.Contains(refusedColumns, c.Name) {

@@ -136,14 +136,33 @@ BEGIN
         jsonb_build_object('set', p_set, 'by_key', p_key IS NOT NULL, 'version', v, 'rows', n)::text, 'ok');
 END $$;
 
+-- mefor_unbound_count counts the content values a sealed store refuses
+-- because they are not sealed bound to their row (plaintext, or an envelope
+-- older than mfe2), for `mefor keys status` and `keys rotate`: once it is
+-- zero, rotate marks the store sealed. Counts only, never a value. It
+-- follows internal/rotation's refusedColumns; the key rotation test of
+-- cmd/mefor checks the two agree (rotation.UnboundDirect).
+CREATE FUNCTION mefor_unbound_count()
+RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER AS $$
+    SELECT (SELECT count(*) FROM mefor_message WHERE raw IS NOT NULL AND substring(raw FOR 5) <> '\x006d666532'::bytea)
+         + (SELECT count(*) FROM mefor_work WHERE payload IS NOT NULL AND substring(payload FOR 5) <> '\x006d666532'::bytea)
+         + (SELECT count(*) FROM mefor_response WHERE body IS NOT NULL AND substring(body FOR 5) <> '\x006d666532'::bytea)
+         + (SELECT count(*) FROM mefor_state WHERE value IS NOT NULL AND substring(value FOR 5) <> '\x006d666532'::bytea)
+         + (SELECT count(*) FROM mefor_reference_row WHERE value IS NOT NULL
+              AND NOT (jsonb_typeof(value) = 'string' AND left(value #>> '{}', 5) = 'mfe2:'))
+$$;
+
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION mefor_read_body(bigint, text, text) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_key_census() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION mefor_unbound_count() SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_read_reference(text, text, integer, text, text) SET search_path = %I, pg_temp', current_schema());
 END $$;
 REVOKE EXECUTE ON FUNCTION mefor_read_body(bigint, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_key_census() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION mefor_unbound_count() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_read_reference(text, text, integer, text, text) FROM PUBLIC;
