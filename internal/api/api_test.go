@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/internal/identity"
+	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
@@ -39,6 +40,9 @@ type harness struct {
 func newHarness(t *testing.T, cfg api.Config) *harness {
 	h := &harness{DBTest: fixtures.NewDBTest(t)}
 	h.store = identity.New(h.DB.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}})
+	if cfg.Reads == nil {
+		cfg.Reads = ops.APIReads{Pool: h.DB.Pool}
+	}
 	ca := certtest.NewCA(t, "mefor test CA")
 	cfg.CertFile, cfg.KeyFile = ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, t.TempDir(), "api")
 	cfg.Listen = "127.0.0.1:0"

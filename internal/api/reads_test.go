@@ -1,0 +1,192 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mefor/mefor/internal/api"
+	"github.com/mefor/mefor/internal/identity"
+	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/ops"
+)
+
+// receive stores a message into channel as a listener would, with the
+// patient identifier patient, and returns its id.
+func (h *harness) receive(channel, patient string) int64 {
+	h.T.Helper()
+	q, err := ops.NewQueue(h.DB.Pool, nil)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	ctl := fmt.Sprintf("C-%s-%d", channel, time.Now().UnixNano())
+	raw := "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ADT^A01|" + ctl + "|P|2.5\rPID|1||" + patient + "\r"
+	var id int64
+	err = pgx.BeginFunc(context.Background(), h.DB.Pool, func(tx pgx.Tx) error {
+		id, err = pipeline.Receive(context.Background(), tx, q, pipeline.Inbound{Channel: channel, Source: "test", Raw: []byte(raw),
+			ControlID: ctl, MessageType: "ADT", TriggerEvent: "A01", PatientID: patient})
+		return err
+	})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return id
+}
+
+// user adds a user with a channel scope and returns a bearer header of
+// a token of theirs.
+func (h *harness) user(name, role string, channels ...string) map[string]string {
+	h.T.Helper()
+	if _, _, err := h.store.AddUser(h.Ctx, identity.NewUser{Name: name, Role: role, Channels: channels, Password: password}); err != nil {
+		h.T.Fatal(err)
+	}
+	_, secret, err := h.store.CreateToken(h.Ctx, name, time.Hour)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return map[string]string{"Authorization": "Bearer " + secret}
+}
+
+// channelsOf lists the channels of a listing's messages, in its order.
+func channelsOf(t *testing.T, body map[string]any) []string {
+	t.Helper()
+	list, ok := body["messages"].([]any)
+	if !ok {
+		t.Fatalf("no messages in %v", body)
+	}
+	out := []string{}
+	for _, m := range list {
+		out = append(out, m.(map[string]any)["channel"].(string))
+	}
+	return out
+}
+
+// A viewer scoped to lab-* lists only lab messages, page by page with
+// the scope applied by the query (the newest messages are adt ones, so a
+// page filtered after its limit would come back empty), sees only lab
+// channels in status, and gets 404 for an adt message's id, exactly as
+// for one that does not exist.
+func TestScopedViewerSeesOnlyTheirChannels(t *testing.T) {
+	h := newHarness(t, api.Config{})
+	lab1, lab2, labB := h.receive("lab-a", "P1"), h.receive("lab-a", "P2"), h.receive("lab-b", "P3")
+	adt := h.receive("adt", "P4")
+	h.receive("adt", "P5")
+	h.receive("adt", "P6")
+	vic := h.user("vic", identity.RoleViewer, "lab-*")
+
+	status, page, _ := h.call("GET", "/api/v1/messages?limit=2", nil, vic)
+	if status != http.StatusOK || !reflect.DeepEqual(channelsOf(t, page), []string{"lab-b", "lab-a"}) || page["next"] == nil {
+		t.Fatalf("first page: %d %v", status, page)
+	}
+	status, page2, _ := h.call("GET", "/api/v1/messages?limit=2&cursor="+url.QueryEscape(page["next"].(string)), nil, vic)
+	if status != http.StatusOK || !reflect.DeepEqual(channelsOf(t, page2), []string{"lab-a"}) || page2["next"] != nil {
+		t.Fatalf("second page: %d %v", status, page2)
+	}
+	ids := []any{page["messages"].([]any)[0].(map[string]any)["id"], page["messages"].([]any)[1].(map[string]any)["id"],
+		page2["messages"].([]any)[0].(map[string]any)["id"]}
+	if fmt.Sprint(ids) != fmt.Sprint([]int64{labB, lab2, lab1}) {
+		t.Fatalf("pages hold %v, want %v", ids, []int64{labB, lab2, lab1})
+	}
+	if status, body, _ := h.call("GET", "/api/v1/messages?channel=adt", nil, vic); status != http.StatusOK || len(channelsOf(t, body)) != 0 {
+		t.Fatalf("adt by name for a lab viewer: %d %v", status, body)
+	}
+	if status, body, _ := h.call("GET", "/api/v1/messages", nil, h.user("root", identity.RoleViewer)); status != http.StatusOK || len(channelsOf(t, body)) != 6 {
+		t.Fatalf("an unscoped viewer: %d %v", status, body)
+	}
+
+	status, st, _ := h.call("GET", "/api/v1/status", nil, vic)
+	var chans []string
+	for _, c := range st["channels"].([]any) {
+		chans = append(chans, c.(map[string]any)["channel"].(string))
+	}
+	if status != http.StatusOK || strings.Join(chans, ",") != "lab-a,lab-b" {
+		t.Fatalf("status for a lab viewer: %d, channels %v", status, chans)
+	}
+	for _, p := range []string{"/api/v1/nodes", "/api/v1/alerts"} {
+		if status, body, _ := h.call("GET", p, nil, vic); status != http.StatusOK {
+			t.Fatalf("%s: %d %v", p, status, body)
+		}
+	}
+
+	if status, m, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d", lab1), nil, vic); status != http.StatusOK ||
+		m["message"].(map[string]any)["channel"] != "lab-a" || m["events"] == nil || m["work"] == nil {
+		t.Fatalf("a lab message: %d %v", status, m)
+	}
+	status, out, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d", adt), nil, vic)
+	_, none, _ := h.call("GET", "/api/v1/messages/999999999", nil, vic)
+	if status != http.StatusNotFound || !reflect.DeepEqual(out, none) {
+		t.Fatalf("an adt message for a lab viewer: %d %v; a missing one: %v", status, out, none)
+	}
+	// Content needs its permission, whatever the message.
+	for _, id := range []int64{lab1, adt} {
+		if status, e, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d/body", id), nil, vic); status != http.StatusForbidden || e["permission"] != "messages.body" {
+			t.Fatalf("a viewer reading a body: %d %v", status, e)
+		}
+	}
+}
+
+// An operator's body view answers the content and writes a view-body
+// audit row naming the person; a scoped operator gets 404 for another
+// channel's body, as for a missing message, and no body is read.
+func TestBodyViewIsAuditedWithThePersonAndScoped(t *testing.T) {
+	h := newHarness(t, api.Config{})
+	lab, adt := h.receive("lab-a", "P1"), h.receive("adt", "P2")
+	olga := h.user("olga", identity.RoleOperator, "lab-*")
+
+	status, b, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d/body", lab), nil, olga)
+	if raw, _ := b["raw"].(string); status != http.StatusOK || !strings.HasPrefix(raw, "MSH|") || !strings.Contains(raw, "PID|1||P1") {
+		t.Fatalf("body: %d %v", status, b)
+	}
+	if n := h.Int(`SELECT count(*) FROM mefor_audit WHERE action = 'view-body' AND target::jsonb->>'actor' = 'olga'
+		AND (target::jsonb->>'message_id')::bigint = $1`, lab); n != 1 {
+		t.Fatalf("view-body rows naming olga: %d, want 1", n)
+	}
+	status, out, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d/body", adt), nil, olga)
+	_, none, _ := h.call("GET", "/api/v1/messages/999999999/body", nil, olga)
+	if status != http.StatusNotFound || !reflect.DeepEqual(out, none) {
+		t.Fatalf("an adt body for a lab operator: %d %v; a missing one: %v", status, out, none)
+	}
+	if n := h.Int(`SELECT count(*) FROM mefor_audit WHERE action = 'view-body' AND outcome = 'ok'
+		AND (target::jsonb->>'message_id')::bigint = $1`, adt); n != 0 {
+		t.Fatalf("the adt body was read for a lab operator: %d view-body rows", n)
+	}
+}
+
+// A patient identifier in a URL is refused, naming the field; the search
+// by patient goes in a POST body, needs the content permission, is
+// scoped, and is audited naming the person.
+func TestPatientSearchOnlyInABody(t *testing.T) {
+	h := newHarness(t, api.Config{})
+	lab := h.receive("lab-a", "P77")
+	h.receive("adt", "P77")
+	olga := h.user("olga", identity.RoleOperator, "lab-*")
+	vic := h.user("vic", identity.RoleViewer)
+
+	if status, e, _ := h.call("GET", "/api/v1/messages?patient=P77", nil, olga); status != http.StatusUnprocessableEntity || e["field"] != "patient" {
+		t.Fatalf("a patient in the query string: %d %v", status, e)
+	}
+	if status, e, _ := h.call("POST", "/api/v1/messages/search", map[string]any{"patient": "P77"}, vic); status != http.StatusForbidden || e["permission"] != "messages.body" {
+		t.Fatalf("a viewer searching by patient: %d %v", status, e)
+	}
+	status, body, _ := h.call("POST", "/api/v1/messages/search", map[string]any{"patient": "P77"}, olga)
+	list, _ := body["messages"].([]any)
+	if status != http.StatusOK || len(list) != 1 || list[0].(map[string]any)["id"] != float64(lab) {
+		t.Fatalf("a lab operator's patient search: %d %v", status, body)
+	}
+	if n := h.Int(`SELECT count(*) FROM mefor_audit WHERE action = 'search-patient' AND target::jsonb->>'actor' = 'olga'`); n != 1 {
+		t.Fatalf("search-patient rows naming olga: %d, want 1", n)
+	}
+	if n := h.Int(`SELECT count(*) FROM mefor_audit WHERE target LIKE '%P77%'`); n != 0 {
+		t.Fatalf("the patient identifier is in %d audit rows", n)
+	}
+	if status, e, _ := h.call("GET", "/api/v1/messages?text=x", nil, olga); status != http.StatusUnprocessableEntity || e["field"] != "text" {
+		t.Fatalf("an unknown query parameter: %d %v", status, e)
+	}
+}
