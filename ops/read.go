@@ -291,10 +291,17 @@ func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]alert.Alert, error) 
 // Their errors are opened with kr; that reads content (an error can quote
 // the message), so the read and its audit row then share one transaction.
 func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter) ([]search.DeadRow, error) {
+	return ListDeadIn(ctx, pool, kr, f, nil)
+}
+
+// ListDeadIn is ListDead for someone who sees only the channels scope's
+// patterns match (a user's channel scope; empty sees all), applied in the
+// query.
+func ListDeadIn(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter, scope []string) ([]search.DeadRow, error) {
 	var rows []search.DeadRow
 	if !kr.Enabled() {
 		// Sealed texts are only named (their key), not opened.
-		rows, err := search.ListDead(ctx, pool, f)
+		rows, err := search.ListDead(ctx, pool, f, scope)
 		for i := range rows {
 			rows[i].LastError = pipeline.OpenText(kr, rows[i].LastError)
 		}
@@ -304,7 +311,7 @@ func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipe
 	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewErrors, target,
 		func(tx pgx.Tx) (string, error) {
 			var err error
-			if rows, err = search.ListDead(ctx, tx, f); err != nil {
+			if rows, err = search.ListDead(ctx, tx, f, scope); err != nil {
 				return "", err
 			}
 			ids := make([]int64, len(rows))
@@ -387,3 +394,11 @@ func (a APIReads) Messages(ctx context.Context, f search.MessageFilter) ([]searc
 func (a APIReads) Message(ctx context.Context, id int64, withBody bool, sees func(string) bool) (*MessageView, error) {
 	return ShowMessageIn(ctx, a.Pool, a.Keys, id, withBody, sees)
 }
+
+// Dead is ListDeadIn.
+func (a APIReads) Dead(ctx context.Context, f DeadFilter, scope []string) ([]DeadRow, error) {
+	return ListDeadIn(ctx, a.Pool, a.Keys, f, scope)
+}
+
+// Audit is ListAudit.
+func (a APIReads) Audit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) { return ListAudit(ctx, a.Pool, f) }

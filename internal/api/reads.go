@@ -34,6 +34,10 @@ type Reads interface {
 	// who sees only the channels sees accepts: another channel's message
 	// is pipeline.ErrNotFound.
 	Message(ctx context.Context, id int64, withBody bool, sees func(channel string) bool) (*search.MessageView, error)
+	// Dead lists dead letters of the channels scope matches (all when
+	// empty), scoped in its query.
+	Dead(ctx context.Context, f pipeline.DeadFilter, scope []string) ([]search.DeadRow, error)
+	Audit(ctx context.Context, f audit.Filter) ([]audit.Record, error)
 }
 
 // maxListLimit bounds a listing's limit.
@@ -54,6 +58,8 @@ func (s *Server) readRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/messages/search", s.authed(s.searchMessages))
 	mux.HandleFunc("GET /api/v1/messages/{id}", s.authed(s.message))
 	mux.HandleFunc("GET /api/v1/messages/{id}/body", s.authed(s.messageBody))
+	mux.HandleFunc("GET /api/v1/dead", s.authed(s.dead))
+	mux.HandleFunc("GET /api/v1/audit", s.authed(s.auditLog))
 }
 
 // failed answers 500 for an error the caller cannot act on, logging it
