@@ -401,4 +401,6 @@ func (a APIReads) Dead(ctx context.Context, f DeadFilter, scope []string) ([]Dea
 }
 
 // Audit is ListAudit.
-func (a APIReads) Audit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) { return ListAudit(ctx, a.Pool, f) }
+func (a APIReads) Audit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) {
+	return ListAudit(ctx, a.Pool, f)
+}
