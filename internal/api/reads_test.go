@@ -95,6 +95,20 @@ func TestScopedViewerSeesOnlyTheirChannels(t *testing.T) {
 	if fmt.Sprint(ids) != fmt.Sprint([]int64{labB, lab2, lab1}) {
 		t.Fatalf("pages hold %v, want %v", ids, []int64{labB, lab2, lab1})
 	}
+	// With an upper time bound the listing is in receipt order, and so is
+	// its cursor.
+	until := url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	status, up, _ := h.call("GET", "/api/v1/messages?limit=2&until="+until, nil, vic)
+	if status != http.StatusOK || !reflect.DeepEqual(channelsOf(t, up), []string{"lab-b", "lab-a"}) || up["next"] == nil {
+		t.Fatalf("first page until: %d %v", status, up)
+	}
+	status, up2, _ := h.call("GET", "/api/v1/messages?limit=2&until="+until+"&cursor="+url.QueryEscape(up["next"].(string)), nil, vic)
+	if status != http.StatusOK || len(channelsOf(t, up2)) != 1 || up2["messages"].([]any)[0].(map[string]any)["id"] != float64(lab1) {
+		t.Fatalf("second page until: %d %v", status, up2)
+	}
+	if status, e, _ := h.call("GET", "/api/v1/messages?cursor=nonsense", nil, vic); status != http.StatusUnprocessableEntity || e["field"] != "cursor" {
+		t.Fatalf("a bad cursor: %d %v", status, e)
+	}
 	if status, body, _ := h.call("GET", "/api/v1/messages?channel=adt", nil, vic); status != http.StatusOK || len(channelsOf(t, body)) != 0 {
 		t.Fatalf("adt by name for a lab viewer: %d %v", status, body)
 	}
