@@ -170,8 +170,15 @@ func ShowMessageIn(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, i
 		if v.Events, err = search.MessageEvents(ctx, tx, id); err != nil {
 			return err
 		}
-		v.Origin, err = search.MessageOrigin(ctx, tx, id)
-		return err
+		if v.Origin, err = search.MessageOrigin(ctx, tx, id); err != nil {
+			return err
+		}
+		// A reply routed in from another channel's delivery: its parent
+		// is that channel's message, which is out of scope.
+		if sees != nil && v.Origin.Parent != nil && !sees(v.Origin.Parent.Channel) {
+			v.Origin.Parent = nil
+		}
+		return nil
 	}
 	var err error
 	switch {

@@ -134,6 +134,17 @@ func TestScopedViewerSeesOnlyTheirChannels(t *testing.T) {
 		m["message"].(map[string]any)["channel"] != "lab-a" || m["events"] == nil || m["work"] == nil {
 		t.Fatalf("a lab message: %d %v", status, m)
 	}
+	// A lab message that is the reply to an adt message's delivery does
+	// not name its parent to a lab viewer.
+	h.Exec("UPDATE mefor_message SET parent_id = $1, reply_depth = 1 WHERE id = $2", adt, lab2)
+	if status, m, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d", lab2), nil, vic); status != http.StatusOK ||
+		m["origin"].(map[string]any)["parent"] != nil {
+		t.Fatalf("a reply's parent out of scope: %d %v", status, m["origin"])
+	}
+	if status, m, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d", lab2), nil, h.user("all", identity.RoleViewer)); status != http.StatusOK ||
+		m["origin"].(map[string]any)["parent"] == nil {
+		t.Fatalf("a reply's parent for an unscoped viewer: %d %v", status, m["origin"])
+	}
 	status, out, _ := h.call("GET", fmt.Sprintf("/api/v1/messages/%d", adt), nil, vic)
 	_, none, _ := h.call("GET", "/api/v1/messages/999999999", nil, vic)
 	if status != http.StatusNotFound || !reflect.DeepEqual(out, none) {
