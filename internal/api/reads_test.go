@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/api"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/identity"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
@@ -32,7 +35,7 @@ func (h *harness) receive(channel, patient string) int64 {
 	var id int64
 	err = pgx.BeginFunc(context.Background(), h.DB.Pool, func(tx pgx.Tx) error {
 		id, err = pipeline.Receive(context.Background(), tx, q, pipeline.Inbound{Channel: channel, Source: "test", Raw: []byte(raw),
-			ControlID: ctl, MessageType: "ADT", TriggerEvent: "A01", PatientID: patient})
+			ControlID: ctl, MessageType: "ADT", TriggerEvent: "A01", PatientID: patient, Keys: h.keys})
 		return err
 	})
 	if err != nil {
@@ -189,7 +192,12 @@ func TestBodyViewIsAuditedWithThePersonAndScoped(t *testing.T) {
 // by patient goes in a POST body, needs the content permission, is
 // scoped, and is audited naming the person.
 func TestPatientSearchOnlyInABody(t *testing.T) {
-	h := newHarness(t, api.Config{})
+	// Patients are indexed under a key (blind indexes).
+	kr, err := crypt.Parse("t=" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newKeyedHarness(t, api.Config{}, kr)
 	lab := h.receive("lab-a", "P77")
 	h.receive("adt", "P77")
 	olga := h.user("olga", identity.RoleOperator, "lab-*")
