@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/alert"
+	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/nodeinfo"
@@ -141,18 +142,7 @@ func ListMessages(ctx context.Context, pool *pgxpool.Pool, f search.MessageFilte
 }
 
 // MessageView is everything `messages show` presents about one message.
-type MessageView struct {
-	Message search.MessageDetail `json:"message"`
-	Work    []search.WorkInfo    `json:"work"`
-	Replies []search.Reply       `json:"replies"`
-	Events  []search.Event       `json:"events"`
-	// Outbound is each delivery's payload as sent (after transforms),
-	// read only with the bodies.
-	Outbound []search.Outbound `json:"-"`
-	// Origin is the file the message was read from, the message it is the
-	// reply to, and the replies routed back in from its deliveries.
-	Origin search.Origin `json:"origin"`
-}
+type MessageView = search.MessageView
 
 // ShowMessage reads one message with its stage rows, partner replies,
 // timeline and origin (file, parent, replies routed in), all from one
@@ -166,11 +156,26 @@ type MessageView struct {
 // does not open, never its ciphertext) and the error and event texts (a
 // note in their place when they do not open).
 func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id int64, withBody bool) (*MessageView, error) {
+	return ShowMessageIn(ctx, pool, kr, id, withBody, nil)
+}
+
+// ShowMessageIn is ShowMessage for someone who sees only the channels
+// sees accepts (a user's channel scope; nil sees all): a message of
+// another channel is ErrNotFound, as one that does not exist, and none of
+// its rows or bodies is read past its header. When ctx names a mefor user
+// (audit.WithActor, as the API does), a body view also appends a
+// view-body row naming them, in the transaction that reads the bodies.
+func ShowMessageIn(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id int64, withBody bool,
+	sees func(channel string) bool) (*MessageView, error) {
 	var v MessageView
 	read := func(tx pgx.Tx) error {
 		var err error
 		if v.Message, err = search.GetMessage(ctx, tx, id, false); err != nil {
 			return err
+		}
+		if sees != nil && !sees(v.Message.Channel) {
+			v = MessageView{}
+			return fmt.Errorf("message %d: %w", id, pipeline.ErrNotFound)
 		}
 		if v.Work, err = search.MessageWork(ctx, tx, id); err != nil {
 			return err
@@ -181,8 +186,15 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 		if v.Events, err = search.MessageEvents(ctx, tx, id); err != nil {
 			return err
 		}
-		v.Origin, err = search.MessageOrigin(ctx, tx, id)
-		return err
+		if v.Origin, err = search.MessageOrigin(ctx, tx, id); err != nil {
+			return err
+		}
+		// A reply routed in from another channel's delivery: its parent
+		// is that channel's message, which is out of scope.
+		if sees != nil && v.Origin.Parent != nil && !sees(v.Origin.Parent.Channel) {
+			v.Origin.Parent = nil
+		}
+		return nil
 	}
 	var err error
 	switch {
@@ -205,6 +217,11 @@ func ShowMessage(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, id 
 					v.Replies[i].Body = b.Replies[v.Replies[i].ID]
 				}
 				v.Outbound = search.MessageOutbound(v.Work, b)
+				if audit.ActorOf(ctx) != "" {
+					// mefor_read_body's own row names the database role
+					// only; this one names the person.
+					return "", nil
+				}
 				return noAudit, nil
 			})
 	case kr.Enabled():
@@ -297,10 +314,17 @@ func ListAlerts(ctx context.Context, pool *pgxpool.Pool) ([]alert.Alert, error) 
 // Their errors are opened with kr; that reads content (an error can quote
 // the message), so the read and its audit row then share one transaction.
 func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter) ([]search.DeadRow, error) {
+	return ListDeadIn(ctx, pool, kr, f, nil)
+}
+
+// ListDeadIn is ListDead for someone who sees only the channels scope's
+// patterns match (a user's channel scope; empty sees all), applied in the
+// query.
+func ListDeadIn(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipeline.DeadFilter, scope []string) ([]search.DeadRow, error) {
 	var rows []search.DeadRow
 	if !kr.Enabled() {
 		// Sealed texts are only named (their key), not opened.
-		rows, err := search.ListDead(ctx, pool, f)
+		rows, err := search.ListDead(ctx, pool, f, scope)
 		for i := range rows {
 			rows[i].LastError = pipeline.OpenText(kr, rows[i].MessageID, rows[i].LastError)
 		}
@@ -310,7 +334,7 @@ func ListDead(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, f pipe
 	err := audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewErrors, target,
 		func(tx pgx.Tx) (string, error) {
 			var err error
-			if rows, err = search.ListDead(ctx, tx, f); err != nil {
+			if rows, err = search.ListDead(ctx, tx, f, scope); err != nil {
 				return "", err
 			}
 			ids := make([]int64, len(rows))
@@ -366,4 +390,43 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*search.Status, error) {
 		return err
 	})
 	return st, err
+}
+
+var _ api.Reads = APIReads{}
+
+// APIReads is what the API's read endpoints call (api.Reads): the
+// functions above, over the node's pool, opening content with its keys.
+type APIReads struct {
+	Pool *pgxpool.Pool
+	Keys *crypt.Keyring
+}
+
+// Status is Status.
+func (a APIReads) Status(ctx context.Context) (*search.Status, error) { return Status(ctx, a.Pool) }
+
+// Nodes is ListNodes.
+func (a APIReads) Nodes(ctx context.Context) ([]Node, error) { return ListNodes(ctx, a.Pool) }
+
+// Alerts is ListAlerts.
+func (a APIReads) Alerts(ctx context.Context) ([]alert.Alert, error) { return ListAlerts(ctx, a.Pool) }
+
+// Messages is ListMessages, blinding a patient identifier with the keys.
+func (a APIReads) Messages(ctx context.Context, f search.MessageFilter) ([]search.MessageSummary, error) {
+	f.Keys = a.Keys
+	return ListMessages(ctx, a.Pool, f)
+}
+
+// Message is ShowMessageIn.
+func (a APIReads) Message(ctx context.Context, id int64, withBody bool, sees func(string) bool) (*MessageView, error) {
+	return ShowMessageIn(ctx, a.Pool, a.Keys, id, withBody, sees)
+}
+
+// Dead is ListDeadIn.
+func (a APIReads) Dead(ctx context.Context, f DeadFilter, scope []string) ([]DeadRow, error) {
+	return ListDeadIn(ctx, a.Pool, a.Keys, f, scope)
+}
+
+// Audit is ListAudit.
+func (a APIReads) Audit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) {
+	return ListAudit(ctx, a.Pool, f)
 }

@@ -121,6 +121,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
 		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr, AuditKeys: auditKeys,
 		OpenConnsAtStart: !strings.Contains(g.DatabaseURL, "pool_min_conns"),
+		APIReads:         ops.APIReads{Pool: pool, Keys: kr},
 	})
 	if err != nil {
 		return err

@@ -18,7 +18,9 @@ import (
 	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/internal/certtest"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/identity"
+	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
@@ -34,11 +36,19 @@ type harness struct {
 	store  *identity.Store
 	url    string
 	client *http.Client
+	keys   *crypt.Keyring
 }
 
-func newHarness(t *testing.T, cfg api.Config) *harness {
-	h := &harness{DBTest: fixtures.NewDBTest(t)}
+func newHarness(t *testing.T, cfg api.Config) *harness { return newKeyedHarness(t, cfg, nil) }
+
+// newKeyedHarness is newHarness whose reads, and the messages the test
+// stores, use keys (nil: content in clear).
+func newKeyedHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring) *harness {
+	h := &harness{DBTest: fixtures.NewDBTest(t), keys: keys}
 	h.store = identity.New(h.DB.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}})
+	if cfg.Reads == nil {
+		cfg.Reads = ops.APIReads{Pool: h.DB.Pool, Keys: keys}
+	}
 	ca := certtest.NewCA(t, "mefor test CA")
 	cfg.CertFile, cfg.KeyFile = ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, t.TempDir(), "api")
 	cfg.Listen = "127.0.0.1:0"

@@ -1,6 +1,7 @@
-// Package api is mefor's HTTPS operator API: login and sessions today
-// (POST /api/v1/login, /api/v1/logout, GET /api/v1/me), the reads and
-// actions of issue 50 next. It authenticates through package identity and
+// Package api is mefor's HTTPS operator API: login and sessions
+// (POST /api/v1/login, /api/v1/logout, GET /api/v1/me), and the reads
+// (status, nodes, alerts, messages), each scoped to the person's channels;
+// the actions of issue 50 next. It authenticates through package identity and
 // serves on a listener gated by package admission, like the MLLP
 // listeners: a source outside the allow list, or over a cap, is closed
 // before a byte of it is read.
@@ -41,6 +42,9 @@ type Config struct {
 	// LoginsPerMinute bounds the login attempts from one source address.
 	// Defaults to 10.
 	LoginsPerMinute int
+	// Reads serves the read endpoints (status, nodes, alerts, messages).
+	// Defaults to none: without it they answer 404.
+	Reads Reads
 }
 
 // ErrPlaintextExposed is a listener other machines can reach without TLS
@@ -84,6 +88,7 @@ type Server struct {
 	gate    *admission.Gate
 	tls     *tls.Config
 	logins  *limiter
+	reads   Reads
 	logger  *slog.Logger
 	handler http.Handler
 }
@@ -101,7 +106,7 @@ func New(cfg Config, store *identity.Store, logger *slog.Logger, refused func(ad
 	if cfg.LoginsPerMinute <= 0 {
 		cfg.LoginsPerMinute = 10
 	}
-	s := &Server{cfg: cfg, store: store, logger: logger,
+	s := &Server{cfg: cfg, store: store, logger: logger, reads: cfg.Reads,
 		gate:   admission.NewGate(cfg.Admission, admission.Options{Refused: refused, Logger: logger}),
 		logins: newLimiter(cfg.LoginsPerMinute, time.Minute)}
 	if cfg.CertFile != "" {

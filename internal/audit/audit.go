@@ -151,6 +151,9 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 	if e.Outcome == "" {
 		e.Outcome = OutcomeOK
 	}
+	if e.Actor == "" {
+		e.Actor = ActorOf(ctx)
+	}
 	if e.Actor != "" {
 		t := make(map[string]any, len(e.Target)+1)
 		for k, v := range e.Target {

@@ -42,7 +42,7 @@ func (n *Node) startAPI(ctx context.Context, cfg *config.Config) error {
 	}
 	store := identity.New(n.opts.Pool, identity.Options{Keys: n.opts.Keys, SessionIdle: a.SessionIdle, SessionMax: a.SessionMax})
 	srv, err := api.New(api.Config{Listen: a.Listen, CertFile: a.TLS.CertFile, KeyFile: a.TLS.KeyFile, Plaintext: a.Plaintext,
-		Admission: policy}, store, n.logger, func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
+		Admission: policy, Reads: n.opts.APIReads}, store, n.logger, func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,23 @@ api:
 	if resp.StatusCode != http.StatusOK || len(resp.Cookies()) != 1 || !resp.Cookies()[0].Secure {
 		t.Fatalf("login through the node: %d, cookies %v", resp.StatusCode, resp.Cookies())
 	}
+	// The node serves the reads from its own pool: the node list names it.
+	req, _ := http.NewRequest("GET", "https://"+apiAddr+"/api/v1/nodes", nil)
+	req.AddCookie(resp.Cookies()[0])
+	nresp, err := client("127.0.0.1").Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes struct {
+		Nodes []struct {
+			ID string `json:"id"`
+		} `json:"nodes"`
+	}
+	err = json.NewDecoder(nresp.Body).Decode(&nodes)
+	nresp.Body.Close()
+	if err != nil || nresp.StatusCode != http.StatusOK || len(nodes.Nodes) != 1 || nodes.Nodes[0].ID != "api" {
+		t.Fatalf("the node list through the node: %d %+v %v", nresp.StatusCode, nodes, err)
+	}
 
 	if _, err := client("127.0.0.2").Post("https://"+apiAddr+"/api/v1/login", "application/json", bytes.NewReader(body)); err == nil {
 		t.Fatal("a source outside api.allow logged in")

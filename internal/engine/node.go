@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/mefor/mefor/internal/admission"
+	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/connector"
@@ -76,6 +77,10 @@ type Options struct {
 	// AuditKeys sign the audit anchors the node takes when it is River's
 	// leader (MEFOR_AUDIT_KEY); nil (the default) takes them unsigned.
 	AuditKeys *audit.Keys
+	// APIReads serves the API's read endpoints (ops.APIReads over Pool,
+	// which this package cannot import: ops imports it). Defaults to none:
+	// the API then serves login, sessions and users only.
+	APIReads api.Reads
 	// AlertRetryBase is the wait before an alert notification's first
 	// retry (it doubles each time, up to 5m). Defaults to 1s.
 	AlertRetryBase time.Duration

@@ -245,7 +245,13 @@ type DeadRow struct {
 }
 
 // ListDead returns dead rows of every stage, most recently dead first.
-func ListDead(ctx context.Context, q pipeline.DBTX, f pipeline.DeadFilter) ([]DeadRow, error) {
+// scope, when not empty, keeps only the rows of messages of channels
+// matching one of its patterns (as MessageFilter.Scope), in the query.
+func ListDead(ctx context.Context, q pipeline.DBTX, f pipeline.DeadFilter, scope []string) ([]DeadRow, error) {
+	res, err := ChannelRegexps(scope)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
 	texts, err := textColumn(ctx, q, "w.last_error")
 	if err != nil {
 		return nil, err
@@ -259,8 +265,9 @@ func ListDead(ctx context.Context, q pipeline.DBTX, f pipeline.DeadFilter) ([]De
 		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
 		WHERE w.status = 'dead'
 		  AND ($1 = '' OR w.channel = $1) AND ($2 = '' OR w.destination = $2)
+		  AND (cardinality($4::text[]) = 0 OR m.channel ~ ANY($4))
 		ORDER BY coalesce(w.finished_at, w.updated_at) DESC, w.id DESC
-		LIMIT $3`, f.Channel, f.Destination, limitOf(f.Limit))
+		LIMIT $3`, f.Channel, f.Destination, limitOf(f.Limit), res)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}

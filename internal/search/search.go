@@ -39,6 +39,13 @@ type MessageFilter struct {
 	// filters leave: slow on a large store, so narrow it with them.
 	Text  string
 	Limit int // Defaults to DefaultListLimit (50) when not positive.
+	// Scope keeps only messages of channels matching one of these
+	// patterns (path.Match's syntax, a user's channel scope), in the query
+	// itself. Defaults to every channel when empty.
+	Scope []string
+	// After continues a listing after the last message of a page before
+	// it, in the listing's order. Defaults to the start.
+	After *Cursor
 
 	// Keys blinds Patient and opens the bodies Text reads; nil matches
 	// them in clear (encryption off). A sealed body without its key is an
@@ -59,6 +66,9 @@ func SplitType(t string) (messageType, triggerEvent string) {
 
 // ListMessages returns the messages matching f, newest first.
 func ListMessages(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]MessageSummary, error) {
+	if _, err := ChannelRegexps(f.Scope); err != nil {
+		return nil, fmt.Errorf("list messages: %w", err)
+	}
 	if f.Text != "" {
 		return searchText(ctx, q, f)
 	}
@@ -231,6 +241,25 @@ func listMessagesSQL(f MessageFilter) (string, pgx.NamedArgs) {
 	if f.Destination != "" {
 		where = append(where, "EXISTS (SELECT 1 FROM mefor_work w WHERE w.destination = @destination AND w.message_id = m.id)")
 		args["destination"] = f.Destination
+	}
+	if len(f.Scope) > 0 {
+		// A scope that does not translate matches nothing (ListMessages
+		// refuses it first): failing closed, never listing every channel.
+		if res, err := ChannelRegexps(f.Scope); err != nil {
+			where = append(where, "false")
+		} else {
+			where = append(where, "m.channel ~ ANY(@scope)")
+			args["scope"] = res
+		}
+	}
+	if f.After != nil {
+		if f.Until.IsZero() {
+			where = append(where, "m.id < @cursor_id")
+		} else {
+			where = append(where, "(m.received_at, m.id) < (@cursor_at, @cursor_id)")
+			args["cursor_at"] = f.After.ReceivedAt
+		}
+		args["cursor_id"] = f.After.ID
 	}
 	sql := `
 		SELECT m.id, m.received_at, m.channel, coalesce(m.message_type, ''), coalesce(m.trigger_event, ''),

@@ -80,3 +80,17 @@ func MessageOutbound(work []WorkInfo, b Bodies) []Outbound {
 func MessagesByControlID(ctx context.Context, q pipeline.DBTX, controlID string, limit int) ([]MessageSummary, error) {
 	return ListMessages(ctx, q, MessageFilter{ControlID: controlID, Limit: limit})
 }
+
+// MessageView is everything `messages show` presents about one message.
+type MessageView struct {
+	Message MessageDetail `json:"message"`
+	Work    []WorkInfo    `json:"work"`
+	Replies []Reply       `json:"replies"`
+	Events  []Event       `json:"events"`
+	// Outbound is each delivery's payload as sent (after transforms),
+	// read only with the bodies.
+	Outbound []Outbound `json:"-"`
+	// Origin is the file the message was read from, the message it is the
+	// reply to, and the replies routed back in from its deliveries.
+	Origin Origin `json:"origin"`
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 	"github.com/mefor/mefor/workers"
@@ -32,6 +33,8 @@ func NodeOptions(t testing.TB, db *testcontainers.DB, cfg *config.Config, mod fu
 		// a hand-off) must not depend on that; the gather's own test
 		// decides the answer itself.
 		Contended: func() bool { return false },
+		// The API's reads, as `mefor run` gives them.
+		APIReads: ops.APIReads{Pool: db.Pool},
 	}
 	if mod != nil {
 		mod(&opts)
