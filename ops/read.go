@@ -73,11 +73,9 @@ const (
 	StatusError     = pipeline.StatusError
 )
 
-// ErrPatientSearchNeedsKeys is a search by patient without encryption keys:
-// patients are indexed only by a keyed blind index (never the identifier
-// in clear), so without the keys there is nothing to search by.
-var ErrPatientSearchNeedsKeys = errors.New("patient search needs encryption keys: patients are indexed only under a key " +
-	"(a blind index, never the identifier in clear); set " + crypt.EnvKeys + " for this command, as on the nodes")
+// ErrPatientSearchNeedsKeys is a search by patient without encryption keys
+// (search.ErrPatientSearchNeedsKeys).
+var ErrPatientSearchNeedsKeys = search.ErrPatientSearchNeedsKeys
 
 // ErrNotFound is returned for a message id that does not exist.
 var ErrNotFound = pipeline.ErrNotFound

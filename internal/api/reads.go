@@ -293,6 +293,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, req request, q lis
 		return
 	}
 	list, err := s.reads.Messages(actorCtx(r, req), f)
+	if errors.Is(err, search.ErrPatientSearchNeedsKeys) {
+		writeError(w, http.StatusUnprocessableEntity, apiError{Error: "patient search needs the nodes to run with encryption keys: " +
+			"without them no patient is indexed", Field: "patient"})
+		return
+	}
 	if err != nil {
 		s.failed(w, r, "the message list", err)
 		return

@@ -225,6 +225,18 @@ func TestPatientSearchOnlyInABody(t *testing.T) {
 	}
 }
 
+// A node without encryption keys indexes no patient: a search by patient
+// is a 422 naming the field, saying why, not a server error.
+func TestPatientSearchWithoutKeysIsRefusedClearly(t *testing.T) {
+	h := newHarness(t, api.Config{})
+	h.receive("lab-a", "P77")
+	olga := h.user("olga", identity.RoleOperator)
+	status, e, _ := h.call("POST", "/api/v1/messages/search", map[string]any{"patient": "P77"}, olga)
+	if status != http.StatusUnprocessableEntity || e["field"] != "patient" || !strings.Contains(fmt.Sprint(e["error"]), "encryption keys") {
+		t.Fatalf("a patient search on a node without keys: %d %v", status, e)
+	}
+}
+
 // kill dead-letters msg's ingress row, as a drainer does past
 // max_attempts.
 func (h *harness) kill(channel string, msg int64) {

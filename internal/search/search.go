@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -14,6 +15,13 @@ import (
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
 )
+
+// ErrPatientSearchNeedsKeys is a search by patient without encryption keys:
+// patients are indexed only by a keyed blind index (never the identifier
+// in clear), so without the keys there is nothing to search by. It is
+// defined here, with the search, for both ops and the API to name.
+var ErrPatientSearchNeedsKeys = errors.New("patient search needs encryption keys: patients are indexed only under a key " +
+	"(a blind index, never the identifier in clear); set " + crypt.EnvKeys + " for this command, as on the nodes")
 
 // MessageFilter narrows ListMessages. Empty fields do not filter; the
 // filters given all apply. Every filter but Text is answered from an index.
