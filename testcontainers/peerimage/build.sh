@@ -23,6 +23,7 @@ packages=$(IFS=,; echo "$*")
 suite=${MEFOR_PEER_SUITE:-${MEFOR_PG_SUITE:-bookworm}}
 mirror=${MEFOR_PEER_MIRROR:-${MEFOR_PG_MIRROR:-http://deb.debian.org/debian}}
 tag=${image//[^A-Za-z0-9]/_}
+here=$(cd "$(dirname "$0")" && pwd)
 
 if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
 	echo "peerimage: $image already present"
@@ -40,15 +41,9 @@ if command -v flock >/dev/null 2>&1; then
 	fi
 fi
 
-if ! command -v debootstrap >/dev/null 2>&1; then
-	echo "peerimage: installing debootstrap" >&2
-	if [ "$(id -u)" != 0 ]; then
-		echo "peerimage: debootstrap is missing and this is not root; run: sudo apt-get install debootstrap" >&2
-		exit 1
-	fi
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-fi
+# shellcheck source=../debootstrap.sh
+. "$here/../debootstrap.sh"
+ensure_debootstrap peerimage
 
 work=$(mktemp -d /tmp/mefor-peerimage.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -31,15 +31,9 @@ if command -v flock >/dev/null 2>&1; then
 	fi
 fi
 
-if ! command -v debootstrap >/dev/null 2>&1; then
-	echo "pgimage: installing debootstrap" >&2
-	if [ "$(id -u)" != 0 ]; then
-		echo "pgimage: debootstrap is missing and this is not root; run: sudo apt-get install debootstrap" >&2
-		exit 1
-	fi
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-fi
+# shellcheck source=../debootstrap.sh
+. "$here/../debootstrap.sh"
+ensure_debootstrap pgimage
 
 work=$(mktemp -d /tmp/mefor-pgimage.XXXXXX)
 trap 'rm -rf "$work"' EXIT
