@@ -96,23 +96,34 @@ func (c *userAddCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	type added struct {
-		ops.User
-		*ops.Enrollment
-	}
-	res, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (added, error) {
+	res, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (userChange, error) {
 		u, enr, err := ops.Users(pool, kr).AddUser(ctx, ops.NewUser{Name: c.Name, Role: c.Role, Channels: c.Channel, Password: pw})
-		return added{u, enr}, err
+		return userChange{u, enr}, err
 	})
 	if err != nil {
 		return err
 	}
-	warnClearTOTP(g, res.Enrollment, kr)
-	if c.JSON {
-		return writeJSON(g.stdout, res)
+	return reportEnrollment(g, kr, c.JSON, res, res.Enrollment,
+		fmt.Sprintf("user %s added: role %s, channels %s", res.Name, res.Role, channelsText(res.Channels)))
+}
+
+// userChange is a user as a change left it, with the second factor the
+// change enrolled, if any.
+type userChange struct {
+	ops.User
+	*ops.Enrollment
+}
+
+// reportEnrollment prints the result of a change that may have enrolled a
+// second factor: v as JSON, or line and the enrollment, shown only now;
+// either way after warning when the secret is stored in clear.
+func reportEnrollment(g *Globals, kr *crypt.Keyring, asJSON bool, v any, enr *ops.Enrollment, line string) error {
+	warnClearTOTP(g, enr, kr)
+	if asJSON {
+		return writeJSON(g.stdout, v)
 	}
-	fmt.Fprintf(g.stdout, "user %s added: role %s, channels %s\n", res.Name, res.Role, channelsText(res.Channels))
-	printEnrollment(g.stdout, res.Enrollment)
+	fmt.Fprintln(g.stdout, line)
+	printEnrollment(g.stdout, enr)
 	return nil
 }
 
@@ -228,24 +239,15 @@ func (c *userSetCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	type set struct {
-		ops.User
-		*ops.Enrollment
-	}
-	res, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (set, error) {
+	res, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (userChange, error) {
 		u, enr, err := ops.Users(pool, kr).SetUser(ctx, c.Name, ch)
-		return set{u, enr}, err
+		return userChange{u, enr}, err
 	})
 	if err != nil {
 		return err
 	}
-	warnClearTOTP(g, res.Enrollment, kr)
-	if c.JSON {
-		return writeJSON(g.stdout, res)
-	}
-	fmt.Fprintf(g.stdout, "user %s: role %s, channels %s; their sessions ended\n", res.Name, res.Role, channelsText(res.Channels))
-	printEnrollment(g.stdout, res.Enrollment)
-	return nil
+	return reportEnrollment(g, kr, c.JSON, res, res.Enrollment,
+		fmt.Sprintf("user %s: role %s, channels %s; their sessions ended", res.Name, res.Role, channelsText(res.Channels)))
 }
 
 type userDisableCmd struct {
@@ -352,13 +354,7 @@ func (c *userResetMFACmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	warnClearTOTP(g, enr, kr)
-	if c.JSON {
-		return writeJSON(g.stdout, enr)
-	}
-	fmt.Fprintf(g.stdout, "user %s has a new second factor\n", c.Name)
-	printEnrollment(g.stdout, enr)
-	return nil
+	return reportEnrollment(g, kr, c.JSON, enr, enr, "user "+c.Name+" has a new second factor")
 }
 
 type userSessionsCmd struct {
