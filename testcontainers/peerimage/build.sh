@@ -25,38 +25,10 @@ mirror=${MEFOR_PEER_MIRROR:-${MEFOR_PG_MIRROR:-http://deb.debian.org/debian}}
 tag=${image//[^A-Za-z0-9]/_}
 here=$(cd "$(dirname "$0")" && pwd)
 
-if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
-	echo "peerimage: $image already present"
-	exit 0
-fi
-
-# Two builds of one image at once (parallel test packages on a fresh
-# machine) would both debootstrap; the second waits and finds the image.
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"/tmp/mefor-peerimage-$tag-$(id -u).lock"
-	flock 9
-	if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
-		echo "peerimage: $image already present (built while waiting)"
-		exit 0
-	fi
-fi
-
 # shellcheck source=../debootstrap.sh
 . "$here/../debootstrap.sh"
-ensure_debootstrap peerimage
-
-work=$(mktemp -d /tmp/mefor-peerimage.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-root=$work/root
-start=$(date +%s)
-
-echo "peerimage: debootstrap $suite with $packages into $root" >&2
-debootstrap --variant=minbase --include="$packages" \
-	"$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
-	tail -n 30 "$work/debootstrap.log" >&2
-	exit 1
-}
-rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+image_wanted peerimage "$image" "mefor-peerimage-$tag"
+debootstrap_root peerimage "$packages"
 
 echo "peerimage: importing as $image" >&2
 tar -C "$root" -c . | docker import \

@@ -15,37 +15,10 @@ suite=${MEFOR_PG_SUITE:-bookworm}
 mirror=${MEFOR_PG_MIRROR:-http://deb.debian.org/debian}
 here=$(cd "$(dirname "$0")" && pwd)
 
-if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
-	echo "pgimage: $image already present"
-	exit 0
-fi
-
-# Two builds at once (two shells running the tests on a fresh machine) would
-# both debootstrap for minutes; the second waits and then finds the image.
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"/tmp/mefor-pgimage-$(id -u).lock"
-	flock 9
-	if [ "${FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
-		echo "pgimage: $image already present (built while waiting)"
-		exit 0
-	fi
-fi
-
 # shellcheck source=../debootstrap.sh
 . "$here/../debootstrap.sh"
-ensure_debootstrap pgimage
-
-work=$(mktemp -d /tmp/mefor-pgimage.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-root=$work/root
-start=$(date +%s)
-
-echo "pgimage: debootstrap $suite with postgresql into $root" >&2
-debootstrap --variant=minbase --include=postgresql \
-	"$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
-	tail -n 30 "$work/debootstrap.log" >&2
-	exit 1
-}
+image_wanted pgimage "$image" mefor-pgimage
+debootstrap_root pgimage postgresql
 
 pgbin=$(ls -d "$root"/usr/lib/postgresql/*/bin | head -n 1)
 pgver=$(basename "$(dirname "$pgbin")")
@@ -53,7 +26,6 @@ pgver=$(basename "$(dirname "$pgbin")")
 # The packaged cluster is not used: every container initialises its own data
 # directory so it starts empty, like the public image does.
 rm -rf "$root"/var/lib/postgresql/"$pgver" "$root"/etc/postgresql/"$pgver"
-rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 
 install -m 0755 "$here/entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
 sed -i "s|@PGBIN@|/usr/lib/postgresql/$pgver/bin|" "$root/usr/local/bin/docker-entrypoint.sh"
