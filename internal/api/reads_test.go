@@ -1,9 +1,7 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -15,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/api"
-	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/identity"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // receive stores a message into channel as a listener would, with the
@@ -193,10 +191,7 @@ func TestBodyViewIsAuditedWithThePersonAndScoped(t *testing.T) {
 // scoped, and is audited naming the person.
 func TestPatientSearchOnlyInABody(t *testing.T) {
 	// Patients are indexed under a key (blind indexes).
-	kr, err := crypt.Parse("t=" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kr := fixtures.Keyring(t, "t")
 	h := newKeyedHarness(t, api.Config{}, kr)
 	lab := h.receive("lab-a", "P77")
 	h.receive("adt", "P77")

@@ -3,8 +3,6 @@ package engine_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -183,12 +181,7 @@ func TestRepliesRoutedBackInAreSealedToTheirMessage(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	p := newPartner(t, "", nil)
 	listen, archive := fixtures.FreeAddr(t), t.TempDir()
-	b := make([]byte, crypt.KeySize)
-	rand.Read(b)
-	kr, err := crypt.Parse("k1=" + base64.StdEncoding.EncodeToString(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kr := fixtures.Keyring(t, "k1")
 	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:

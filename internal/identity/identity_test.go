@@ -224,10 +224,7 @@ func TestRecoveryCodeWorksOnce(t *testing.T) {
 
 // With MEFOR_ENCRYPTION_KEYS the TOTP secret is sealed in the table.
 func TestTOTPSecretIsSealedUnderTheKeys(t *testing.T) {
-	kr, err := crypt.Parse("k1=" + strings.Repeat("A", 43) + "=")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kr := fixtures.Keyring(t, "k1")
 	f := newFixture(t, identity.Options{Keys: kr})
 	secret, _ := f.add("root", identity.RoleAdmin)
 	var stored string

@@ -3,8 +3,6 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 func parsedInbound(channel, controlID, owner string) pipeline.Inbound {
@@ -262,12 +261,7 @@ func TestSealedIntakeDrawsIdsAheadABlockAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := make([]byte, crypt.KeySize)
-	rand.Read(key)
-	kr, err := crypt.Parse("k1=" + base64.StdEncoding.EncodeToString(key))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kr := fixtures.Keyring(t, "k1")
 	f.Exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-a', now() + interval '1 hour')`,
 		leader.ListenerLeaseKey)
 	ids := &pipeline.MessageIDs{Block: 8, MaxAge: time.Minute}
