@@ -44,14 +44,10 @@ func replyRows(t *testing.T, db *testcontainers.DB, channel string) []replyRow {
 		WHERE m.channel = $1 ORDER BY m.id`, channel)
 }
 
-// A partner's ACKs are stored as messages of the replies channel, linked to
-// the orders they answer, routed like any message (here to an archive) and
-// shown both ways by messages show.
-func TestMLLPRepliesRoutedIntoChannelAndArchived(t *testing.T) {
-	db := testcontainers.NewDB(t)
-	p := newPartner(t, "", nil)
-	listen, archive := fixtures.FreeAddr(t), t.TempDir()
-	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
+// repliesArchived is a config whose orders channel (listening at the first
+// address) delivers to a partner (the second) whose ACKs come back into
+// the replies channel, which archives them in a directory (the third).
+const repliesArchived = `
 cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
 channels:
   orders:
@@ -67,7 +63,16 @@ destinations:
   archive:
     type: file
     file: {directory: %q}
-`, listen, p.addr, archive)), nil)
+`
+
+// A partner's ACKs are stored as messages of the replies channel, linked to
+// the orders they answer, routed like any message (here to an archive) and
+// shown both ways by messages show.
+func TestMLLPRepliesRoutedIntoChannelAndArchived(t *testing.T) {
+	db := testcontainers.NewDB(t)
+	p := newPartner(t, "", nil)
+	listen, archive := fixtures.FreeAddr(t), t.TempDir()
+	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(repliesArchived, listen, p.addr, archive)), nil)
 
 	send(t, listen, adt("O1", "P1"), adt("O2", "P2"), adt("O3", "P3"))
 	fixtures.Eventually(t, 20*time.Second, "three replies archived", func() bool {
@@ -182,23 +187,7 @@ func TestRepliesRoutedBackInAreSealedToTheirMessage(t *testing.T) {
 	p := newPartner(t, "", nil)
 	listen, archive := fixtures.FreeAddr(t), t.TempDir()
 	kr := fixtures.Keyring(t, "k1")
-	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(`
-cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  orders:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [lab]}]
-  replies:
-    routes: [{destinations: [archive]}]
-destinations:
-  lab:
-    type: mllp
-    mllp: {address: %q}
-    reply_to: replies
-  archive:
-    type: file
-    file: {directory: %q}
-`, listen, p.addr, archive)), func(o *engine.Options) { o.Keys = kr })
+	cluster.StartNode(t, db, parseConfig(t, fmt.Sprintf(repliesArchived, listen, p.addr, archive)), func(o *engine.Options) { o.Keys = kr })
 
 	send(t, listen, adt("O1", "P1"), adt("O2", "P2"))
 	fixtures.Eventually(t, 20*time.Second, "two replies archived", func() bool {
