@@ -66,7 +66,7 @@ var operatorHiddenColumns = map[string][]string{
 // operatorReadFunctions are the SECURITY DEFINER functions of migration
 // 022 through which an operator reads what it may not SELECT.
 var operatorReadFunctions = []string{
-	"mefor_read_body(bigint, text, text)",
+	"mefor_read_body(bigint, text, text, text)",
 	"mefor_key_census()",
 	"mefor_unbound_count()",
 	"mefor_search_bodies(bigint[], bytea, text, text, text)",

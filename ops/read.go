@@ -198,7 +198,8 @@ func ShowMessageIn(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, i
 	switch {
 	case withBody:
 		// The bodies come last, through mefor_read_body, which appends the
-		// view-body row itself: an operator cannot read them otherwise.
+		// view-body row itself, naming the person when there is one: an
+		// operator cannot read them otherwise.
 		target := map[string]any{"message_id": id}
 		err = audited(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, audit.ActionViewBody, target,
 			func(tx pgx.Tx) (string, error) {
@@ -206,7 +207,7 @@ func ShowMessageIn(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, i
 					return "", err
 				}
 				osUser, host := audit.Who()
-				b, err := search.ReadBodies(ctx, tx, id, osUser, host)
+				b, err := search.ReadBodies(ctx, tx, id, osUser, host, audit.ActorOf(ctx))
 				if err != nil {
 					return "", err
 				}
@@ -215,11 +216,6 @@ func ShowMessageIn(ctx context.Context, pool *pgxpool.Pool, kr *crypt.Keyring, i
 					v.Replies[i].Body = b.Replies[v.Replies[i].ID]
 				}
 				v.Outbound = search.MessageOutbound(v.Work, b)
-				if audit.ActorOf(ctx) != "" {
-					// mefor_read_body's own row names the database role
-					// only; this one names the person.
-					return "", nil
-				}
 				return noAudit, nil
 			})
 	case kr.Enabled():

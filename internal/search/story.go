@@ -31,12 +31,13 @@ type Bodies struct {
 
 // ReadBodies reads the body, partner replies and delivery payloads of a
 // message through mefor_read_body, which appends the view-body audit row
-// (recording osUser and host) in the transaction of q: an operator holds
+// (recording osUser and host, and actor, the mefor user, when not empty)
+// in the transaction of q: an operator holds
 // no SELECT on payloads and replies. Call it last in the transaction, so
 // the audit log's lock is held only until the commit.
-func ReadBodies(ctx context.Context, q pipeline.DBTX, messageID int64, osUser, host string) (Bodies, error) {
+func ReadBodies(ctx context.Context, q pipeline.DBTX, messageID int64, osUser, host, actor string) (Bodies, error) {
 	b := Bodies{Replies: map[int64][]byte{}, Payloads: map[int64][]byte{}}
-	rows, err := q.Query(ctx, `SELECT kind, row_id, body FROM mefor_read_body($1, $2, $3)`, messageID, osUser, host)
+	rows, err := q.Query(ctx, `SELECT kind, row_id, body FROM mefor_read_body($1, $2, $3, $4)`, messageID, osUser, host, actor)
 	if err != nil {
 		return b, fmt.Errorf("read the bodies of message %d: %w", messageID, err)
 	}

@@ -12,9 +12,10 @@
 -- mefor_read_body returns a message's body, its partner replies and its
 -- deliveries' payloads, as stored (sealed values stay sealed: the keys
 -- never reach the database), and appends the view-body audit row in the
--- caller's transaction. Call it last in the transaction: the audit row's
+-- caller's transaction, naming p_actor (the mefor user, through the API)
+-- when it is not empty. Call it last in the transaction: the audit row's
 -- lock is then held only until the commit.
-CREATE FUNCTION mefor_read_body(p_message_id bigint, p_os_user text, p_host text)
+CREATE FUNCTION mefor_read_body(p_message_id bigint, p_os_user text, p_host text, p_actor text)
 RETURNS TABLE (kind text, row_id bigint, body bytea)
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
@@ -29,7 +30,8 @@ BEGIN
     RETURN QUERY SELECT 'outbound'::text, w.id, w.payload FROM mefor_work w
         WHERE w.message_id = p_message_id AND w.stage = 'outbound' ORDER BY w.id;
     PERFORM mefor_audit_append(p_os_user, p_host, '', 'view-body',
-        jsonb_build_object('message_id', p_message_id, 'replies', n_replies)::text, 'ok');
+        (jsonb_build_object('message_id', p_message_id, 'replies', n_replies)
+            || CASE WHEN p_actor <> '' THEN jsonb_build_object('actor', p_actor) ELSE '{}'::jsonb END)::text, 'ok');
 END $$;
 
 -- mefor_key_census counts the values of every sealed column by the key id
@@ -155,13 +157,13 @@ $$;
 
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION mefor_read_body(bigint, text, text) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION mefor_read_body(bigint, text, text, text) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_key_census() SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_unbound_count() SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION mefor_read_reference(text, text, integer, text, text) SET search_path = %I, pg_temp', current_schema());
 END $$;
-REVOKE EXECUTE ON FUNCTION mefor_read_body(bigint, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION mefor_read_body(bigint, text, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_key_census() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_unbound_count() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION mefor_search_bodies(bigint[], bytea, text, text, text) FROM PUBLIC;
