@@ -138,9 +138,9 @@ func drain[T river.JobArgs](ctx context.Context, d *Deps, job *river.Job[T], lan
 	}
 }
 
-// tampered dead-letters the row of err (from OpenBodies) when its body is
-// tampered: altered, copied from another message, or plaintext in a sealed
-// store. Such a value never opens, so holding the lane on it would hold it
+// tampered dead-letters the row of err (from OpenBodies, or a transform
+// state value it read) when that value is tampered: altered, copied from
+// another message or key, or plaintext in a sealed store. Such a value never opens, so holding the lane on it would hold it
 // for good; it is never sent, and the lane moves on past it as past any
 // dead letter (FIFO order of the other rows is kept). The dead letter is
 // counted (mefor_tampered_total) and logged at error with ids and the key,
@@ -162,7 +162,7 @@ func (d *Deps) tampered(ctx context.Context, ex pipeline.Execution, lane string,
 		if row.Destination != "" {
 			d.Metrics.DeadLettered(row.Destination)
 		}
-		d.Logger.ErrorContext(ctx, "row dead-lettered as tampered: its stored body does not open as sealed for its message; nothing was sent",
+		d.Logger.ErrorContext(ctx, "row dead-lettered as tampered: a stored value it needs does not open as sealed for its row; nothing was sent",
 			"lane", lane, "work_id", row.ID, "message_id", row.MessageID, "error", ue.Err)
 	}
 	return true, nil

@@ -147,6 +147,9 @@ func (d *Deps) transformStep(ctx context.Context, r *run, rows []pipeline.Row) (
 	if d.stateConflict(ctx, rows[0].Lane, err) {
 		return stepResult{}, nil // the drainer reads the lane and runs it again
 	}
+	if te := (*pipeline.TamperedStateError)(nil); errors.As(err, &te) {
+		return stepResult{}, d.tamperedState(ctx, r, rows, decisions, te)
+	}
 	if err != nil {
 		return stepResult{}, err
 	}

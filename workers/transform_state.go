@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,4 +107,40 @@ func (d *Deps) holdHead(ctx context.Context, ex pipeline.Execution, row pipeline
 	d.Logger.InfoContext(ctx, "transform cannot run this message yet; lane held",
 		"lane", row.Lane, "message_id", row.MessageID, "attempt", row.Attempts+1, "retry_in", wait, "error", script.LogText(why))
 	return wait, nil
+}
+
+// tamperedState handles a hand-off refused because a state value the batch
+// read does not open as sealed for its key (te): the first row that read
+// it is dead-lettered as tampered, as a row whose own body is tampered
+// would be, after the rows before it are handed off. Such a value never
+// opens, so holding the lane on it would hold it for good; each later
+// message that reads it is dead-lettered in turn (and counted and
+// alerted) until an administrator removes or rewrites the value, and can
+// then be replayed. The drainer reads the lane again afterwards.
+func (d *Deps) tamperedState(ctx context.Context, r *run, rows []pipeline.Row, decisions []pipeline.TransformDecision,
+	te *pipeline.TamperedStateError) error {
+	first := slices.IndexFunc(decisions, func(dec pipeline.TransformDecision) bool {
+		return dec.State != nil && slices.ContainsFunc(dec.State.Reads, func(rd state.Read) bool { return rd.Key == te.Key })
+	})
+	if first < 0 {
+		return te
+	}
+	if first > 0 {
+		err := d.handOff(ctx, r, pipeline.PrepareTransform(r.ex, rows[:first], decisions[:first]))
+		if d.stateConflict(ctx, rows[0].Lane, err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		d.publishState(decisions[:first])
+		for _, dec := range decisions[:first] {
+			for _, o := range dec.Outs {
+				d.Wake.Notify(o.Lane)
+			}
+		}
+		return nil
+	}
+	_, err := d.tampered(ctx, r.ex, r.lane, &pipeline.UnopenedError{Row: rows[0], Err: te})
+	return err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/state"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
@@ -354,6 +355,61 @@ func TestScriptStateReadsTheLastCommittedWrite(t *testing.T) {
 	fixtures.Eventually(t, 20*time.Second, "C2 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
 	if got := fields(lab.messages(t), "ZVC-1"); !slices.Equal(got, []string{"1", "42"}) {
 		t.Errorf("counts %v, want 1 then 42 (the write made elsewhere, not this node's cached 1)", got)
+	}
+}
+
+// A sealed state value copied from another key (or altered) never feeds a
+// transform: the message that reads it is dead-lettered as tampered, as
+// one whose own body is, and nothing of it is sent; the lane moves on, and
+// once the value is removed the next message counts afresh. The node's log
+// names the namespace, never the key (keys are often patient ids).
+func TestScriptStateTamperedValueIsNeverUsed(t *testing.T) {
+	t.Parallel()
+	db := testcontainers.NewDB(t)
+	kr := fixtures.Keyring(t, "k1")
+	logs := &fixtures.SyncBuffer{}
+	_, lab, listen, _ := startScript(t, db, t.TempDir(), "count.js", counterScript, "", func(o *engine.Options) {
+		o.Keys = kr
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	ctx := context.Background()
+
+	send(t, listen, adt("C1", "P1"))
+	fixtures.Eventually(t, 20*time.Second, "C1 delivered", func() bool { return len(lab.acceptedIDs()) == 1 })
+	// A superuser writes over the counter a value sealed for another key.
+	copied := kr.Seal(pipeline.ColState, pipeline.StateValueRow(state.Key{Namespace: "test", Key: "other"}), []byte("41"))
+	tag, err := db.Pool.Exec(ctx, `
+		UPDATE mefor_state SET value = $1, version = nextval('mefor_state_version') WHERE namespace = 'test'`, copied)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("rewrite the counter: %v (%d rows)", err, tag.RowsAffected())
+	}
+
+	send(t, listen, adt("C2", "P2"), adt("C3", "P3"))
+	for _, id := range []string{"C2", "C3"} {
+		fixtures.Eventually(t, 30*time.Second, id+" dead-lettered as tampered", func() bool {
+			var status, lastErr string
+			var msg int64
+			err := db.Pool.QueryRow(ctx, `
+				SELECT w.status, coalesce(w.last_error, ''), m.id FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
+				WHERE m.control_id = $1 AND w.stage = 'routed'`, id).Scan(&status, &lastErr, &msg)
+			return err == nil && status == "dead" && strings.HasPrefix(pipeline.OpenText(kr, msg, lastErr), pipeline.TamperedPrefix)
+		})
+	}
+	if got := lab.acceptedIDs(); len(got) != 1 {
+		t.Fatalf("lab received %v; a message that read the tampered value was sent", got)
+	}
+
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM mefor_state WHERE namespace = 'test'`); err != nil {
+		t.Fatal(err)
+	}
+	send(t, listen, adt("C4", "P4"))
+	fixtures.Eventually(t, 20*time.Second, "C4 delivered", func() bool { return len(lab.acceptedIDs()) == 2 })
+	if got := fields(lab.messages(t), "ZVC-1"); !slices.Equal(got, []string{"1", "1"}) {
+		t.Errorf("counts %v, want 1 then 1 (the tampered 41 never read)", got)
+	}
+	text := logs.String()
+	if !strings.Contains(text, "dead-lettered as tampered") || strings.Contains(text, `"other"`) || strings.Contains(text, "counter") {
+		t.Errorf("the node's log must report the tampered rows without the state key:\n%s", text)
 	}
 }
 

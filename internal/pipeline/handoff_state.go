@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/state"
 )
 
@@ -44,6 +45,32 @@ func (e *StateConflict) Error() string {
 		return "transform state not written: a row of the batch changed under the hand-off"
 	}
 	return fmt.Sprintf("transform state changed under the batch (%d keys); run it again", len(e.Current))
+}
+
+// TamperedStateError means a transform read a state value that does not
+// open as sealed for its key: altered, copied from another key, or
+// plaintext in a sealed store. It must never feed a transform. Key is for
+// the caller to find the rows that read it; the message names only the
+// namespace, since keys are often patient identifiers.
+type TamperedStateError struct {
+	Key state.Key
+	Err error
+}
+
+func (e *TamperedStateError) Error() string {
+	return fmt.Sprintf("transform state in namespace %q: %v", e.Key.Namespace, e.Err)
+}
+
+func (e *TamperedStateError) Unwrap() error { return e.Err }
+
+// stateOpenError is the error of a state value of k that did not open: a
+// *TamperedStateError when it must never be used, else (a missing key) an
+// error naming the namespace only.
+func stateOpenError(k state.Key, err error) error {
+	if crypt.IsTampered(err) {
+		return &TamperedStateError{Key: k, Err: err}
+	}
+	return fmt.Errorf("transform state in namespace %q: %w", k.Namespace, err)
 }
 
 // stateHandoff is the state part of one transform hand-off.
@@ -133,7 +160,7 @@ func queueState(h *handoff, rows []Row, decisions []TransformDecision) {
 				if e.Version != 0 {
 					plain, err := h.keys.Open(ColState, StateValueRow(k), value)
 					if err != nil {
-						return fmt.Errorf("transform state %s: %w", k, err)
+						return stateOpenError(k, err)
 					}
 					e.Value = json.RawMessage(plain)
 				}

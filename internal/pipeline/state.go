@@ -46,7 +46,7 @@ func LoadState(ctx context.Context, q DBTX, kr *crypt.Keyring, keys []state.Key)
 		k := keys[ord-1]
 		if e.Value, err = decodeStateValue(kr, k, value); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("load transform state %s: %w", k, err)
+			return nil, fmt.Errorf("load transform state: %w", stateOpenError(k, err))
 		}
 		out[k] = e
 	}
