@@ -52,6 +52,15 @@ type LeaseConfig struct {
 	// release write, so messages already accepted can finish (and be
 	// acknowledged) while the lease is still this node's.
 	Drain func(ctx context.Context)
+	// Priority is this node's listener priority: it takes an expired lease
+	// over only when no live node of a higher priority (other than the
+	// lease's last owner) could, or when the lease has stayed expired for
+	// TTL since (those nodes had their chance). The membership records it
+	// on the node's row, where the other nodes read it. Defaults to 1.
+	Priority int
+	// Never keeps this node from ever taking the lease
+	// (cluster.listener_priority 0); it still heartbeats.
+	Never bool
 	// Membership, when set, is this node's heartbeat: every renewal
 	// statement also refreshes the node's row (holds_lease from the claim's
 	// own outcome), so an idle node makes one write a heartbeat for both
@@ -78,6 +87,7 @@ func NewLease(cfg LeaseConfig) (*Lease, error) {
 	if cfg.Key == "" {
 		cfg.Key = ListenerLeaseKey
 	}
+	cfg.Priority = EffectivePriority(cfg.Priority, cfg.Never)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -85,6 +95,18 @@ func NewLease(cfg LeaseConfig) (*Lease, error) {
 		cfg.Changed = func() {}
 	}
 	return &Lease{cfg: cfg, base: time.Now(), sem: make(chan struct{}, 1)}, nil
+}
+
+// EffectivePriority is the listener priority a node claims and records
+// with: 0 when it must never take the lease, else priority, 1 when unset.
+func EffectivePriority(priority int, never bool) int {
+	switch {
+	case never:
+		return 0
+	case priority <= 0:
+		return 1
+	}
+	return priority
 }
 
 // FenceTimeout is how long the holder serves without a confirmed renewal.
@@ -265,17 +287,27 @@ func (l *Lease) Tick(ctx context.Context) {
 }
 
 // claimSQL is the lease's upsert: $1 key, $2 node id, $3 TTL in
-// microseconds. It returns the owner when this node holds the lease after
-// it, and no row when another node's lease is live.
+// microseconds, $4 this node's listener priority. It returns the owner when
+// this node holds the lease after it, and no row when another node's lease
+// is live, or a live node of a higher priority may take the expired lease
+// first (see LeaseConfig.Priority; the lease's last owner does not count:
+// it died, fenced itself or stepped down). A node of priority 0 never
+// inserts or takes the lease.
 const claimSQL = `
 	INSERT INTO mefor_leader_lease AS l (key, owner, expires_at)
-	VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+	SELECT $1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond' WHERE $4::int > 0
 	ON CONFLICT (key) DO UPDATE SET
 		owner = EXCLUDED.owner,
 		expires_at = EXCLUDED.expires_at,
+		released_at = NULL,
 		acquired_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
 			THEN l.acquired_at ELSE clock_timestamp() END
-	WHERE l.owner = $2 OR l.expires_at < clock_timestamp()
+	WHERE l.owner = $2 OR (l.expires_at < clock_timestamp() AND (
+		l.expires_at < clock_timestamp() - $3::bigint * interval '1 microsecond'
+		OR NOT EXISTS (
+			SELECT 1 FROM mefor_node n
+			WHERE n.listener_priority > $4::int AND n.id <> $2 AND n.id <> l.owner
+			  AND n.status <> 'left' AND NOT ` + nodeStaleSQL + `)))
 	RETURNING owner`
 
 // claim acquires or renews the lease in one statement, on the database
@@ -287,7 +319,7 @@ func (l *Lease) claim(ctx context.Context) (bool, error) {
 		return l.claimAndBeat(ctx, m)
 	}
 	var owner string
-	err := l.cfg.Pool.QueryRow(ctx, claimSQL, l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds()).Scan(&owner)
+	err := l.cfg.Pool.QueryRow(ctx, claimSQL, l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds(), l.cfg.Priority).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -313,11 +345,11 @@ func (l *Lease) claimAndBeat(ctx context.Context, m *Membership) (bool, error) {
 		), beat AS (
 			UPDATE mefor_node SET last_seen = clock_timestamp(), status = 'active',
 				holds_lease = EXISTS (SELECT 1 FROM claim WHERE owner = $2)
-			WHERE id = (SELECT id FROM mefor_node WHERE id = $4 FOR UPDATE SKIP LOCKED)
+			WHERE id = (SELECT id FROM mefor_node WHERE id = $5 FOR UPDATE SKIP LOCKED)
 			RETURNING id
 		)
 		SELECT (SELECT owner FROM claim), (SELECT count(*) FROM beat)`,
-		l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds(), m.cfg.NodeID).Scan(&owner, &beats)
+		l.cfg.Key, l.cfg.NodeID, l.cfg.TTL.Microseconds(), l.cfg.Priority, m.cfg.NodeID).Scan(&owner, &beats)
 	if err != nil {
 		return false, fmt.Errorf("claim lease %s and heartbeat: %w", l.cfg.Key, err)
 	}
@@ -418,7 +450,7 @@ func (l *Lease) StepDown(ctx context.Context) StepdownResult {
 func (l *Lease) release(ctx context.Context) (*time.Time, error) {
 	var at time.Time
 	err := l.cfg.Pool.QueryRow(ctx, `
-		UPDATE mefor_leader_lease SET expires_at = '-infinity'
+		UPDATE mefor_leader_lease SET expires_at = clock_timestamp(), released_at = clock_timestamp()
 		WHERE key = $1 AND owner = $2
 		RETURNING clock_timestamp()`, l.cfg.Key, l.cfg.NodeID).Scan(&at)
 	if errors.Is(err, pgx.ErrNoRows) {

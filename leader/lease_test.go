@@ -79,7 +79,7 @@ func newLeaseTimed(t *testing.T, pool *pgxpool.Pool, id string, hb, fence, ttl t
 type leaseRow struct {
 	Owner   string
 	Expired bool
-	// Released: a release write landed (it sets the expiry to -infinity).
+	// Released: a release write landed (it sets released_at).
 	Released bool
 }
 
@@ -87,7 +87,7 @@ func readLease(t *testing.T, pool *pgxpool.Pool) leaseRow {
 	t.Helper()
 	var r leaseRow
 	err := pool.QueryRow(context.Background(),
-		`SELECT owner, expires_at <= clock_timestamp(), expires_at = '-infinity' FROM mefor_leader_lease WHERE key = 'listeners'`).Scan(&r.Owner, &r.Expired, &r.Released)
+		`SELECT owner, expires_at <= clock_timestamp(), released_at IS NOT NULL FROM mefor_leader_lease WHERE key = 'listeners'`).Scan(&r.Owner, &r.Expired, &r.Released)
 	if err != nil {
 		t.Fatalf("read lease row: %v", err)
 	}
@@ -550,5 +550,123 @@ func TestLateClaimAnswerDoesNotAcquire(t *testing.T) {
 	a.Tick(ctx)
 	if !a.Serving() {
 		t.Fatal("a did not acquire on an answer in time")
+	}
+}
+
+// newRankedLease is a lease and its membership (joined) with a listener
+// priority; never builds one of priority 0.
+func newRankedLease(t *testing.T, pool *pgxpool.Pool, id string, priority int, never bool) *Lease {
+	t.Helper()
+	m, err := NewMembership(MembershipConfig{Pool: pool, NodeID: id, Heartbeat: testHeartbeat, NodeTimeout: 3 * testTTL,
+		ListenerPriority: priority, NeverListens: never})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Join(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLease(LeaseConfig{Pool: pool, NodeID: id, Heartbeat: testHeartbeat, FenceTimeout: testFence, TTL: testTTL,
+		Priority: priority, Never: never, Membership: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// A node takes the expired lease over only when no live node of a higher
+// priority could (the lease's last owner aside), or once the lease has
+// stayed free for lease_ttl since it expired; a node of priority 0 never
+// takes it, even alone. Without priorities (all 1) the first to tick wins,
+// as before.
+func TestListenerPriorityDecidesWhoTakesOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	dr := newRankedLease(t, db.Pool, "dr", 0, true)
+	low := newRankedLease(t, db.Pool, "low", 1, false)
+
+	// Alone with no lease row, the priority-0 node inserts none.
+	dr.Tick(ctx)
+	if dr.Serving() {
+		t.Fatal("the priority-0 node took the listeners")
+	}
+	var rows int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM mefor_leader_lease`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("lease rows after the priority-0 node's tick: %d, %v", rows, err)
+	}
+
+	// The high node joins and takes the lease first; the others stand by.
+	high := newRankedLease(t, db.Pool, "high", 2, false)
+	high.Tick(ctx)
+	low.Tick(ctx)
+	dr.Tick(ctx)
+	if !high.Serving() || low.Serving() || dr.Serving() {
+		t.Fatalf("serving: high %v, low %v, dr %v; want only high", high.Serving(), low.Serving(), dr.Serving())
+	}
+
+	// The high node dies: its lease expires. Its last owner does not
+	// count against the low node, which takes over; dr never does.
+	expire := func() {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, `UPDATE mefor_leader_lease SET expires_at = clock_timestamp() - interval '1 millisecond'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expire()
+	dr.Tick(ctx)
+	low.Tick(ctx)
+	if !low.Serving() || dr.Serving() || readLease(t, db.Pool).Owner != "low" {
+		t.Fatalf("after the holder died: low serving %v, dr serving %v, owner %q; want low", low.Serving(), dr.Serving(), readLease(t, db.Pool).Owner)
+	}
+
+	// With the low node's lease expired too (it died), a live node of a
+	// higher priority comes first: another priority-1 node may not take
+	// it while "high" (live, not the last owner) could.
+	low2 := newRankedLease(t, db.Pool, "low2", 1, false)
+	expire()
+	low2.Tick(ctx)
+	if low2.Serving() {
+		t.Fatal("a priority-1 node took the lease while a live priority-2 node could")
+	}
+	// ... until the lease has stayed free for lease_ttl.
+	if _, err := db.Pool.Exec(ctx, `UPDATE mefor_leader_lease SET expires_at = clock_timestamp() - $1::bigint * interval '1 microsecond' - interval '1 millisecond'`,
+		testTTL.Microseconds()); err != nil {
+		t.Fatal(err)
+	}
+	low2.Tick(ctx)
+	if !low2.Serving() {
+		t.Fatal("a lease free for longer than lease_ttl was not taken by the live priority-1 node")
+	}
+	// The priority-0 node is left alone with an expired lease: still never.
+	expire()
+	if _, err := db.Pool.Exec(ctx, `UPDATE mefor_node SET status = 'left' WHERE id <> 'dr'`); err != nil {
+		t.Fatal(err)
+	}
+	dr.Tick(ctx)
+	if dr.Serving() || readLease(t, db.Pool).Owner == "dr" {
+		t.Fatal("the priority-0 node took the listeners as the last node alive")
+	}
+}
+
+// A stepdown hands the lease to the best-priority live node: the
+// priority-1 standby waits while the priority-2 one takes it.
+func TestStepdownHandsOverToTheBestPriority(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testcontainers.NewDB(t)
+	holder := newRankedLease(t, db.Pool, "holder", 1, false)
+	holder.Tick(ctx)
+	low := newRankedLease(t, db.Pool, "low", 1, false)
+	best := newRankedLease(t, db.Pool, "best", 2, false)
+	if r := holder.StepDown(ctx); r.Outcome != OutcomeReleased {
+		t.Fatalf("stepdown: %+v", r)
+	}
+	low.Tick(ctx)
+	if low.Serving() {
+		t.Fatal("the priority-1 standby took the released lease ahead of the live priority-2 one")
+	}
+	best.Tick(ctx)
+	if !best.Serving() {
+		t.Fatal("the priority-2 standby did not take the released lease")
 	}
 }

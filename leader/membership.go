@@ -26,6 +26,12 @@ type MembershipConfig struct {
 	// HoldsLease, when set, is folded into every heartbeat so the listing
 	// shows which node serves the listeners; nil records false.
 	HoldsLease func() bool
+	// ListenerPriority and NeverListens are recorded on the node's row
+	// when it joins (as EffectivePriority), where the other nodes' lease
+	// claims read them: give the same as the node's LeaseConfig. The
+	// priority defaults to 1.
+	ListenerPriority int
+	NeverListens     bool
 }
 
 // checkNode refuses what every node loop of this package needs and lacks: a
@@ -105,11 +111,13 @@ func (m *Membership) Join(ctx context.Context) error {
 	}
 	sent := m.mono()
 	_, err := m.cfg.Pool.Exec(ctx, `
-		INSERT INTO mefor_node (id, host, pid, heartbeat_ms, node_timeout_ms) VALUES ($1, $2, $3, $4, $5)
+		INSERT INTO mefor_node (id, host, pid, heartbeat_ms, node_timeout_ms, listener_priority) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
 			started_at = clock_timestamp(), last_seen = clock_timestamp(), status = 'active', holds_lease = false,
-			heartbeat_ms = EXCLUDED.heartbeat_ms, node_timeout_ms = EXCLUDED.node_timeout_ms`,
-		m.cfg.NodeID, host, os.Getpid(), m.cfg.Heartbeat.Milliseconds(), m.cfg.NodeTimeout.Milliseconds())
+			heartbeat_ms = EXCLUDED.heartbeat_ms, node_timeout_ms = EXCLUDED.node_timeout_ms,
+			listener_priority = EXCLUDED.listener_priority`,
+		m.cfg.NodeID, host, os.Getpid(), m.cfg.Heartbeat.Milliseconds(), m.cfg.NodeTimeout.Milliseconds(),
+		EffectivePriority(m.cfg.ListenerPriority, m.cfg.NeverListens))
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", m.cfg.NodeID, err)
 	}

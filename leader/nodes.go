@@ -47,6 +47,9 @@ type Node struct {
 	// a second holder next to the new one.
 	HoldsLease  bool `json:"holds_lease"`
 	RiverLeader bool `json:"river_leader"`
+	// ListenerPriority is the node's rank for the listener lease
+	// (cluster.listener_priority); 0 never takes it.
+	ListenerPriority int `json:"listener_priority"`
 }
 
 // Node statuses.
@@ -63,14 +66,15 @@ func ListNodes(ctx context.Context, q DB) ([]Node, error) {
 			extract(epoch FROM clock_timestamp() - n.last_seen)::float8,
 			CASE WHEN n.status = 'left' THEN 'left' WHEN `+nodeStaleSQL+` THEN 'stale' ELSE 'active' END,
 			n.holds_lease,
-			EXISTS (SELECT 1 FROM river_leader l WHERE l.leader_id = n.id AND l.expires_at > now())
+			EXISTS (SELECT 1 FROM river_leader l WHERE l.leader_id = n.id AND l.expires_at > now()),
+			n.listener_priority
 		FROM mefor_node n ORDER BY n.id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) {
 		var n Node
-		err := r.Scan(&n.ID, &n.Host, &n.PID, &n.StartedAt, &n.LastSeen, &n.LastSeenAgo, &n.Status, &n.HoldsLease, &n.RiverLeader)
+		err := r.Scan(&n.ID, &n.Host, &n.PID, &n.StartedAt, &n.LastSeen, &n.LastSeenAgo, &n.Status, &n.HoldsLease, &n.RiverLeader, &n.ListenerPriority)
 		return n, err
 	})
 	if err != nil {
@@ -99,6 +103,10 @@ type ClusterStatus struct {
 	RiverLeader    string     `json:"river_leader"`
 	Nodes          int        `json:"nodes"`
 	ActiveNodes    int        `json:"active_nodes"`
+	// ListenerCandidates counts the active nodes that may take the
+	// listener lease (listener_priority above 0). With none, no node binds
+	// the listeners, however many run.
+	ListenerCandidates int `json:"listener_candidates"`
 }
 
 // ReadClusterStatus reads the lease, River's leader and the node counts.
@@ -128,8 +136,9 @@ func ReadClusterStatus(ctx context.Context, tx DB) (ClusterStatus, error) {
 			return fmt.Errorf("read River leader: %w", err)
 		}
 		err = tx.QueryRow(ctx, `
-			SELECT count(*), count(*) FILTER (WHERE n.status <> 'left' AND NOT `+nodeStaleSQL+`)
-			FROM mefor_node n`).Scan(&st.Nodes, &st.ActiveNodes)
+			SELECT count(*), count(*) FILTER (WHERE n.status <> 'left' AND NOT `+nodeStaleSQL+`),
+				count(*) FILTER (WHERE n.status <> 'left' AND NOT `+nodeStaleSQL+` AND n.listener_priority > 0)
+			FROM mefor_node n`).Scan(&st.Nodes, &st.ActiveNodes, &st.ListenerCandidates)
 		if err != nil {
 			return fmt.Errorf("count nodes: %w", err)
 		}

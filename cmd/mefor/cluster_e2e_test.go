@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -526,4 +527,47 @@ func dbHostPort(t *testing.T, dbURL string) string {
 		t.Fatalf("database URL without a port: %v", err)
 	}
 	return u.Host
+}
+
+// Listener priorities across `mefor run` processes: with a priority-2
+// holder, a priority-1 node and a priority-0 node, killing the holder hands
+// the listeners to the priority-1 node; killing that one leaves the
+// priority-0 node alone, and it never binds, while `mefor status` says why
+// nobody listens and `mefor nodes` shows each node's priority.
+func TestListenerPriorityFailover(t *testing.T) {
+	c := cluster.New(t)
+	hi, mid, dr := c.Node("node-hi", ""), c.Node("node-mid", ""), c.Node("node-dr", "")
+	hi.Args, mid.Args, dr.Args = []string{"--listener-priority", "2"}, []string{"--listener-priority", "1"}, []string{"--listener-priority", "0"}
+	c.Run(dr)
+	c.WaitJoined(dr, 60*time.Second)
+	c.Run(hi)
+	c.WaitHolder(hi, 60*time.Second)
+	c.Run(mid)
+	c.WaitJoined(mid, 60*time.Second)
+	prio := map[string]int{}
+	for _, r := range c.NodesJSON() {
+		prio[r.ID] = r.ListenerPriority
+	}
+	if prio[hi.ID] != 2 || prio[mid.ID] != 1 || prio[dr.ID] != 0 {
+		t.Fatalf("mefor nodes shows priorities %v, want node-hi 2, node-mid 1, node-dr 0", prio)
+	}
+
+	killAt := hi.Kill(t)
+	c.WaitHolder(mid, 30*time.Second)
+	t.Logf("MEASURED priority failover: node-mid listened %v after the kill", time.Since(killAt).Round(time.Millisecond))
+	if dr.BoundChannels() != 0 {
+		t.Fatal("the priority-0 node bound the listeners after the holder died")
+	}
+	mid.Kill(t)
+	// Long past the lease's expiry and the lease_ttl a lower priority
+	// waits: the priority-0 node is the last alive and still never binds.
+	time.Sleep(3*cluster.LeaseTTL + 2*cluster.Heartbeat)
+	if n := dr.BoundChannels(); n != 0 || len(dr.Logs("listener lease acquired")) != 0 {
+		t.Fatalf("the priority-0 node bound %d channels (lease acquired %d times)", n, len(dr.Logs("listener lease acquired")))
+	}
+	out, err := cluster.RunMefor(t, c.Dir, c.Env(c.DB.URL), "status")
+	if err != nil || !strings.Contains(out, "every active node has listener_priority 0") {
+		t.Fatalf("mefor status with only the priority-0 node alive: %v\n%s", err, out)
+	}
+	c.AssertNoOverlap()
 }

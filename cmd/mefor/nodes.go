@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/mefor/mefor/ops"
@@ -19,6 +20,10 @@ started, when it last heartbeat (by the database clock), and its status:
 active, stale (missed more than two heartbeats: frozen, cut off or killed;
 its running drainers are handed to other nodes once it has been silent for
 node_timeout) or left (stopped cleanly).
+
+PRIORITY is the node's listener priority (--listener-priority or
+cluster.listener_priority): a node takes the listener lease over only when no
+live node of a higher priority can; "never" (0) never takes it.
 
 LEASE marks the node that holds the listener lease and so binds the inbound
 listeners; at most one node is marked. RIVER marks River's elected leader,
@@ -36,14 +41,21 @@ func (c *nodesCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	return printList(g.stdout, c.JSON, nodes, listing[ops.Node]{
 		Empty:  "no node has joined yet (start one with 'mefor run')",
-		Header: "NODE\tHOST\tPID\tSTARTED\tLAST SEEN\tSTATUS\tLEASE\tRIVER",
+		Header: "NODE\tHOST\tPID\tSTARTED\tLAST SEEN\tSTATUS\tPRIORITY\tLEASE\tRIVER",
 		Row: func(w io.Writer, n ops.Node) {
 			ago := time.Duration(n.LastSeenAgo * float64(time.Second))
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s ago\t%s\t%s\t%s\n", n.ID, n.Host, n.PID,
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s ago\t%s\t%s\t%s\t%s\n", n.ID, n.Host, n.PID,
 				n.StartedAt.Local().Format(time.DateTime), ago.Round(100*time.Millisecond), n.Status,
-				mark(n.HoldsLease, "holder"), mark(n.RiverLeader, "leader"))
+				priority(n.ListenerPriority), mark(n.HoldsLease, "holder"), mark(n.RiverLeader, "leader"))
 		},
 	})
+}
+
+func priority(p int) string {
+	if p == 0 {
+		return "never"
+	}
+	return strconv.Itoa(p)
 }
 
 func mark(b bool, s string) string {

@@ -28,6 +28,8 @@ type runCmd struct {
 	AdminListen     string        `name:"admin-listen" default:"127.0.0.1:8575" placeholder:"HOST:PORT" help:"Address of the admin HTTP endpoints (/healthz, /metrics, /cluster/status, /cluster/nodes, /certificates); empty disables them. Give each node on one host its own."`
 	ReclaimInterval time.Duration `name:"reclaim-interval" placeholder:"DURATION" help:"How often River's leader re-activates lanes left with backlog and no drainer; overrides maintenance.reclaim.schedule (default 5s)."`
 	// AllowPlaintextStorage lifts checkPlaintextStorage's refusal.
+	// ListenerPriority overrides cluster.listener_priority; -1: not given.
+	ListenerPriority      int  `name:"listener-priority" default:"-1" placeholder:"N" help:"Rank of this node for the listener lease, overriding cluster.listener_priority (default 1): it takes the listeners over only when no live node of a higher priority can; 0 means never (a DR site, a processing-only node)."`
 	AllowPlaintextStorage bool `name:"allow-plaintext-storage" help:"Run without encryption keys although the database is on another host: message content is then stored there in plaintext. Refused by default."`
 }
 
@@ -42,7 +44,10 @@ and polls the channels' directories,
 and the others stay warm and take over within lease_ttl plus a heartbeat when
 it dies, or within about a heartbeat after 'mefor stepdown'. A holder that
 cannot renew the lease for fence_timeout stops listening on its own, before
-the lease can pass to another node. 'mefor nodes' shows who holds it. Two
+the lease can pass to another node. 'mefor nodes' shows who holds it.
+--listener-priority (or cluster.listener_priority) ranks the nodes: one takes
+the listeners over only when no live node of a higher priority can (or the
+lease has stayed free for lease_ttl since), and 0 never takes them. Two
 nodes on one host need their own --node-id (default host:pid:random is
 unique) and --admin-listen.
 
@@ -78,6 +83,15 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if err := checkPlaintextStorage(g.DatabaseURL, kr.Enabled(), c.AllowPlaintextStorage); err != nil {
 		return err
+	}
+	var priority *int
+	if c.ListenerPriority >= 0 {
+		if c.ListenerPriority > config.MaxListenerPriority {
+			return fmt.Errorf("--listener-priority %d: must be from 0 (never take the listeners) to %d", c.ListenerPriority, config.MaxListenerPriority)
+		}
+		priority = &c.ListenerPriority
+	} else if c.ListenerPriority != -1 {
+		return fmt.Errorf("--listener-priority %d: must be from 0 (never take the listeners) to %d", c.ListenerPriority, config.MaxListenerPriority)
 	}
 	nodeID := c.NodeID
 	if nodeID == "" {
@@ -119,7 +133,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
-		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, Keys: kr, AuditKeys: auditKeys,
+		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, ListenerPriority: priority, Keys: kr, AuditKeys: auditKeys,
 		OpenConnsAtStart: !strings.Contains(g.DatabaseURL, "pool_min_conns"),
 		APIReads:         ops.APIReads{Pool: pool, Keys: kr},
 	})

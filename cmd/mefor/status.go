@@ -149,6 +149,9 @@ func printClusterLine(w io.Writer, cl *ops.ClusterStatus) {
 		return
 	}
 	holder := "none (no node holds it)"
+	if cl.ActiveNodes > 0 && cl.ListenerCandidates == 0 {
+		holder = "none: every active node has listener_priority 0, so none may take the listeners"
+	}
 	if cl.LeaseHolder != "" {
 		holder = cl.LeaseHolder
 		if cl.LeaseExpiresAt != nil {

@@ -116,6 +116,11 @@ type Cluster struct {
 	// NodeTimeout is how long a node may stay silent before the cluster
 	// considers it gone. Defaults to 3 × LeaseTTL.
 	NodeTimeout time.Duration
+	// ListenerPriority ranks the nodes that may take the listener lease: a
+	// node takes it over only when no live node of a higher priority
+	// could, and 0 means never (a DR site, a processing-only node).
+	// `mefor run --listener-priority` overrides it. Defaults to 1.
+	ListenerPriority int
 }
 
 // Channel receives messages on one inbound connection and routes them.

@@ -90,6 +90,8 @@ func TestParseDefaults(t *testing.T) {
 		FenceTimeout: 3 * time.Second,
 		LeaseTTL:     5 * time.Second,
 		NodeTimeout:  15 * time.Second,
+
+		ListenerPriority: 1,
 	}
 	if c.Cluster != want {
 		t.Errorf("cluster = %+v, want %+v", c.Cluster, want)
@@ -144,7 +146,7 @@ func TestParseDefaults(t *testing.T) {
 
 func TestParseFull(t *testing.T) {
 	c, err := parse(t, `
-cluster: {heartbeat: 500ms, fence_timeout: 2s, lease_ttl: 4s, node_timeout: 1m}
+cluster: {heartbeat: 500ms, fence_timeout: 2s, lease_ttl: 4s, node_timeout: 1m, listener_priority: 0}
 channels:
   lab:
     inbound:
@@ -189,8 +191,8 @@ destinations:
 	if got := []string{c.Channels[0].Name, c.Channels[1].Name}; got[0] != "lab" || got[1] != "adt" {
 		t.Errorf("channels out of declaration order: %v", got)
 	}
-	if c.Cluster.NodeTimeout != time.Minute {
-		t.Errorf("node_timeout = %v", c.Cluster.NodeTimeout)
+	if c.Cluster.NodeTimeout != time.Minute || c.Cluster.ListenerPriority != 0 {
+		t.Errorf("node_timeout = %v, listener_priority = %d; want 1m and 0", c.Cluster.NodeTimeout, c.Cluster.ListenerPriority)
 	}
 	lab := c.Channel("lab")
 	if in := lab.Inbound.MLLP; in.MaxFrameSize != 512<<10 || in.IdleTimeout != time.Hour || !in.Plaintext ||
@@ -320,7 +322,7 @@ destination:
 cluster:
   colour: blue
 ` + minimal,
-			want: []wantErr{{2, "cluster.colour", "is not a known key (allowed here: heartbeat, fence_timeout, lease_ttl, node_timeout)"}},
+			want: []wantErr{{2, "cluster.colour", "is not a known key (allowed here: heartbeat, fence_timeout, lease_ttl, node_timeout, listener_priority)"}},
 		},
 		{
 			name: "duplicate key",
@@ -364,6 +366,14 @@ cluster:
   fence_timeout: 3s
 ` + minimal,
 			want: []wantErr{{2, "cluster.heartbeat", "breaks heartbeat < fence_timeout < lease_ttl (got heartbeat 3s, fence_timeout 3s, lease_ttl 5s (default))"}},
+		},
+		{
+			name: "negative listener_priority",
+			doc: `
+cluster:
+  listener_priority: -1
+` + minimal,
+			want: []wantErr{{2, "cluster.listener_priority", "must be from 0 (never take the listeners) to 1000, got -1"}},
 		},
 		{
 			name: "fence_timeout not below lease_ttl",
@@ -852,7 +862,7 @@ destinations:
 		{14, "destinations.lab.retry.backoff", "must be > 0"},
 		{15, "destinations.lab", "is defined twice (first on line 10)"},
 	})
-	want := `test.yaml:2: cluster.heartbeet is not a known key; did you mean heartbeat? (allowed here: heartbeat, fence_timeout, lease_ttl, node_timeout)
+	want := `test.yaml:2: cluster.heartbeet is not a known key; did you mean heartbeat? (allowed here: heartbeat, fence_timeout, lease_ttl, node_timeout, listener_priority)
 test.yaml:14: destination "lab": retry.backoff must be > 0 (e.g. backoff: 1s)
 test.yaml:15: destination "lab": is defined twice (first on line 10); names must be unique`
 	if got := err.Error(); got != want {

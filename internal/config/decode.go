@@ -19,9 +19,10 @@ import (
 // Fields the file doesn't set keep their defaults.
 func (l *loader) decode(root *yaml.Node) *Config {
 	c := &Config{Cluster: Cluster{
-		Heartbeat:    defaultHeartbeat,
-		FenceTimeout: defaultFenceTimeout,
-		LeaseTTL:     defaultLeaseTTL,
+		Heartbeat:        defaultHeartbeat,
+		FenceTimeout:     defaultFenceTimeout,
+		LeaseTTL:         defaultLeaseTTL,
+		ListenerPriority: DefaultListenerPriority,
 	}, TLSExpiryWarning: defaultTLSExpiryWarning}
 	var top path
 	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption", "egress", "api", "audit")
@@ -58,11 +59,15 @@ func (l *loader) decode(root *yaml.Node) *Config {
 }
 
 func (l *loader) decodeCluster(n *yaml.Node, p path, c *Cluster) {
-	m := l.mapping(n, p, "heartbeat", "fence_timeout", "lease_ttl", "node_timeout")
+	m := l.mapping(n, p, "heartbeat", "fence_timeout", "lease_ttl", "node_timeout", "listener_priority")
 	decodeScalar(l, m, p, "heartbeat", &c.Heartbeat, parseDuration)
 	decodeScalar(l, m, p, "fence_timeout", &c.FenceTimeout, parseDuration)
 	decodeScalar(l, m, p, "lease_ttl", &c.LeaseTTL, parseDuration)
 	decodeScalar(l, m, p, "node_timeout", &c.NodeTimeout, parseDuration)
+	decodeScalar(l, m, p, "listener_priority", &c.ListenerPriority, parseInt)
+	if c.ListenerPriority < 0 || c.ListenerPriority > MaxListenerPriority {
+		l.errorf(p.key("listener_priority"), "must be from 0 (never take the listeners) to %d, got %d", MaxListenerPriority, c.ListenerPriority)
+	}
 	if !l.given(p.key("node_timeout")) {
 		c.NodeTimeout = 3 * c.LeaseTTL // checkCluster reports a bad lease_ttl
 	}

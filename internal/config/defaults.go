@@ -10,6 +10,10 @@ const (
 	defaultHeartbeat    = 1 * time.Second
 	defaultFenceTimeout = 3 * time.Second
 	defaultLeaseTTL     = 5 * time.Second
+	// DefaultListenerPriority is cluster.listener_priority when unset.
+	DefaultListenerPriority = 1
+	// MaxListenerPriority bounds cluster.listener_priority.
+	MaxListenerPriority = 1000
 
 	defaultMaxFrameSize = 1 << 20
 	defaultReadTimeout  = 30 * time.Second

@@ -50,6 +50,9 @@ type Options struct {
 	// maintenance.reclaim.schedule: how often River's leader sweeps for
 	// stranded lanes.
 	ReclaimInterval time.Duration
+	// ListenerPriority, when set, overrides the config's
+	// cluster.listener_priority (`mefor run --listener-priority`).
+	ListenerPriority *int
 	// StopTimeout bounds a graceful stop; past it running drainers are
 	// cancelled. Defaults to 30s.
 	StopTimeout time.Duration
@@ -269,6 +272,9 @@ func New(opts Options) (*Node, error) {
 		n.reads = deps.Reads
 	}
 	cl := opts.Config.Cluster
+	if opts.ListenerPriority != nil {
+		cl.ListenerPriority = *opts.ListenerPriority
+	}
 	// The lease and the heartbeat get connections of their own: on a node
 	// whose pool is saturated by drainers, a renewal waiting for a
 	// connection would fence a healthy holder and fail the listeners over.
@@ -290,7 +296,8 @@ func New(opts Options) (*Node, error) {
 	n.leaseChanged = make(chan struct{}, 1)
 	n.membership, err = leader.NewMembership(leader.MembershipConfig{
 		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, NodeTimeout: cl.NodeTimeout, Logger: opts.Logger,
-		HoldsLease: func() bool { return n.lease.Serving() },
+		HoldsLease:       func() bool { return n.lease.Serving() },
+		ListenerPriority: cl.ListenerPriority, NeverListens: cl.ListenerPriority == 0,
 	})
 	if err != nil {
 		n.closePools()
@@ -298,7 +305,7 @@ func New(opts Options) (*Node, error) {
 	}
 	n.lease, err = leader.NewLease(leader.LeaseConfig{
 		Pool: cpool, NodeID: opts.NodeID, Heartbeat: cl.Heartbeat, FenceTimeout: cl.FenceTimeout, TTL: cl.LeaseTTL,
-		Logger: opts.Logger,
+		Priority: cl.ListenerPriority, Never: cl.ListenerPriority == 0, Logger: opts.Logger,
 		Changed: func() {
 			select {
 			case n.leaseChanged <- struct{}{}:

@@ -460,8 +460,13 @@ func (n *Node) configAgreed(ctx context.Context) bool {
 func (n *Node) restartNeeded(next *config.Config) []string {
 	start := n.opts.Config
 	var why []string
-	if start.Cluster != next.Cluster {
-		why = append(why, "cluster timings (heartbeat, fence_timeout, lease_ttl, node_timeout) are fixed at start")
+	was, now := start.Cluster, next.Cluster
+	if n.opts.ListenerPriority != nil {
+		// --listener-priority decides, whatever the file says.
+		was.ListenerPriority, now.ListenerPriority = 0, 0
+	}
+	if was != now {
+		why = append(why, "the cluster section (heartbeat, fence_timeout, lease_ttl, node_timeout, listener_priority) is fixed at start")
 	}
 	if was, now := maxSendTimeout(start), maxSendTimeout(next); now > was {
 		why = append(why, fmt.Sprintf(

@@ -59,6 +59,8 @@ type Node struct {
 	Proc  *Proc
 	// KilledAt is set once the node has been SIGKILLed.
 	KilledAt time.Time
+	// Args are added to the node's `mefor run` arguments.
+	Args []string
 }
 
 // New writes the cluster's config into a temporary directory, with every
@@ -137,8 +139,9 @@ func (c *Cluster) Run(n *Node) {
 		_, port, _ := net.SplitHostPort(n.Ports[l.Channel])
 		env = append(env, l.Env+"="+port)
 	}
-	n.Proc = StartProc(c.t, c.Dir, env, "--log-format", "json", "run", "--config", c.Config, "--node-id", n.ID,
-		"--admin-listen=", "--reclaim-interval", Reclaim.String())
+	args := append([]string{"--log-format", "json", "run", "--config", c.Config, "--node-id", n.ID,
+		"--admin-listen=", "--reclaim-interval", Reclaim.String()}, n.Args...)
+	n.Proc = StartProc(c.t, c.Dir, env, args...)
 }
 
 // WaitHolder waits until n has acquired the lease and bound every listener.
