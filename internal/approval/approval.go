@@ -298,4 +298,6 @@ func (s *Store) Finish(ctx context.Context, id int64, result any, runErr error) 
 
 // String names a request in errors and logs: its id and action, never its
 // parameters' values.
-func (a Approval) String() string { return "approval " + strconv.FormatInt(a.ID, 10) + " (" + a.Action + ")" }
+func (a Approval) String() string {
+	return "approval " + strconv.FormatInt(a.ID, 10) + " (" + a.Action + ")"
+}
