@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 
@@ -245,7 +247,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, req request) {
 		return
 	}
 	var body cancelRequest
-	if e := decode(r, &body); e != nil {
+	if e := decodeOptional(r, &body); e != nil {
 		writeError(w, http.StatusUnprocessableEntity, *e)
 		return
 	}
@@ -264,7 +266,7 @@ func (s *Server) stepdown(w http.ResponseWriter, r *http.Request, req request) {
 		return
 	}
 	var body stepdownRequest
-	if e := decode(r, &body); e != nil {
+	if e := decodeOptional(r, &body); e != nil {
 		writeError(w, http.StatusUnprocessableEntity, *e)
 		return
 	}
@@ -318,4 +320,18 @@ func (s *Server) reauth(w http.ResponseWriter, r *http.Request, req request) {
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"reauthenticated": true, "valid_for": identity.ReauthWindow.String()})
 	}
+}
+
+// decodeOptional is decode for a body whose every field is optional: an
+// empty body is the empty object.
+func decodeOptional(r *http.Request, v any) *apiError {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 16<<10))
+	if err != nil {
+		return &apiError{Error: "the body could not be read", Field: "body"}
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return decode(r, v)
 }
