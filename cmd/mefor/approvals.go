@@ -143,3 +143,30 @@ func (c *approvalsDecideCmd) decide(ctx context.Context, g *Globals, verb string
 	}
 	return nil
 }
+
+func (c *approvalsListCmd) Help() string {
+	return `Lists the requests of the actions whose permission you hold, newest first:
+what was asked (the action and its parameters), by whom, its state (pending,
+expired, rejected, running, done, failed) and who decided it.
+
+Examples:
+  mefor approvals list
+  mefor approvals list --state pending --json`
+}
+
+func (c *approvalsApproveCmd) Help() string {
+	return `Approves a request someone else made: its action runs now, once, as you, on
+the channels both of you see, and the answer says what it did. Your own
+requests, expired ones and those already decided are refused.
+
+Examples:
+  mefor approvals approve 12
+  mefor approvals approve 12 --json`
+}
+
+func (c *approvalsRejectCmd) Help() string {
+	return `Rejects a request someone else made: its action never runs.
+
+Examples:
+  mefor approvals reject 13`
+}
