@@ -73,7 +73,8 @@ func AuditedActions() []string {
 		audit.ActionSearchPatient, audit.ActionViewErrors, audit.ActionViewReference, audit.ActionEnqueue,
 		audit.ActionLogin, audit.ActionLogout, audit.ActionUserAdd, audit.ActionUserSet, audit.ActionUserDisable,
 		audit.ActionUserEnable, audit.ActionUserDelete, audit.ActionUserResetMFA, audit.ActionSessionsRevoke,
-		audit.ActionTokenCreate, audit.ActionTokenRevoke}
+		audit.ActionTokenCreate, audit.ActionTokenRevoke, audit.ActionReauth, audit.ActionApprovalRequest,
+		audit.ActionApprovalApprove, audit.ActionApprovalReject}
 }
 
 // ParseAuditAnchor reads an anchor written as SEQ:HASH.

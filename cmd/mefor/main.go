@@ -47,6 +47,7 @@ type CLI struct {
 	Alerts      alertsCmd      `cmd:"" help:"List mefor's own alert rules: state, since when, last notification."`
 	User        userCmd        `cmd:"" help:"mefor's people: add, list, change, disable, enable or delete users; reset their MFA; list or end their sessions."`
 	Token       tokenCmd       `cmd:"" help:"API tokens for scripts and the CLI: create one for a user (shown once), list them, revoke one."`
+	Approvals   approvalsCmd   `cmd:"" help:"Dual control, through the API: list requests for approval, approve or reject one."`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }

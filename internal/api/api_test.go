@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/api"
+	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/identity"
@@ -37,6 +39,28 @@ type harness struct {
 	url    string
 	client *http.Client
 	keys   *crypt.Keyring
+	// clock is the identity store's and the approvals' clock: tests move
+	// it instead of sleeping.
+	clock *testClock
+}
+
+// testClock is the real time moved by an offset the test sets.
+type testClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// Advance moves the clock forward by d.
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
 }
 
 func newHarness(t *testing.T, cfg api.Config) *harness { return newKeyedHarness(t, cfg, nil) }
@@ -44,10 +68,20 @@ func newHarness(t *testing.T, cfg api.Config) *harness { return newKeyedHarness(
 // newKeyedHarness is newHarness whose reads, and the messages the test
 // stores, use keys (nil: content in clear).
 func newKeyedHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring) *harness {
-	h := &harness{DBTest: fixtures.NewDBTest(t), keys: keys}
-	h.store = identity.New(h.DB.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}})
+	h := &harness{DBTest: fixtures.NewDBTest(t), keys: keys, clock: &testClock{}}
+	h.store = identity.New(h.DB.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}, Now: h.clock.Now})
 	if cfg.Reads == nil {
 		cfg.Reads = ops.APIReads{Pool: h.DB.Pool, Keys: keys}
+	}
+	if cfg.Actions == nil {
+		q, err := ops.NewQueue(h.DB.Pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Actions = ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: time.Second}
+	}
+	if len(cfg.Approvals.RequiredFor) > 0 && cfg.Approvals.Store == nil {
+		cfg.Approvals.Store = approval.New(h.DB.Pool, approval.Options{Now: h.clock.Now})
 	}
 	ca := certtest.NewCA(t, "mefor test CA")
 	cfg.CertFile, cfg.KeyFile = ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, t.TempDir(), "api")

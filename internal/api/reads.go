@@ -69,10 +69,10 @@ func (s *Server) failed(w http.ResponseWriter, r *http.Request, what string, err
 	writeError(w, http.StatusInternalServerError, apiError{Error: what + " failed; see the node's log"})
 }
 
-// actorCtx names the person in every audit row the request's reads
-// append.
+// actorCtx names the person, their address and session or token in
+// every audit row the request's reads append.
 func actorCtx(r *http.Request, req request) context.Context {
-	return audit.WithActor(r.Context(), req.principal.Name)
+	return audit.WithOrigin(r.Context(), origin(r, req))
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request, req request) {

@@ -29,6 +29,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/me", s.authed(s.me))
 	mux.HandleFunc("GET /api/v1/users", s.authed(s.users))
 	s.readRoutes(mux)
+	s.actionRoutes(mux)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiError{Error: "no such endpoint"})
 	})
@@ -41,6 +42,8 @@ type apiError struct {
 	Error      string `json:"error"`
 	Permission string `json:"permission,omitempty"`
 	Field      string `json:"field,omitempty"`
+	// State is an approval's state when a decision on it was refused.
+	State string `json:"state,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,7 +1,9 @@
 // Package api is mefor's HTTPS operator API: login and sessions
-// (POST /api/v1/login, /api/v1/logout, GET /api/v1/me), and the reads
-// (status, nodes, alerts, messages), each scoped to the person's channels;
-// the actions of issue 50 next. It authenticates through package identity and
+// (POST /api/v1/login, /api/v1/logout, GET /api/v1/me, POST
+// /api/v1/reauth), the reads (status, nodes, alerts, messages) and the
+// actions (replay, replay-dead, cancel, stepdown), each scoped to the
+// person's channels, with dual control for the actions access.approvals
+// names (approvals.go). It authenticates through package identity and
 // serves on a listener gated by package admission, like the MLLP
 // listeners: a source outside the allow list, or over a cap, is closed
 // before a byte of it is read.
@@ -45,6 +47,12 @@ type Config struct {
 	// Reads serves the read endpoints (status, nodes, alerts, messages).
 	// Defaults to none: without it they answer 404.
 	Reads Reads
+	// Actions serves the action endpoints (replay, replay-dead, cancel,
+	// stepdown) and re-authentication. Defaults to none: without it they
+	// answer 404.
+	Actions Actions
+	// Approvals is dual control for the actions. Defaults to none.
+	Approvals Approvals
 }
 
 // ErrPlaintextExposed is a listener other machines can reach without TLS
@@ -89,8 +97,11 @@ type Server struct {
 	tls     *tls.Config
 	logins  *limiter
 	reads   Reads
-	logger  *slog.Logger
-	handler http.Handler
+	actions Actions
+	// approvals is dual control (access.approvals).
+	approvals Approvals
+	logger    *slog.Logger
+	handler   http.Handler
 }
 
 // New checks cfg, loads its certificate, and returns a server
@@ -106,7 +117,7 @@ func New(cfg Config, store *identity.Store, logger *slog.Logger, refused func(ad
 	if cfg.LoginsPerMinute <= 0 {
 		cfg.LoginsPerMinute = 10
 	}
-	s := &Server{cfg: cfg, store: store, logger: logger, reads: cfg.Reads,
+	s := &Server{cfg: cfg, store: store, logger: logger, reads: cfg.Reads, actions: cfg.Actions, approvals: cfg.Approvals,
 		gate:   admission.NewGate(cfg.Admission, admission.Options{Refused: refused, Logger: logger}),
 		logins: newLimiter(cfg.LoginsPerMinute, time.Minute)}
 	if cfg.CertFile != "" {

@@ -92,6 +92,16 @@ const (
 	ActionSessionsRevoke = "sessions-revoke"
 	ActionTokenCreate    = "token-create"
 	ActionTokenRevoke    = "token-revoke"
+	// ActionReauth is a session's re-authentication (POST
+	// /api/v1/reauth), its outcome ok or failed.
+	ActionReauth = "reauth"
+
+	// Dual control (package approval): an action access.approvals names
+	// is requested by one person and approved or rejected by another;
+	// every row names both.
+	ActionApprovalRequest = "approval-request"
+	ActionApprovalApprove = "approval-approve"
+	ActionApprovalReject  = "approval-reject"
 )
 
 // Outcomes. A failed action records OutcomeFailed with the error in the
@@ -151,11 +161,15 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 	if e.Outcome == "" {
 		e.Outcome = OutcomeOK
 	}
+	origin := OriginOf(ctx)
 	if e.Actor == "" {
-		e.Actor = ActorOf(ctx)
+		e.Actor = origin.Actor
 	}
 	if e.Actor != "" {
-		t := make(map[string]any, len(e.Target)+1)
+		t := make(map[string]any, len(e.Target)+6)
+		for k, v := range origin.fields() {
+			t[k] = v
+		}
 		for k, v := range e.Target {
 			t[k] = v
 		}

@@ -45,6 +45,9 @@ type Config struct {
 	// API is the HTTPS operator API every node serves; nil when the file
 	// has no api: section.
 	API *API
+	// Access is who may do what through the API: dual control
+	// (access.approvals).
+	Access Access
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.

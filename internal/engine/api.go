@@ -7,6 +7,7 @@ import (
 
 	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/api"
+	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/identity"
 )
@@ -41,8 +42,12 @@ func (n *Node) startAPI(ctx context.Context, cfg *config.Config) error {
 		policy.Allow = src
 	}
 	store := identity.New(n.opts.Pool, identity.Options{Keys: n.opts.Keys, SessionIdle: a.SessionIdle, SessionMax: a.SessionMax})
+	var approvals api.Approvals
+	if ap := cfg.Access.Approvals; ap != nil {
+		approvals = api.Approvals{Store: approval.New(n.opts.Pool, approval.Options{Expire: ap.Expire}), RequiredFor: ap.RequiredFor}
+	}
 	srv, err := api.New(api.Config{Listen: a.Listen, CertFile: a.TLS.CertFile, KeyFile: a.TLS.KeyFile, Plaintext: a.Plaintext,
-		Admission: policy, Reads: n.opts.APIReads}, store, n.logger, func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
+		Admission: policy, Reads: n.opts.APIReads, Actions: n.opts.APIActions, Approvals: approvals}, store, n.logger, func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,9 @@ type Options struct {
 	// which this package cannot import: ops imports it). Defaults to none:
 	// the API then serves login, sessions and users only.
 	APIReads api.Reads
+	// APIActions serves the API's action endpoints (ops.APIActions, for
+	// the same reason). Defaults to none: the API then serves no action.
+	APIActions api.Actions
 	// AlertRetryBase is the wait before an alert notification's first
 	// retry (it doubles each time, up to 5m). Defaults to 1s.
 	AlertRetryBase time.Duration

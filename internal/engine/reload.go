@@ -478,6 +478,9 @@ func (n *Node) restartNeeded(next *config.Config) []string {
 	if !reflect.DeepEqual(start.API, next.API) {
 		why = append(why, "the api: section changes; the API's listener is fixed at start")
 	}
+	if !reflect.DeepEqual(start.Access, next.Access) {
+		why = append(why, "the access: section changes; the API reads it at start")
+	}
 	// The keyring is read at start (run) and sealed into every writer.
 	switch {
 	case (start.Encryption == nil) != (next.Encryption == nil):

@@ -26,4 +26,14 @@
 // account's attempts are refused and recorded but do not extend the lock.
 // A TOTP code works once: the step it belongs to is stored, and a code of
 // that step or an earlier one is refused.
+//
+// # Re-authentication
+//
+// Some actions (ReauthFor: stepdown, key rotation, user changes) need the
+// session's person to have given their password and second factor again
+// within ReauthWindow. Reauth checks them as Login does, counting a
+// failure towards the same lockout, and stamps mefor_session.reauth_at
+// with Options.Now; ReauthFresh compares that stamp with the same clock.
+// A user without a second factor cannot re-authenticate; an API token has
+// no session, so it never holds a fresh re-authentication.
 package identity
