@@ -45,6 +45,9 @@ type Config struct {
 	// API is the HTTPS operator API every node serves; nil when the file
 	// has no api: section.
 	API *API
+	// Access holds the custom roles and the directory groups SSO logins
+	// map to roles (access.go); empty without an access: section.
+	Access Access
 
 	// Warnings lists problems that don't stop mefor from running but are
 	// probably mistakes, such as a destination no route sends to.

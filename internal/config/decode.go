@@ -24,7 +24,7 @@ func (l *loader) decode(root *yaml.Node) *Config {
 		LeaseTTL:     defaultLeaseTTL,
 	}, TLSExpiryWarning: defaultTLSExpiryWarning}
 	var top path
-	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption", "egress", "api", "audit")
+	m := l.mapping(root, top, "cluster", "channels", "handlers", "destinations", "reference_sets", "maintenance", "tls_expiry_warning", "alerts", "encryption", "egress", "api", "audit", "access")
 	l.decodeCluster(m["cluster"], top.key("cluster"), &c.Cluster)
 	decodeScalar(l, m, top, "tls_expiry_warning", &c.TLSExpiryWarning, parseAge)
 	c.Maintenance = defaultMaintenance()
@@ -39,6 +39,7 @@ func (l *loader) decode(root *yaml.Node) *Config {
 	if an, ok := m["api"]; ok {
 		c.API = l.decodeAPI(an, top.key("api"))
 	}
+	c.Access = l.decodeAccess(m["access"], top.key("access"))
 	if en, ok := m["egress"]; ok {
 		c.Egress = l.decodeEgress(en, top.key("egress"))
 	}
