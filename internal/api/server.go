@@ -45,6 +45,9 @@ type Config struct {
 	// Reads serves the read endpoints (status, nodes, alerts, messages).
 	// Defaults to none: without it they answer 404.
 	Reads Reads
+	// SSO is the OpenID Connect provider people may log in through
+	// (GET /api/v1/sso/login). Defaults to none: passwords only.
+	SSO *OIDC
 }
 
 // ErrPlaintextExposed is a listener other machines can reach without TLS
@@ -89,6 +92,7 @@ type Server struct {
 	tls     *tls.Config
 	logins  *limiter
 	reads   Reads
+	sso     *sso
 	logger  *slog.Logger
 	handler http.Handler
 }
@@ -109,6 +113,9 @@ func New(cfg Config, store *identity.Store, logger *slog.Logger, refused func(ad
 	s := &Server{cfg: cfg, store: store, logger: logger, reads: cfg.Reads,
 		gate:   admission.NewGate(cfg.Admission, admission.Options{Refused: refused, Logger: logger}),
 		logins: newLimiter(cfg.LoginsPerMinute, time.Minute)}
+	if cfg.SSO != nil {
+		s.sso = newSSO(*cfg.SSO)
+	}
 	if cfg.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 		if err != nil {
