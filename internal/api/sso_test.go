@@ -281,6 +281,20 @@ func TestOIDCLoginRefusals(t *testing.T) {
 		t.Fatalf("the replayed code was sent to the provider (%d exchanges, %d before)", n, exchanged)
 	}
 
+	// A code intercepted on its way to Frank's browser, brought by Mallory
+	// to a login of her own: PKCE makes the provider refuse it, as the
+	// verifier of her login is not the one Frank's code was issued for.
+	p.person("sub-frank", "frank", "ops")
+	stolen, _ := url.Parse(func() string { cb, _ := h.browser().startLogin(); return cb }())
+	mallory := h.browser()
+	own, _ := mallory.startLogin()
+	ou, _ := url.Parse(own)
+	oq := ou.Query()
+	oq.Set("code", stolen.Query().Get("code"))
+	ou.RawQuery = oq.Encode()
+	status, body = mallory.get(ou.String())
+	refused("a stolen code", status, body, http.StatusUnauthorized, identity.ReasonSSOCode, "")
+
 	// Authenticated by the directory, but in no group mefor maps.
 	p.person("sub-dan", "dan", "marketing")
 	status, body = h.browser().login()
