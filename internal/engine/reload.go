@@ -473,6 +473,9 @@ func (n *Node) restartNeeded(next *config.Config) []string {
 	if !reflect.DeepEqual(start.API, next.API) {
 		why = append(why, "the api: section changes; the API's listener is fixed at start")
 	}
+	if !reflect.DeepEqual(start.Access, next.Access) {
+		why = append(why, "the access: section changes; roles and group mappings are read at start")
+	}
 	// The keyring is read at start (run) and sealed into every writer.
 	switch {
 	case (start.Encryption == nil) != (next.Encryption == nil):
