@@ -156,6 +156,13 @@ func (s *Server) ssoLogin(w http.ResponseWriter, r *http.Request) {
 // to a role. It answers as POST /api/v1/login does.
 func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	ctx, src, q := r.Context(), source(r), r.URL.Query()
+	// Counted like a login: each callback may write an audit row and call
+	// the provider, and anyone can send one.
+	if !s.logins.allow(src) {
+		w.Header().Set("Retry-After", "60")
+		writeError(w, http.StatusTooManyRequests, apiError{Error: "too many login attempts from this address; try again in a minute"})
+		return
+	}
 	// The login cookie is used once, whatever happens.
 	http.SetCookie(w, &http.Cookie{Name: SSOCookie, Value: "", Path: ssoCookiePath, HttpOnly: true, Secure: s.tls != nil,
 		SameSite: http.SameSiteLaxMode, MaxAge: -1})

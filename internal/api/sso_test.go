@@ -72,10 +72,15 @@ func (p *idp) person(sub, username string, groups ...string) {
 
 // newSSOHarness is an API over HTTPS whose SSO goes to a provider in the
 // test: the group lab-analysts maps to viewer on lab-*, ops to operator.
-func newSSOHarness(t *testing.T) (*harness, *idp) {
+// The tests sign in more often than the login limit allows one address.
+func newSSOHarness(t *testing.T) (*harness, *idp) { return newLimitedSSOHarness(t, 100) }
+
+// newLimitedSSOHarness is newSSOHarness allowing perMinute logins from
+// one address.
+func newLimitedSSOHarness(t *testing.T, perMinute int) (*harness, *idp) {
 	p := newIdP(t)
 	listen := freeport.Addr(t, "127.0.0.1")
-	h := newStoreHarness(t, api.Config{Listen: listen, SSO: &api.OIDC{Issuer: p.Issuer(), ClientID: p.ClientID, ClientSecret: p.ClientSecret,
+	h := newStoreHarness(t, api.Config{Listen: listen, LoginsPerMinute: perMinute, SSO: &api.OIDC{Issuer: p.Issuer(), ClientID: p.ClientID, ClientSecret: p.ClientSecret,
 		RedirectURL: "https://" + listen + "/api/v1/sso/callback", Scopes: []string{"profile", "email", "groups"}}}, nil,
 		identity.Options{Groups: map[string]identity.GroupMapping{
 			"lab-analysts": {Role: identity.RoleViewer, Channels: []string{"lab-*"}},
@@ -313,5 +318,24 @@ func TestOIDCLoginRefusals(t *testing.T) {
 	// None of the refusals left a session.
 	if n := h.Int(`SELECT count(*) FROM mefor_session s JOIN mefor_user u ON u.id = s.user_id WHERE u.name <> 'carol'`); n != 0 {
 		t.Fatalf("%d sessions besides carol's", n)
+	}
+}
+
+// SSO starts and callbacks count against the login limit of their source
+// address, as password logins do: anyone can send a callback, and each
+// refused one writes an audit row.
+func TestSSOCallbacksAreRateLimited(t *testing.T) {
+	h, _ := newLimitedSSOHarness(t, 3)
+	b := h.browser()
+	for i := range 3 {
+		if status, body := b.get(h.url + "/api/v1/sso/callback?state=forged&code=x"); status != http.StatusUnauthorized {
+			t.Fatalf("callback %d: %d %v", i, status, body)
+		}
+	}
+	if status, body := b.get(h.url + "/api/v1/sso/callback?state=forged&code=x"); status != http.StatusTooManyRequests {
+		t.Fatalf("the fourth callback in a minute: %d %v", status, body)
+	}
+	if n := h.Int(`SELECT count(*) FROM mefor_audit WHERE action = 'login'`); n != 3 {
+		t.Fatalf("%d login rows audited, want 3", n)
 	}
 }
