@@ -271,6 +271,14 @@ func TestOIDCLoginRefusals(t *testing.T) {
 		t.Fatalf("the victim's browser after a planted callback: %d %v", status, me)
 	}
 
+	// A sign-in that took longer than ten minutes.
+	p.person("sub-slow", "slow", "ops")
+	b = h.browser()
+	cb, _ = b.startLogin()
+	h.Exec(`UPDATE mefor_sso_login SET expires_at = now() - interval '1 second'`)
+	status, body = b.get(cb)
+	refused("an expired sign-in", status, body, http.StatusUnauthorized, identity.ReasonSSOExpired, "")
+
 	// A callback replayed with its cookie: refused by mefor, before the
 	// provider is asked for the code again.
 	p.person("sub-carol", "carol", "ops")
