@@ -1,5 +1,7 @@
 // Package api is mefor's HTTPS operator API: login and sessions
-// (POST /api/v1/login, /api/v1/logout, GET /api/v1/me), and the reads
+// (POST /api/v1/login, /api/v1/logout, GET /api/v1/me), single sign-on
+// with OpenID Connect (GET /api/v1/sso/login and /api/v1/sso/callback:
+// the code flow with PKCE, sso.go), and the reads
 // (status, nodes, alerts, messages), each scoped to the person's channels;
 // the actions of issue 50 next. It authenticates through package identity and
 // serves on a listener gated by package admission, like the MLLP
