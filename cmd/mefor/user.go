@@ -211,7 +211,10 @@ func (c *userListCmd) Run(ctx context.Context, g *Globals) error {
 		Header: "NAME\tROLE\tCHANNELS\tMFA\tSTATE\tCREATED",
 		Row: func(w io.Writer, u ops.User) {
 			mfa := "no"
-			if u.MFA {
+			switch {
+			case u.SSO:
+				mfa = "sso" // the provider's
+			case u.MFA:
 				mfa = "totp"
 			}
 			state := "active"

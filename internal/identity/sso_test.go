@@ -45,6 +45,10 @@ func TestSSOGroupMappingRules(t *testing.T) {
 	if l.Principal.Name != "vera" || l.Principal.Role.Name != identity.RoleViewer || !reflect.DeepEqual(l.Principal.Channels, []string{"lab-*", "micro-*"}) {
 		t.Fatalf("two groups: %+v", l.Principal)
 	}
+	users, err := f.store.ListUsers(f.Ctx)
+	if err != nil || len(users) != 1 || !users[0].SSO || users[0].MFA || users[0].Name != "vera" {
+		t.Fatalf("the SSO user in the list: %v %+v", err, users)
+	}
 	if l, err = login("s1", "vera", "lab", "all"); err != nil || len(l.Principal.Channels) != 0 {
 		t.Fatalf("a group of every channel: %v %+v", err, l)
 	}
