@@ -36,6 +36,10 @@ type OIDC struct {
 	GroupsClaim string
 	// Scopes are requested besides openid. Defaults to profile and email.
 	Scopes []string
+	// RequireAMR, when set, refuses a person whose role requires MFA
+	// unless the ID token's amr claim holds one of these values. Defaults
+	// to none: MFA is the provider's policy.
+	RequireAMR []string
 	// HTTPClient reaches the provider (discovery, keys, code exchange).
 	// Defaults to a client with a 30s timeout; a node gives one that
 	// dials through its egress policy.
@@ -94,8 +98,9 @@ func (o *sso) oauth(p *oidc.Provider) *oauth2.Config {
 // ssoClaims are the ID token claims mefor reads besides the registered
 // ones; the groups claim is read by name (ssoGroups).
 type ssoClaims struct {
-	PreferredUsername string `json:"preferred_username"`
-	Email             string `json:"email"`
+	PreferredUsername string   `json:"preferred_username"`
+	Email             string   `json:"email"`
+	AMR               []string `json:"amr"`
 }
 
 // ssoGroups reads the groups claim: a list of strings, or one string.
@@ -230,7 +235,7 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l, err := s.store.SSOLogin(ctx, identity.SSOIdentity{Issuer: id.Issuer, Subject: id.Subject, Name: name,
-		Groups: ssoGroups(id, s.sso.cfg.GroupsClaim), Source: src})
+		Groups: ssoGroups(id, s.sso.cfg.GroupsClaim), Source: src, AMR: claims.AMR, RequireAMR: s.sso.cfg.RequireAMR})
 	if err != nil {
 		refuse(err)
 		return

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/mefor/mefor/internal/api"
@@ -70,8 +71,25 @@ func (p *idp) person(sub, username string, groups ...string) {
 	p.QueueUser(&mockoidc.MockUser{Subject: sub, PreferredUsername: username, Email: username + "@example.org", Groups: groups})
 }
 
+// amrUser is a person whose ID token says how the provider authenticated
+// them (the amr claim).
+type amrUser struct {
+	*mockoidc.MockUser
+	amr []string
+}
+
+func (u *amrUser) Claims(_ []string, base *mockoidc.IDTokenClaims) (jwt.Claims, error) {
+	return &struct {
+		*mockoidc.IDTokenClaims
+		PreferredUsername string   `json:"preferred_username"`
+		Groups            []string `json:"groups"`
+		AMR               []string `json:"amr"`
+	}{base, u.PreferredUsername, u.Groups, u.amr}, nil
+}
+
 // newSSOHarness is an API over HTTPS whose SSO goes to a provider in the
-// test: the group lab-analysts maps to viewer on lab-*, ops to operator.
+// test: the group lab-analysts maps to viewer on lab-*, ops to operator,
+// admins to admin, whose MFA must show in the ID token's amr (mfa).
 // The tests sign in more often than the login limit allows one address.
 func newSSOHarness(t *testing.T) (*harness, *idp) { return newLimitedSSOHarness(t, 100) }
 
@@ -81,10 +99,11 @@ func newLimitedSSOHarness(t *testing.T, perMinute int) (*harness, *idp) {
 	p := newIdP(t)
 	listen := freeport.Addr(t, "127.0.0.1")
 	h := newStoreHarness(t, api.Config{Listen: listen, LoginsPerMinute: perMinute, SSO: &api.OIDC{Issuer: p.Issuer(), ClientID: p.ClientID, ClientSecret: p.ClientSecret,
-		RedirectURL: "https://" + listen + "/api/v1/sso/callback", Scopes: []string{"profile", "email", "groups"}}}, nil,
+		RedirectURL: "https://" + listen + "/api/v1/sso/callback", Scopes: []string{"profile", "email", "groups"}, RequireAMR: []string{"mfa"}}}, nil,
 		identity.Options{Groups: map[string]identity.GroupMapping{
 			"lab-analysts": {Role: identity.RoleViewer, Channels: []string{"lab-*"}},
 			"ops":          {Role: identity.RoleOperator},
+			"admins":       {Role: identity.RoleAdmin},
 		}})
 	return h, p
 }
@@ -345,5 +364,25 @@ func TestSSOCallbacksAreRateLimited(t *testing.T) {
 	}
 	if n := h.Int(`SELECT count(*) FROM mefor_audit WHERE action = 'login'`); n != 3 {
 		t.Fatalf("%d login rows audited, want 3", n)
+	}
+}
+
+// With require_amr, a person whose role requires MFA is let in only when
+// the provider says it asked for a second factor (amr); a role without
+// MFA does not need it.
+func TestSSORequireAMRForRolesWithMFA(t *testing.T) {
+	h, p := newSSOHarness(t)
+	p.QueueUser(&amrUser{MockUser: &mockoidc.MockUser{Subject: "sub-root", PreferredUsername: "root", Groups: []string{"admins"}}, amr: []string{"pwd"}})
+	status, body := h.browser().login()
+	if a := h.lastLogin(); status != http.StatusForbidden || a["reason"] != identity.ReasonSSOMFA || a["actor"] != "root" {
+		t.Fatalf("an admin by password only: %d %v, audit %v", status, body, a)
+	}
+	p.QueueUser(&amrUser{MockUser: &mockoidc.MockUser{Subject: "sub-root", PreferredUsername: "root", Groups: []string{"admins"}}, amr: []string{"pwd", "mfa"}})
+	if status, body := h.browser().login(); status != http.StatusOK || body["role"] != identity.RoleAdmin {
+		t.Fatalf("an admin with MFA: %d %v", status, body)
+	}
+	p.QueueUser(&amrUser{MockUser: &mockoidc.MockUser{Subject: "sub-vi", PreferredUsername: "vi", Groups: []string{"lab-analysts"}}, amr: []string{"pwd"}})
+	if status, body := h.browser().login(); status != http.StatusOK || body["role"] != identity.RoleViewer {
+		t.Fatalf("a viewer by password: %d %v", status, body)
 	}
 }

@@ -41,6 +41,10 @@ type OIDC struct {
 	GroupsClaim string
 	// Scopes are requested besides openid. Defaults to profile and email.
 	Scopes []string
+	// RequireAMR, when set, lets a person whose role requires MFA in only
+	// when the ID token's amr claim holds one of these values (e.g. mfa,
+	// otp). Defaults to none: MFA is the provider's policy.
+	RequireAMR []string
 }
 
 const secretExample = `e.g. client_secret: "${MEFOR_OIDC_CLIENT_SECRET}"`
@@ -58,12 +62,13 @@ func (l *loader) decodeSSO(n *yaml.Node, p path) *SSO {
 	}
 	s := &SSO{OIDC: OIDC{GroupsClaim: "groups", Scopes: []string{"profile", "email"}}}
 	o := &s.OIDC
-	om := l.mapping(on, op, "issuer", "client_id", "client_secret", "redirect_url", "groups_claim", "scopes")
+	om := l.mapping(on, op, "issuer", "client_id", "client_secret", "redirect_url", "groups_claim", "scopes", "require_amr")
 	decodeScalar(l, om, op, "issuer", &o.Issuer, asString)
 	decodeScalar(l, om, op, "client_id", &o.ClientID, asString)
 	decodeScalar(l, om, op, "redirect_url", &o.RedirectURL, asString)
 	decodeScalar(l, om, op, "groups_claim", &o.GroupsClaim, asString)
 	l.strings(om, op, "scopes", &o.Scopes)
+	l.strings(om, op, "require_amr", &o.RequireAMR)
 	if sn, ok := om["client_secret"]; ok {
 		sp := op.key("client_secret")
 		// Like encryption.keys: the secret is never written in the file,

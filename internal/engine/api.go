@@ -52,7 +52,7 @@ func (n *Node) startAPI(ctx context.Context, cfg *config.Config) error {
 		client := n.egress.Load().HTTPClient("sso:oidc", egress.HTTPOptions{})
 		client.Timeout = 30 * time.Second
 		sso = &api.OIDC{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, RedirectURL: o.RedirectURL,
-			GroupsClaim: o.GroupsClaim, Scopes: o.Scopes, HTTPClient: client}
+			GroupsClaim: o.GroupsClaim, Scopes: o.Scopes, RequireAMR: o.RequireAMR, HTTPClient: client}
 	}
 	srv, err := api.New(api.Config{Listen: a.Listen, CertFile: a.TLS.CertFile, KeyFile: a.TLS.KeyFile, Plaintext: a.Plaintext,
 		Admission: policy, Reads: n.opts.APIReads, SSO: sso}, store, n.logger, func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })

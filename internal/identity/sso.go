@@ -43,6 +43,7 @@ const (
 	ReasonSSOAmbiguous    = "ambiguous-groups"
 	ReasonSSONameTaken    = "name-taken" // the name belongs to another user (a password user, or another subject)
 	ReasonSSODisabled     = "disabled"
+	ReasonSSOMFA          = "mfa"      // the role requires MFA and the ID token's amr names none of require_amr
 	reasonSSOPasswordUser = "sso-user" // a password login to a user who logs in through SSO
 )
 
@@ -66,7 +67,7 @@ func IsSSORefused(err error) (*SSORefusedError, bool) {
 // provider but is not let in (an API answers 403; otherwise 401).
 func (e *SSORefusedError) Forbidden() bool {
 	switch e.Reason {
-	case ReasonSSONoGroup, ReasonSSOAmbiguous, ReasonSSONameTaken, ReasonSSODisabled, ReasonSSOName:
+	case ReasonSSONoGroup, ReasonSSOAmbiguous, ReasonSSONameTaken, ReasonSSODisabled, ReasonSSOName, ReasonSSOMFA:
 		return true
 	}
 	return false
@@ -171,6 +172,13 @@ type SSOIdentity struct {
 	Name   string
 	Groups []string
 	Source string
+	// AMR is the ID token's amr claim: how the provider authenticated
+	// the person (pwd, mfa, otp, ...).
+	AMR []string
+	// RequireAMR, when set, lets a person whose role requires MFA in only
+	// when AMR holds one of these (api.sso.oidc.require_amr). Defaults to
+	// none: MFA is left to the provider's policy.
+	RequireAMR []string
 }
 
 // mapGroups gives the role and channels of groups: every mapped group
@@ -233,6 +241,11 @@ func (s *Store) SSOLogin(ctx context.Context, id SSOIdentity) (*Login, error) {
 	case ReasonSSOAmbiguous:
 		return nil, s.RefuseSSO(ctx, name, id.Source, why,
 			"your directory groups give different mefor roles; an administrator must map you through one role")
+	}
+	if role.RequireMFA && len(id.RequireAMR) > 0 && !slices.ContainsFunc(id.AMR, func(m string) bool { return slices.Contains(id.RequireAMR, m) }) {
+		return nil, s.RefuseSSO(ctx, name, id.Source, ReasonSSOMFA, fmt.Sprintf(
+			"your mefor role %s requires a second factor, and the identity provider did not say it asked for one (amr %v, needs one of %v)",
+			role.Name, id.AMR, id.RequireAMR))
 	}
 	var out *Login
 	refused := ""
