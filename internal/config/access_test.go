@@ -26,6 +26,7 @@ api:
       client_id: mefor
       client_secret: "${OIDC_SECRET}"
       redirect_url: https://mefor.example.org:8443/api/v1/sso/callback
+      require_amr: [mfa, otp]
 `
 
 // Custom roles and group mappings: accepted as documented, and each
@@ -56,7 +57,7 @@ access:
 	}
 	o := c.API.SSO.OIDC
 	if o.ClientSecret != "s3cret-from-env" || o.ClientSecretVar != "OIDC_SECRET" || o.GroupsClaim != "groups" ||
-		!reflect.DeepEqual(o.Scopes, []string{"profile", "email"}) {
+		!reflect.DeepEqual(o.Scopes, []string{"profile", "email"}) || !reflect.DeepEqual(o.RequireAMR, []string{"mfa", "otp"}) {
 		t.Errorf("oidc: %+v", o)
 	}
 	if got := c.OutboundHosts(); !reflect.DeepEqual(got, []string{"127.0.0.1", "login.example.org"}) {
