@@ -80,11 +80,11 @@ func readerExcluded(table string) []string {
 
 // credentialTables hold people's credentials (password hashes, TOTP
 // secrets, hashes of session and API tokens and recovery codes; package
-// internal/identity, migration 023). Readers and operators get no
+// internal/identity, migration 023; SSO logins under way, 025). Readers and operators get no
 // privilege on them, not even on their sequences: only mefor_admin (the
 // nodes, and administrators running `mefor user` and `mefor token`) reads
 // or writes them.
-var credentialTables = []string{"mefor_user", "mefor_user_recovery_code", "mefor_session", "mefor_api_token"}
+var credentialTables = []string{"mefor_user", "mefor_user_recovery_code", "mefor_session", "mefor_api_token", "mefor_sso_login"}
 
 // credentialSequence reports whether sequence belongs to a credential
 // table (its serial id).

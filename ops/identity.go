@@ -25,12 +25,20 @@ type (
 	Session = identity.Session
 	// APIToken is an API token, without its secret.
 	APIToken = identity.Token
+	// Role is a named set of permissions, built in or custom.
+	Role = identity.Role
 )
 
 // Users returns the store of mefor's users on pool, sealing TOTP secrets
 // under kr (nil: stored in clear, see docs/access.md).
 func Users(pool *pgxpool.Pool, kr *crypt.Keyring) *UserStore {
 	return identity.New(pool, identity.Options{Keys: kr})
+}
+
+// UsersWithRoles is Users that also knows the custom roles of a config's
+// access.roles, so users may be given them.
+func UsersWithRoles(pool *pgxpool.Pool, kr *crypt.Keyring, roles map[string]identity.Role) *UserStore {
+	return identity.New(pool, identity.Options{Keys: kr, Roles: roles})
 }
 
 // UserRoles lists the built-in roles' names, least privileged first.

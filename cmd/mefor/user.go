@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/ops"
 )
@@ -33,11 +35,13 @@ log; passwords, TOTP secrets and recovery codes never are.
 
 Roles: viewer (status, nodes, message metadata and timelines, dead letters,
 alerts; no content), operator (viewer, plus bodies, replay, replay-dead,
-cancel, enqueue), admin (everything; always with TOTP MFA).
+cancel, enqueue), admin (everything; always with TOTP MFA), and the custom
+roles of the config's access.roles (give --config FILE with --role).
 
 Examples:
   printf '%s\n' "$PASSWORD" | mefor user add alice --role admin --password-stdin --json
   mefor user add lab-analyst --role viewer --channel 'lab-*' --password-stdin < pw.txt
+  mefor user add lab-lead --role lab-lead --config /etc/mefor/mefor.yaml --password-stdin < pw.txt
   mefor user list
   mefor user set lab-analyst --channel 'lab-*' --channel 'micro-*'
   mefor user disable lab-analyst`
@@ -45,7 +49,8 @@ Examples:
 
 type userAddCmd struct {
 	Name          string   `arg:"" help:"User name: 1 to 64 lowercase letters, digits, '.', '_', '@' or '-'."`
-	Role          string   `name:"role" required:"" help:"Role: viewer, operator or admin."`
+	Role          string   `name:"role" required:"" help:"Role: viewer, operator, admin, or a custom role of --config's access.roles."`
+	Config        string   `name:"config" type:"existingfile" placeholder:"FILE" help:"Config file whose access.roles defines the custom role given to --role."`
 	Channel       []string `name:"channel" placeholder:"PATTERN" help:"A channel pattern the user is limited to (lab-*); repeat for more. Defaults to every channel."`
 	PasswordStdin bool     `name:"password-stdin" help:"Read the password from standard input (its first line). Required: a password is never taken as an argument."`
 	JSON          bool     `name:"json" help:"Print JSON, with totp_uri and recovery_codes for a role that requires MFA."`
@@ -92,12 +97,16 @@ func (c *userAddCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	roles, err := customRoles(c.Role, c.Config)
+	if err != nil {
+		return err
+	}
 	kr, err := g.keyring()
 	if err != nil {
 		return err
 	}
 	res, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (userChange, error) {
-		u, enr, err := ops.Users(pool, kr).AddUser(ctx, ops.NewUser{Name: c.Name, Role: c.Role, Channels: c.Channel, Password: pw})
+		u, enr, err := ops.UsersWithRoles(pool, kr, roles).AddUser(ctx, ops.NewUser{Name: c.Name, Role: c.Role, Channels: c.Channel, Password: pw})
 		return userChange{u, enr}, err
 	})
 	if err != nil {
@@ -148,6 +157,25 @@ func printEnrollment(w io.Writer, enr *ops.Enrollment) {
 	}
 }
 
+// customRoles reads the custom roles of the config file path, when role
+// is not a built-in one: the roles a user may be given are the file's, as
+// the nodes read them. A custom role without a file is refused here, with
+// what to give.
+func customRoles(role, path string) (map[string]ops.Role, error) {
+	if path == "" {
+		if role != "" && !slices.Contains(ops.UserRoles(), role) {
+			return nil, fmt.Errorf("role %q is not built in (%s); a custom role is defined in the config's access.roles: give --config FILE",
+				role, strings.Join(ops.UserRoles(), ", "))
+		}
+		return nil, nil
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Access.Roles, nil
+}
+
 func channelsText(ch []string) string {
 	if len(ch) == 0 {
 		return "all"
@@ -183,7 +211,10 @@ func (c *userListCmd) Run(ctx context.Context, g *Globals) error {
 		Header: "NAME\tROLE\tCHANNELS\tMFA\tSTATE\tCREATED",
 		Row: func(w io.Writer, u ops.User) {
 			mfa := "no"
-			if u.MFA {
+			switch {
+			case u.SSO:
+				mfa = "sso" // the provider's
+			case u.MFA:
 				mfa = "totp"
 			}
 			state := "active"
@@ -200,7 +231,8 @@ func (c *userListCmd) Run(ctx context.Context, g *Globals) error {
 
 type userSetCmd struct {
 	Name        string   `arg:"" help:"User name."`
-	Role        string   `name:"role" help:"New role: viewer, operator or admin."`
+	Role        string   `name:"role" help:"New role: viewer, operator, admin, or a custom role of --config's access.roles."`
+	Config      string   `name:"config" type:"existingfile" placeholder:"FILE" help:"Config file whose access.roles defines the custom role given to --role."`
 	Channel     []string `name:"channel" placeholder:"PATTERN" help:"The user's channel patterns, replacing the old ones; repeat for more."`
 	AllChannels bool     `name:"all-channels" help:"Lift the user's channel limit: every channel."`
 	JSON        bool     `name:"json" help:"Print JSON (with totp_uri and recovery_codes when the new role enrolled MFA)."`
@@ -235,12 +267,16 @@ func (c *userSetCmd) Run(ctx context.Context, g *Globals) error {
 	if ch.Role == nil && ch.Channels == nil {
 		return errors.New("nothing to change: give --role, --channel or --all-channels")
 	}
+	roles, err := customRoles(c.Role, c.Config)
+	if err != nil {
+		return err
+	}
 	kr, err := g.keyring()
 	if err != nil {
 		return err
 	}
 	res, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (userChange, error) {
-		u, enr, err := ops.Users(pool, kr).SetUser(ctx, c.Name, ch)
+		u, enr, err := ops.UsersWithRoles(pool, kr, roles).SetUser(ctx, c.Name, ch)
 		return userChange{u, enr}, err
 	})
 	if err != nil {

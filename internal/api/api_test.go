@@ -68,8 +68,19 @@ func newHarness(t *testing.T, cfg api.Config) *harness { return newKeyedHarness(
 // newKeyedHarness is newHarness whose reads, and the messages the test
 // stores, use keys (nil: content in clear).
 func newKeyedHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring) *harness {
+	return newStoreHarness(t, cfg, keys, identity.Options{})
+}
+
+// newStoreHarness is newKeyedHarness whose identity store has opts (its
+// custom roles, its groups), with cheap password hashes and the harness's
+// clock. A cfg.Listen given is kept (an SSO redirect URL names it).
+func newStoreHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring, opts identity.Options) *harness {
 	h := &harness{DBTest: fixtures.NewDBTest(t), keys: keys, clock: &testClock{}}
-	h.store = identity.New(h.DB.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}, Now: h.clock.Now})
+	opts.Argon2 = identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}
+	if opts.Now == nil {
+		opts.Now = h.clock.Now
+	}
+	h.store = identity.New(h.DB.Pool, opts)
 	if cfg.Reads == nil {
 		cfg.Reads = ops.APIReads{Pool: h.DB.Pool, Keys: keys}
 	}
@@ -85,7 +96,9 @@ func newKeyedHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring) *harness
 	}
 	ca := certtest.NewCA(t, "mefor test CA")
 	cfg.CertFile, cfg.KeyFile = ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, t.TempDir(), "api")
-	cfg.Listen = "127.0.0.1:0"
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
 	srv, err := api.New(cfg, h.store, fixtures.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)

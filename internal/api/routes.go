@@ -30,6 +30,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/users", s.authed(s.users))
 	s.readRoutes(mux)
 	s.actionRoutes(mux)
+	s.ssoRoutes(mux)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiError{Error: "no such endpoint"})
 	})
@@ -126,10 +127,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, apiError{Error: "login could not be checked; see the node's log"})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: l.Token, Path: "/api/", HttpOnly: true,
-		Secure: s.tls != nil, SameSite: http.SameSiteStrictMode, Expires: l.ExpiresAt})
-	writeJSON(w, http.StatusOK, map[string]any{"csrf_token": csrfToken(l.Token), "user": l.Principal.Name,
-		"role": l.Principal.Role.Name, "expires_at": l.ExpiresAt})
+	s.startSession(w, l)
 }
 
 // request is an authenticated request: who, and the session token when
@@ -220,8 +218,15 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request, req request) {
 	if channels == nil {
 		channels = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"user": p.Name, "role": p.Role.Name, "permissions": p.Role.Permissions,
-		"channels": channels, "session_id": p.SessionID, "token_id": p.TokenID})
+	out := map[string]any{"user": p.Name, "role": p.Role.Name, "permissions": p.Role.Permissions,
+		"channels": channels, "session_id": p.SessionID, "token_id": p.TokenID}
+	if req.session != "" {
+		// A console that arrived by the SSO redirect learns its CSRF token
+		// here. Another site cannot read this answer (no CORS), and the
+		// token is derived from the session's, which it cannot know.
+		out["csrf_token"] = csrfToken(req.session)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) users(w http.ResponseWriter, r *http.Request, req request) {

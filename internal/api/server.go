@@ -1,9 +1,11 @@
 // Package api is mefor's HTTPS operator API: login and sessions
 // (POST /api/v1/login, /api/v1/logout, GET /api/v1/me, POST
-// /api/v1/reauth), the reads (status, nodes, alerts, messages) and the
-// actions (replay, replay-dead, cancel, stepdown), each scoped to the
-// person's channels, with dual control for the actions access.approvals
-// names (approvals.go). It authenticates through package identity and
+// /api/v1/reauth), single sign-on with OpenID Connect (GET
+// /api/v1/sso/login and /api/v1/sso/callback: the code flow with PKCE,
+// sso.go), the reads (status, nodes, alerts, messages) and the actions
+// (replay, replay-dead, cancel, stepdown), each scoped to the person's
+// channels, with dual control for the actions access.approvals names
+// (approvals.go). It authenticates through package identity and
 // serves on a listener gated by package admission, like the MLLP
 // listeners: a source outside the allow list, or over a cap, is closed
 // before a byte of it is read.
@@ -53,6 +55,9 @@ type Config struct {
 	Actions Actions
 	// Approvals is dual control for the actions. Defaults to none.
 	Approvals Approvals
+	// SSO is the OpenID Connect provider people may log in through
+	// (GET /api/v1/sso/login). Defaults to none: passwords only.
+	SSO *OIDC
 }
 
 // ErrPlaintextExposed is a listener other machines can reach without TLS
@@ -100,6 +105,7 @@ type Server struct {
 	actions Actions
 	// approvals is dual control (access.approvals).
 	approvals Approvals
+	sso       *sso
 	logger    *slog.Logger
 	handler   http.Handler
 }
@@ -120,6 +126,9 @@ func New(cfg Config, store *identity.Store, logger *slog.Logger, refused func(ad
 	s := &Server{cfg: cfg, store: store, logger: logger, reads: cfg.Reads, actions: cfg.Actions, approvals: cfg.Approvals,
 		gate:   admission.NewGate(cfg.Admission, admission.Options{Refused: refused, Logger: logger}),
 		logins: newLimiter(cfg.LoginsPerMinute, time.Minute)}
+	if cfg.SSO != nil {
+		s.sso = newSSO(*cfg.SSO)
+	}
 	if cfg.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 		if err != nil {

@@ -31,6 +31,9 @@ type API struct {
 	SessionIdle time.Duration
 	// SessionMax ends a session this long after login. Defaults to 12h.
 	SessionMax time.Duration
+	// SSO lets people log in through an OpenID Connect provider (sso.go).
+	// Defaults to nil: mefor passwords only.
+	SSO *SSO
 }
 
 // Exposed reports whether the API's address is reachable from other
@@ -41,7 +44,7 @@ func (l *loader) decodeAPI(n *yaml.Node, p path) *API {
 	a := &API{MaxConnections: defaultMaxConnections, MaxConnectionsPerIP: defaultMaxConnectionsPerIP,
 		SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour}
 	m := l.mapping(n, p, "listen", "tls", "plaintext", "allow", "max_connections", "max_connections_per_ip",
-		"session_idle", "session_max")
+		"session_idle", "session_max", "sso")
 	decodeScalar(l, m, p, "listen", &a.Listen, asString)
 	decodeScalar(l, m, p, "plaintext", &a.Plaintext, parseBool)
 	l.strings(m, p, "allow", &a.Allow)
@@ -49,6 +52,9 @@ func (l *loader) decodeAPI(n *yaml.Node, p path) *API {
 	decodeScalar(l, m, p, "max_connections_per_ip", &a.MaxConnectionsPerIP, parseInt)
 	decodeScalar(l, m, p, "session_idle", &a.SessionIdle, parseDuration)
 	decodeScalar(l, m, p, "session_max", &a.SessionMax, parseDuration)
+	if sn, ok := m["sso"]; ok {
+		a.SSO = l.decodeSSO(sn, p.key("sso"))
+	}
 	if tn, ok := m["tls"]; ok {
 		tp := p.key("tls")
 		a.TLS = ServerTLS{Enabled: true}

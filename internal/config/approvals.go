@@ -10,16 +10,6 @@ import (
 	"github.com/mefor/mefor/internal/identity"
 )
 
-// Access is who may do what through the API (the access: section):
-// dual control for actions (access.approvals).
-//
-// The section is read at a node's start, with the api: section.
-type Access struct {
-	// Approvals puts actions under dual control; nil without
-	// access.approvals.
-	Approvals *Approvals
-}
-
 // Approvals is dual control: an action whose permission RequiredFor names
 // is not run when asked for through the API; it waits, as a request, for
 // another person who holds the same permission to approve it
@@ -35,15 +25,6 @@ type Approvals struct {
 
 const defaultApprovalExpire = 24 * time.Hour
 
-func (l *loader) decodeAccess(n *yaml.Node, p path) Access {
-	var a Access
-	m := l.mapping(n, p, "approvals")
-	if an, ok := m["approvals"]; ok {
-		a.Approvals = l.decodeApprovals(an, p.key("approvals"))
-	}
-	return a
-}
-
 func (l *loader) decodeApprovals(n *yaml.Node, p path) *Approvals {
 	a := &Approvals{Expire: defaultApprovalExpire}
 	m := l.mapping(n, p, "required_for", "expire")
@@ -56,9 +37,9 @@ func (l *loader) decodeApprovals(n *yaml.Node, p path) *Approvals {
 	return a
 }
 
-// checkAccess checks access.approvals: known permissions that name an
+// checkApprovals checks access.approvals: known permissions that name an
 // action, and an expiry.
-func (l *loader) checkAccess(c *Config) {
+func (l *loader) checkApprovals(c *Config) {
 	a := c.Access.Approvals
 	if a == nil {
 		return

@@ -45,8 +45,9 @@ type Config struct {
 	// API is the HTTPS operator API every node serves; nil when the file
 	// has no api: section.
 	API *API
-	// Access is who may do what through the API: dual control
-	// (access.approvals).
+	// Access is who may do what through the API: custom roles, the
+	// directory groups SSO logins map to roles (access.go), and dual
+	// control (access.approvals); empty without an access: section.
 	Access Access
 
 	// Warnings lists problems that don't stop mefor from running but are

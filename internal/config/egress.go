@@ -243,7 +243,7 @@ func (l *loader) collectOutbound(c *Config) []Outbound {
 			web("audit_forward:webhook", fp.key("webhook"), w.URL, w.Proxy, w.Plaintext)
 		}
 	}
-	return out
+	return append(out, l.ssoOutbound(c)...)
 }
 
 type hostPort struct {

@@ -28,6 +28,7 @@ func (l *loader) validate(c *Config) {
 	l.checkAudit(c)
 	l.checkEgress(c)
 	l.checkAPI(c)
+	l.checkSSO(c)
 	l.checkAccess(c)
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/identity"
 )
 
@@ -41,13 +43,25 @@ func (n *Node) startAPI(ctx context.Context, cfg *config.Config) error {
 		}
 		policy.Allow = src
 	}
-	store := identity.New(n.opts.Pool, identity.Options{Keys: n.opts.Keys, SessionIdle: a.SessionIdle, SessionMax: a.SessionMax})
+	store := identity.New(n.opts.Pool, identity.Options{Keys: n.opts.Keys, SessionIdle: a.SessionIdle, SessionMax: a.SessionMax,
+		Roles: cfg.Access.Roles, Groups: cfg.Access.Groups})
 	var approvals api.Approvals
 	if ap := cfg.Access.Approvals; ap != nil {
 		approvals = api.Approvals{Store: approval.New(n.opts.Pool, approval.Options{Expire: ap.Expire}), RequiredFor: ap.RequiredFor}
 	}
+	var sso *api.OIDC
+	if a.SSO != nil {
+		o := a.SSO.OIDC
+		// The provider is reached through the egress policy, as every
+		// outbound connection is (config lists the issuer in Outbound).
+		client := n.egress.Load().HTTPClient("sso:oidc", egress.HTTPOptions{})
+		client.Timeout = 30 * time.Second
+		sso = &api.OIDC{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, RedirectURL: o.RedirectURL,
+			GroupsClaim: o.GroupsClaim, Scopes: o.Scopes, RequireAMR: o.RequireAMR, HTTPClient: client}
+	}
 	srv, err := api.New(api.Config{Listen: a.Listen, CertFile: a.TLS.CertFile, KeyFile: a.TLS.KeyFile, Plaintext: a.Plaintext,
-		Admission: policy, Reads: n.opts.APIReads, Actions: n.opts.APIActions, Approvals: approvals}, store, n.logger, func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
+		Admission: policy, Reads: n.opts.APIReads, Actions: n.opts.APIActions, Approvals: approvals, SSO: sso}, store, n.logger,
+		func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
 	if err != nil {
 		return err
 	}

@@ -479,7 +479,7 @@ func (n *Node) restartNeeded(next *config.Config) []string {
 		why = append(why, "the api: section changes; the API's listener is fixed at start")
 	}
 	if !reflect.DeepEqual(start.Access, next.Access) {
-		why = append(why, "the access: section changes; the API reads it at start")
+		why = append(why, "the access: section changes; roles, group mappings and approvals are read at start")
 	}
 	// The keyring is read at start (run) and sealed into every writer.
 	switch {

@@ -36,4 +36,20 @@
 // with Options.Now; ReauthFresh compares that stamp with the same clock.
 // A user without a second factor cannot re-authenticate; an API token has
 // no session, so it never holds a fresh re-authentication.
+//
+// # Single sign-on
+//
+// A person the organization's OpenID Connect provider authenticated is a
+// user without a password (migration 025), found by the ID token's issuer
+// and subject. The protocol is package api's; this package keeps what must
+// hold across nodes and be used once: a login under way (BeginSSO) is a
+// row of mefor_sso_login keyed by its state's SHA-256 and bound to the
+// starting browser's cookie, and ResumeSSO deletes it before anything
+// else, so a replayed or planted callback is refused on every node. The
+// person's groups give their role and channels (SSOLogin, mapGroups): only
+// groups of access.groups count, their channels add up, and groups of
+// different roles are refused rather than ranked, since custom roles have
+// no order. A name held by another user is refused, so a directory cannot
+// take over a local account. Every SSO login, let in or refused, is an
+// audited login row with method sso and the reason.
 package identity

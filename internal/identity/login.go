@@ -51,9 +51,14 @@ func (s *Store) Login(ctx context.Context, req LoginRequest) (*Login, error) {
 	// The password is hashed before the transaction, so the row lock and
 	// the connection are not held for the hash's time; the row is read
 	// again under its lock, and a password changed meanwhile is a refusal.
-	var checked string
-	err := s.db.QueryRow(ctx, `SELECT password_hash FROM mefor_user WHERE name = $1`, name).Scan(&checked)
-	known := err == nil
+	// An SSO user has no password (NULL): checked like an unknown user's.
+	var stored *string
+	err := s.db.QueryRow(ctx, `SELECT password_hash FROM mefor_user WHERE name = $1`, name).Scan(&stored)
+	known := err == nil && stored != nil
+	checked := ""
+	if known {
+		checked = *stored
+	}
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("read user for login: %w", err)
 	}
@@ -77,8 +82,8 @@ func (s *Store) Login(ctx context.Context, req LoginRequest) (*Login, error) {
 		}
 		var (
 			id               int64
-			role, hash       string
-			secret           *string
+			role             string
+			hash, secret     *string
 			lastStep         int64
 			disabled, locked bool
 		)
@@ -92,8 +97,10 @@ func (s *Store) Login(ctx context.Context, req LoginRequest) (*Login, error) {
 		if err != nil {
 			return fmt.Errorf("read user for login: %w", err)
 		}
-		ok = ok && known && hash == checked
+		ok = ok && known && hash != nil && *hash == checked
 		switch {
+		case hash == nil:
+			return fail(reasonSSOPasswordUser)
 		case disabled:
 			return fail(reasonDisabled)
 		case locked:

@@ -74,8 +74,20 @@ var BuiltinRoles = map[string]Role{
 	RoleAdmin:    {Name: RoleAdmin, Permissions: slices.Clone(Permissions), RequireMFA: true},
 }
 
+// grantsAccess are the permissions that let their holder give anyone,
+// themselves included, any role or a credential acting as any user: a role
+// holding one is as strong as admin, so it requires MFA as admin does.
+var grantsAccess = []Permission{PermUsers, PermTokens}
+
+// AdminEquivalent reports whether permissions include one that grants
+// access (users, tokens): a custom role holding one must require MFA.
+func AdminEquivalent(permissions []Permission) bool {
+	return slices.ContainsFunc(permissions, func(p Permission) bool { return slices.Contains(grantsAccess, p) })
+}
+
 // NewRole checks a custom role (access.roles): a name that is not a
-// built-in's, and known permissions only.
+// built-in's, known permissions only, and MFA required when the role is
+// admin-equivalent (AdminEquivalent).
 func NewRole(name string, permissions []string, requireMFA bool) (Role, error) {
 	if _, ok := BuiltinRoles[name]; ok {
 		return Role{}, &InvalidError{Field: "role", Reason: fmt.Sprintf("%s is a built-in role", name)}
@@ -89,6 +101,10 @@ func NewRole(name string, permissions []string, requireMFA bool) (Role, error) {
 			return Role{}, &InvalidError{Field: "permissions", Reason: fmt.Sprintf("role %s: unknown permission %q (known: %v)", name, p, Permissions)}
 		}
 		r.Permissions = append(r.Permissions, Permission(p))
+	}
+	if !requireMFA && AdminEquivalent(r.Permissions) {
+		return Role{}, &InvalidError{Field: "require_mfa", Reason: fmt.Sprintf("role %s holds %v, which can give anyone any role, so it requires MFA as admin does; "+
+			"remove require_mfa: false (or those permissions)", name, grantsAccess)}
 	}
 	return r, nil
 }

@@ -39,6 +39,17 @@ func TestBuiltinRoles(t *testing.T) {
 	if _, err := identity.NewRole("lab-lead", []string{"replay", "delete-everything"}, false); err == nil {
 		t.Error("a custom role with an unknown permission was accepted")
 	}
+	// A role that can give anyone any role is as strong as admin: MFA.
+	for _, p := range []string{"users", "tokens"} {
+		if _, err := identity.NewRole("boss", []string{"status", p}, false); err == nil {
+			t.Errorf("a custom role holding %s without MFA was accepted", p)
+		} else if ie, ok := identity.IsInvalid(err); !ok || ie.Field != "require_mfa" {
+			t.Errorf("a custom role holding %s without MFA: %v", p, err)
+		}
+		if r, err := identity.NewRole("boss", []string{"status", p}, true); err != nil || !r.RequireMFA {
+			t.Errorf("a custom role holding %s with MFA: %v %+v", p, err, r)
+		}
+	}
 	if _, err := identity.NewRole("admin", nil, false); err == nil {
 		t.Error("a custom role redefining admin was accepted")
 	}

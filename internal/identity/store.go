@@ -50,6 +50,9 @@ type Options struct {
 	// Roles are the custom roles (access.roles), besides the built-in
 	// ones. Defaults to none.
 	Roles map[string]Role
+	// Groups map directory groups (access.groups) to a role and channels
+	// for SSO logins. Defaults to none: every SSO login is refused.
+	Groups map[string]GroupMapping
 	// Now is the TOTP clock. Defaults to time.Now.
 	Now func() time.Time
 }

@@ -21,18 +21,22 @@ type User struct {
 	Channels []string `json:"channels"`
 	Disabled bool     `json:"disabled"`
 	// MFA says the user has a TOTP second factor enrolled.
-	MFA         bool       `json:"mfa"`
+	MFA bool `json:"mfa"`
+	// SSO says the user logs in through the OpenID Connect provider (no
+	// password; their role and channels follow their directory groups at
+	// each login, and their MFA is the provider's).
+	SSO         bool       `json:"sso"`
 	LockedUntil *time.Time `json:"locked_until,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 }
 
-const userColumns = `id, name, role, channels, disabled, totp_secret IS NOT NULL,
+const userColumns = `id, name, role, channels, disabled, totp_secret IS NOT NULL, sso_subject IS NOT NULL,
 	CASE WHEN locked_until > now() THEN locked_until END, created_at, updated_at`
 
 func scanUser(row pgx.Row) (User, error) {
 	var u User
-	err := row.Scan(&u.ID, &u.Name, &u.Role, &u.Channels, &u.Disabled, &u.MFA, &u.LockedUntil, &u.CreatedAt, &u.UpdatedAt)
+	err := row.Scan(&u.ID, &u.Name, &u.Role, &u.Channels, &u.Disabled, &u.MFA, &u.SSO, &u.LockedUntil, &u.CreatedAt, &u.UpdatedAt)
 	if u.Channels == nil {
 		u.Channels = []string{}
 	}
