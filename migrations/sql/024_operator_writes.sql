@@ -41,7 +41,7 @@ DECLARE
     l text;
 BEGIN
     FOR l IN SELECT DISTINCT x COLLATE "C" FROM unnest(p_lanes) AS x ORDER BY 1 LOOP
-        PERFORM pg_advisory_xact_lock(27750, mefor_lane_key(l));
+        PERFORM pg_advisory_xact_lock(28006, mefor_lane_key(l));
     END LOOP;
 END $$;
 
