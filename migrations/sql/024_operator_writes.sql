@@ -12,6 +12,10 @@
 -- activation, wake-up, finalize, cancel) run as their caller, which is the
 -- owner inside a definer function; nobody else may execute them.
 --
+-- Statements that name their rows by id compare status with (SELECT
+-- 'pending'), as pipeline.PendingByID does and for its reason: statistics
+-- taken while nothing was pending must not make them walk a backlog.
+--
 -- Each function keeps the lock order of every pipeline path (see
 -- internal/pipeline/doc.go): drainers' river_job rows (cancel only), then
 -- lane locks sorted by name, then work rows in id order, then the
@@ -232,7 +236,7 @@ BEGIN
         RETURN;
     END IF;
     WITH c AS (
-        SELECT id FROM mefor_work WHERE id = ANY(p_ids) AND status = 'pending' ORDER BY id FOR UPDATE
+        SELECT id FROM mefor_work WHERE id = ANY(p_ids) AND status = (SELECT 'pending') ORDER BY id FOR UPDATE
     ), w AS (
         UPDATE mefor_work w SET status = 'cancelled', updated_at = clock_timestamp(), finished_at = clock_timestamp()
         FROM c WHERE w.id = c.id
@@ -330,7 +334,7 @@ BEGIN
         -- Pending rows: reset in place, each re-checked under its lock.
         WITH old AS (
             SELECT w.id, w.next_attempt_at > clock_timestamp() AS waiting
-            FROM mefor_work w WHERE w.id = ANY(pending) AND w.status = 'pending'
+            FROM mefor_work w WHERE w.id = ANY(pending) AND w.status = (SELECT 'pending')
             FOR UPDATE
         ), u AS (
             UPDATE mefor_work w SET attempts = 0, last_error = NULL, next_attempt_at = clock_timestamp(),
@@ -349,7 +353,7 @@ BEGIN
         PERFORM mefor_activate_lanes(lanes);
         UPDATE mefor_message m SET
             status = CASE WHEN EXISTS (
-                SELECT 1 FROM mefor_work w WHERE w.message_id = p_message_id AND w.stage = 'ingress' AND w.status = 'pending')
+                SELECT 1 FROM mefor_work w WHERE w.message_id = p_message_id AND w.stage = 'ingress' AND w.status = (SELECT 'pending'))
                 THEN 'received' ELSE 'routed' END,
             error = NULL, updated_at = clock_timestamp()
         WHERE m.id = p_message_id
@@ -490,7 +494,7 @@ BEGIN
     IF later IS NOT NULL THEN
         WITH m AS (
             UPDATE mefor_work w SET cancel_requested_at = clock_timestamp(), updated_at = clock_timestamp()
-            WHERE w.id = ANY(later) AND w.status = 'pending'
+            WHERE w.id = ANY(later) AND w.status = (SELECT 'pending')
             RETURNING w.id
         )
         SELECT array_agg(m.id ORDER BY m.id) INTO m_ids FROM m;
