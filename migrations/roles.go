@@ -19,8 +19,9 @@ const (
 	// RoleReader may read status, listings and messages without their
 	// content.
 	RoleReader = "mefor_reader"
-	// RoleOperator may also read content (messages show --body), replay
-	// and cancel.
+	// RoleOperator may also read content (messages show --body), replay,
+	// cancel and enqueue, each only through a function that audits it
+	// (operatorReadFunctions, operatorWriteFunctions).
 	RoleOperator = "mefor_operator"
 	// RoleAdmin may do everything: stepdown, reload, maintenance runs,
 	// keys, migrate, and run a node. It owns mefor's and River's tables
