@@ -69,6 +69,12 @@ func TestReplayDeadIsDrainedByRunningNode(t *testing.T) {
 	for _, id := range ids {
 		e.waitFor(fmt.Sprintf("message %d dead-lettered", id), 30*time.Second, func() bool { return e.status(id) == pipeline.StatusError })
 	}
+	// Its drainer gone, the lane has nobody to drain it but the drainer
+	// the replay inserts.
+	e.waitFor("the lane's drainer to finish", 30*time.Second, func() bool {
+		_, state := e.drainerState("outbound:archive")
+		return state == "completed"
+	})
 	if err := os.Remove(out); err != nil {
 		t.Fatal(err)
 	}
