@@ -20,9 +20,11 @@ import (
 func TestMain(m *testing.M) { testcontainers.Main(m) }
 
 // activation is one way producers lock and activate lanes in their
-// transaction: directly (LockLanes + Activate, as reclaim does) or queued on
+// transaction: directly (LockLanes + Activate, as reclaim does), queued on
 // the batch that carries their writes (QueueLocks + QueueActivation, as
-// intake and the hand-offs do).
+// intake and the hand-offs do), or in SQL (mefor_lock_lanes and
+// mefor_activate_lanes, as the operator's write functions of migration 024
+// do, River not being callable from there).
 type activation struct {
 	name     string
 	activate func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, lanes []string) error
@@ -55,6 +57,17 @@ var activations = []activation{
 			b := &pgx.Batch{}
 			jobs.QueueLocks(b, lanes)
 			return tx.SendBatch(ctx, b).Close()
+		},
+	},
+	{
+		name: "sql",
+		activate: func(ctx context.Context, tx pgx.Tx, _ jobs.Inserter, lanes []string) error {
+			_, err := tx.Exec(ctx, `SELECT mefor_lock_lanes($1), mefor_activate_lanes($1)`, lanes)
+			return err
+		},
+		lock: func(ctx context.Context, tx pgx.Tx, lanes []string) error {
+			_, err := tx.Exec(ctx, `SELECT mefor_lock_lanes($1)`, lanes)
+			return err
 		},
 	},
 }

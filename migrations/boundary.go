@@ -23,9 +23,11 @@ var advisoryLockFunctions = []string{
 }
 
 // operatorLockFunction is the one advisory lock function an operator
-// calls: replay, cancel and enqueue take lane and finalize locks, for their
-// transaction only. Session locks, shared locks and try-locks are for
-// nodes (mefor_admin).
+// may call, for its transaction only. Its writes no longer need it (the
+// functions of migration 024 lock as their owner); it stays granted until
+// the tests and tools that take a lane's lock as an operator move to an
+// admin. Session locks, shared locks and try-locks are for nodes
+// (mefor_admin).
 const operatorLockFunction = "pg_catalog.pg_advisory_xact_lock(integer, integer)"
 
 // closeBoundary closes mefor's database to logins without a mefor role

@@ -19,8 +19,9 @@ const (
 	// RoleReader may read status, listings and messages without their
 	// content.
 	RoleReader = "mefor_reader"
-	// RoleOperator may also read content (messages show --body), replay
-	// and cancel.
+	// RoleOperator may also read content (messages show --body), replay,
+	// cancel and enqueue, each only through a function that audits it
+	// (operatorReadFunctions, operatorWriteFunctions).
 	RoleOperator = "mefor_operator"
 	// RoleAdmin may do everything: stepdown, reload, maintenance runs,
 	// keys, migrate, and run a node. It owns mefor's and River's tables
@@ -58,6 +59,7 @@ var readerHiddenColumns = map[string][]string{
 // the audit row in the same transaction. Admins (and the nodes) read them.
 var operatorHiddenColumns = map[string][]string{
 	"mefor_message":       {"raw"},
+	"mefor_state":         {"key", "value", "key_sealed"},
 	"mefor_work":          {"payload"},
 	"mefor_response":      {"body"},
 	"mefor_reference_row": {"value"},
@@ -97,62 +99,31 @@ func credentialSequence(sequence string) bool {
 	return false
 }
 
-// operatorWrites are the tables replay, replay-dead, cancel and enqueue
-// write (with the lane activations they make through River), and what they
-// may do to them. On mefor_message and mefor_work an operator may change
-// only the columns those commands change (operatorColumns), never a
-// content column: a sealed body or payload copied from another row, or a
-// body rewritten, cannot be written by an operator.
-var operatorWrites = map[string]string{
-	"mefor_event": "INSERT",
-	"mefor_lane":  "INSERT, UPDATE",
-	"river_job":   "INSERT, UPDATE",
-	// The summary-count triggers of mefor_message and mefor_work run as
-	// the role whose statement fired them, and append deltas.
-	"mefor_message_count": "INSERT",
-	"mefor_work_count":    "INSERT",
+// operatorWriteFunctions are the SECURITY DEFINER functions of migration
+// 024 through which an operator changes the pipeline: replay, replay-dead,
+// cancel (and its cancel of marked rows whose drainer stopped) and
+// enqueue. Each does one operation's state transitions in the pipeline's
+// lock order, activates or wakes the lanes it put work into, and appends
+// its audit row. Operators hold no INSERT, UPDATE or DELETE on any table
+// (writeRevokes), nor USAGE or UPDATE on any sequence.
+var operatorWriteFunctions = []string{
+	"mefor_replay(bigint, text, text, text)",
+	"mefor_replay_dead(text, text, bigint, bigint, integer, text, text, text)",
+	"mefor_cancel(text, text, boolean, bigint, bigint, integer, text, text, text)",
+	"mefor_cancel_marked_idle(text[], text, text, text)",
+	"mefor_enqueue_id()",
+	"mefor_enqueue(bigint, text, text, text, text, text, text, integer, bytea, text, text, text, text, text)",
 }
 
-// operatorColumns are the columns an operator may INSERT and UPDATE, by
-// table, for the tables where it may not write whole rows. Enqueue stores
-// a message (its body included: that is what enqueue is for, and it is
-// audited) and its ingress row, which carries no payload; replay and cancel
-// change a row's state, never its content. UPDATE of raw, payload or
-// patient_key is refused.
-var operatorColumns = map[string]struct{ insert, update []string }{
-	"mefor_message": {
-		insert: []string{"id", "channel", "source", "remote_addr", "control_id", "message_type", "trigger_event",
-			"sending_app", "sending_facility", "size", "raw", "status", "error", "source_identity", "patient_key", "cut_at"},
-		update: []string{"status", "error", "updated_at"},
-	},
-	"mefor_work": {
-		insert: []string{"message_id", "stage", "lane", "channel"},
-		update: []string{"status", "seq", "attempts", "last_error", "next_attempt_at", "updated_at", "finished_at",
-			"cancel_requested_at"},
-	},
-}
-
-// operatorColumnGrants are the statements giving the operator its column
-// writes on table: its table-wide INSERT and UPDATE (which a database made
-// before this release has) revoked first, which revokes the column grants
-// too, so the result is the same on every run.
-func operatorColumnGrants(table string) []string {
-	c, ok := operatorColumns[table]
-	if !ok {
-		return nil
-	}
-	id := pgx.Identifier{table}.Sanitize()
-	list := func(cols []string) string {
-		out := make([]string, len(cols))
-		for i, col := range cols {
-			out[i] = pgx.Identifier{col}.Sanitize()
-		}
-		return strings.Join(out, ", ")
-	}
-	return []string{
-		"REVOKE INSERT, UPDATE ON " + id + " FROM " + RoleOperator,
-		"GRANT INSERT (" + list(c.insert) + "), UPDATE (" + list(c.update) + ") ON " + id + " TO " + RoleOperator,
-	}
+// writeRevokes takes from readers and operators every write on table: an
+// older release gave operators INSERT and UPDATE on the pipeline tables
+// (table-wide, then column by column) and on river_job and mefor_lane, and
+// a table-level REVOKE takes the column grants with it, so every run ends
+// in the same place. mefor_admin's ALL is granted separately; a reader
+// includes in no role that writes.
+func writeRevokes(table string) []string {
+	return []string{"REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON " + pgx.Identifier{table}.Sanitize() +
+		" FROM " + RoleReader + ", " + RoleOperator}
 }
 
 // RolesResult says what ApplyRoles changed.
@@ -452,14 +423,17 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 	}
 	stmts := []string{"GRANT USAGE ON SCHEMA " + pgx.Identifier{schema}.Sanitize() + " TO " + RoleReader}
 	for _, sq := range seqs {
-		// nextval: a replay draws a seq, an activation a job id.
+		// Operators draw nothing themselves (the write functions do, as
+		// their owner): an operator's setval of mefor_work_seq would put
+		// rows ahead of a lane's committed ones.
 		id := pgx.Identifier{sq}.Sanitize()
 		if credentialSequence(sq) {
 			stmts = append(stmts, "REVOKE ALL ON SEQUENCE "+id+" FROM "+RoleReader+", "+RoleOperator,
 				"GRANT ALL ON SEQUENCE "+id+" TO "+RoleAdmin)
 			continue
 		}
-		stmts = append(stmts, "GRANT USAGE, SELECT, UPDATE ON SEQUENCE "+id+" TO "+RoleOperator,
+		stmts = append(stmts, "REVOKE USAGE, UPDATE ON SEQUENCE "+id+" FROM "+RoleReader+", "+RoleOperator,
+			"GRANT SELECT ON SEQUENCE "+id+" TO "+RoleOperator,
 			"GRANT ALL ON SEQUENCE "+id+" TO "+RoleAdmin)
 	}
 	for _, t := range tables {
@@ -495,18 +469,15 @@ func grant(ctx context.Context, tx pgx.Tx, schema string) error {
 		} else {
 			stmts = append(stmts, "GRANT SELECT ON "+id+" TO "+RoleOperator)
 		}
-		if w, ok := operatorWrites[t.name]; ok {
-			stmts = append(stmts, "GRANT "+w+" ON "+id+" TO "+RoleOperator)
-		}
-		stmts = append(stmts, operatorColumnGrants(t.name)...)
 		if slices.Contains(auditTables, t.name) {
 			// Appended only through the writer's functions (roles_audit.go).
 			stmts = append(stmts, auditGrants(t.name)...)
 		} else {
+			stmts = append(stmts, writeRevokes(t.name)...)
 			stmts = append(stmts, "GRANT ALL ON "+id+" TO "+RoleAdmin)
 		}
 	}
-	for _, f := range operatorReadFunctions {
+	for _, f := range append(slices.Clone(operatorReadFunctions), operatorWriteFunctions...) {
 		var exists bool
 		if err := tx.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", f).Scan(&exists); err != nil {
 			return fmt.Errorf("look up function %s: %w", f, err)

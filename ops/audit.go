@@ -2,12 +2,14 @@ package ops
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/audit"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 // audited runs fn in a transaction whose last statement appends the audit
@@ -26,6 +28,26 @@ func audited(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, action
 		}
 		return audit.Append(ctx, tx, audit.Entry{Action: action, Target: target, Outcome: outcome})
 	})
+	if err != nil {
+		recordFailure(ctx, pool, action, target, err)
+	}
+	return err
+}
+
+// auditedInDB runs fn in a transaction for an operator write that goes
+// through a function of migration 024, which appends the audit row of
+// action itself, last, with what it did merged into target: a carries who
+// acted and target for fn to pass on. When fn or the commit fails, the
+// failure is recorded as audited records it.
+func auditedInDB(ctx context.Context, pool *pgxpool.Pool, action string, target map[string]any,
+	fn func(tx pgx.Tx, a pipeline.Audit) error) error {
+	t, err := audit.DefinerTarget(ctx, target)
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", action, err)
+	}
+	osUser, host := audit.Who()
+	a := pipeline.Audit{OSUser: osUser, Host: host, Target: t}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(tx, a) })
 	if err != nil {
 		recordFailure(ctx, pool, action, target, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers/cluster"
 	"github.com/mefor/mefor/testcontainers/fixtures"
@@ -68,6 +69,12 @@ func TestReplayDeadIsDrainedByRunningNode(t *testing.T) {
 	for _, id := range ids {
 		e.waitFor(fmt.Sprintf("message %d dead-lettered", id), 30*time.Second, func() bool { return e.status(id) == pipeline.StatusError })
 	}
+	// Its drainer gone, the lane has nobody to drain it but the drainer
+	// the replay inserts.
+	e.waitFor("the lane's drainer to finish", 30*time.Second, func() bool {
+		_, state := e.drainerState("outbound:archive")
+		return state == "completed"
+	})
 	if err := os.Remove(out); err != nil {
 		t.Fatal(err)
 	}
@@ -116,5 +123,51 @@ func TestReplayWakesSnoozedDrainer(t *testing.T) {
 	e.waitFor("delivery after replay", 30*time.Second, func() bool { return e.workStatus(id, "outbound") == pipeline.WorkDone })
 	if got := e.status(id); got != pipeline.StatusProcessed {
 		t.Fatalf("message is %s, want processed", got)
+	}
+}
+
+// With real drainers and an operator login: a dead-lettered delivery whose
+// lane's drainer has finished (nothing else would drain it: reclaim is
+// hourly) is delivered after the operator's replay, through the drainer
+// job the replay function inserted in SQL and River's node ran.
+func TestOperatorReplayIntoAnIdleLaneIsDrainedByRunningNode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := migrations.ApplyRoles(e.ctx, e.db.Pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, operator := fixtures.Login(t, e.db, migrations.RoleOperator)
+	base := t.TempDir()
+	out := filepath.Join(base, "out")
+	if err := os.WriteFile(out, nil, 0o600); err != nil { // a file where the directory should be
+		t.Fatal(err)
+	}
+	e.startNode(out, "{max_attempts: 1, backoff: 100ms}")
+
+	id := e.receive("adt")
+	e.waitFor("the message dead-lettered", 30*time.Second, func() bool { return e.status(id) == pipeline.StatusError })
+	const lane = "outbound:archive"
+	before, _ := e.drainerState(lane)
+	e.waitFor("the lane's drainer to finish", 30*time.Second, func() bool {
+		_, state := e.drainerState(lane)
+		return state == "completed"
+	})
+	if err := os.Remove(out); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := ops.Replay(e.ctx, operator, e.q, id)
+	if err != nil || res.Rows != 1 {
+		t.Fatalf("operator's replay = %+v, %v; want 1 row", res, err)
+	}
+	after, _ := e.drainerState(lane)
+	if after == before {
+		t.Fatalf("the replay left the lane with its finished drainer %d", before)
+	}
+	e.waitFor("delivery after the operator's replay", 30*time.Second, func() bool {
+		return e.status(id) == pipeline.StatusProcessed
+	})
+	if files, _ := os.ReadDir(out); len(files) != 1 {
+		t.Fatalf("%d files delivered, want 1", len(files))
 	}
 }

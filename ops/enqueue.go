@@ -5,26 +5,31 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
-	"github.com/mefor/mefor/internal/engine"
+	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 )
 
-// Enqueuer stores messages as if a channel had received them, through the
-// same intake a node's listeners use, so an operator's message takes the
-// path of any other.
+// Enqueuer stores messages as if a channel had received them: parsed and
+// sealed as intake parses and seals them, then stored through the database
+// function mefor_enqueue (pipeline.Enqueue), which writes the rows intake
+// writes and activates the ingress lane, so an operator's message takes the
+// path of any other while the operator holds no INSERT on the pipeline.
 type Enqueuer struct {
-	intake *engine.Intake
+	pool *pgxpool.Pool
+	keys *crypt.Keyring
 }
 
-// NewEnqueuer returns an Enqueuer storing into pool and activating lanes
-// through q (an insert-only client, NewQueue, is enough). kr seals what is
-// stored; nil stores it in clear.
+// NewEnqueuer returns an Enqueuer storing into pool. kr seals what is
+// stored; nil stores it in clear. q and logger are not used: the database
+// function activates the lane (an operator may not write River's jobs);
+// they stay for the callers.
 func NewEnqueuer(pool *pgxpool.Pool, q jobs.Inserter, kr *crypt.Keyring, logger *slog.Logger) *Enqueuer {
-	return &Enqueuer{intake: &engine.Intake{Pool: pool, Inserter: q, Logger: logger, Keys: kr}}
+	return &Enqueuer{pool: pool, keys: kr}
 }
 
 // Enqueued is one stored message. A message that does not parse is stored
@@ -41,27 +46,29 @@ type Enqueued struct {
 //
 // It is audited twice: a row saying it was requested (channel, size)
 // commits before the message is stored, so no message enters unrecorded
-// even if this process dies at once; a second row gives the outcome and
-// the message id. Intake commits on its own (with other messages arriving
-// at that moment), so it cannot share the audit row's transaction.
+// even if this process dies at once; a second row, appended by
+// mefor_enqueue in the transaction that stores it, gives the outcome and
+// the message id.
 func (e *Enqueuer) Enqueue(ctx context.Context, channel string, raw []byte) (Enqueued, error) {
 	target := map[string]any{"channel": channel, "bytes": len(raw)}
-	if err := audit.AppendAlone(ctx, e.intake.Pool, audit.Entry{Action: audit.ActionEnqueue, Target: target,
+	if err := audit.AppendAlone(ctx, e.pool, audit.Entry{Action: audit.ActionEnqueue, Target: target,
 		Outcome: audit.OutcomeRequested}); err != nil {
 		return Enqueued{}, err
 	}
-	rec, err := e.intake.Receive(ctx, channel, "enqueue", "", raw)
+	in, msg, perr := pipeline.ParseInbound(channel, "enqueue", "", raw)
+	in.Keys = e.keys
+	var id int64
+	err := auditedInDB(ctx, e.pool, audit.ActionEnqueue, target, func(tx pgx.Tx, a pipeline.Audit) error {
+		var err error
+		id, err = pipeline.Enqueue(ctx, tx, a, in)
+		return err
+	})
 	if err != nil {
-		recordFailure(ctx, e.intake.Pool, audit.ActionEnqueue, target, err)
-		return Enqueued{}, err
+		return Enqueued{}, fmt.Errorf("enqueue a message for channel %s: %w", channel, err)
 	}
-	target["message_id"] = rec.MessageID
-	if err := audit.AppendAlone(ctx, e.intake.Pool, audit.Entry{Action: audit.ActionEnqueue, Target: target}); err != nil {
-		return Enqueued{}, fmt.Errorf("message %d stored, but its audit row was not: %w", rec.MessageID, err)
-	}
-	out := Enqueued{MessageID: rec.MessageID, ParseErr: rec.ParseErr}
-	if rec.ParseErr == nil {
-		out.ControlID = rec.Msg.ControlID()
+	out := Enqueued{MessageID: id, ParseErr: perr}
+	if perr == nil {
+		out.ControlID = msg.ControlID()
 	}
 	return out, nil
 }

@@ -10,9 +10,11 @@
 // the owning packages' types), and holds the role policy (RequiredRole)
 // they explain a refusal with.
 //
-// Every write follows the pipeline's lock order (lane locks, then message
-// finalize locks) inside one transaction, and activates the lanes it put work
-// into in that same transaction, so a committed replay is always drained.
+// Every write (replay, replay-dead, cancel, enqueue) is a call of a
+// database function (pipeline.ReplayMessage and the others), which follows
+// the pipeline's lock order, activates the lanes it put work into and
+// appends its audit row, all in one transaction: a committed replay is
+// always drained and always audited.
 // Nothing here logs or returns message content.
 package ops
 
@@ -30,9 +32,12 @@ import (
 	"github.com/mefor/mefor/jobs"
 )
 
-// Queue is what the writes need of a River client: inserting lane drainers
-// (jobs.Activate) and making a snoozed drainer available at once. Both a
-// node's client and an insert-only one (NewQueue) satisfy it.
+// Queue is a River client as the writes took it to insert lane drainers
+// and make snoozed ones available. The operator writes now do both in the
+// database functions of migration 024 (an operator may not write
+// river_job), so they do not use it; it stays in their signatures for
+// their callers. Both a node's client and an insert-only one (NewQueue)
+// satisfy it.
 type Queue interface {
 	jobs.Inserter
 	JobRetryTx(ctx context.Context, tx pgx.Tx, id int64) (*rivertype.JobRow, error)
@@ -56,28 +61,4 @@ func NewQueue(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], e
 // reads of one answer agree with each other.
 func readTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
-}
-
-// wake makes the snoozed drainers of lanes available now. It is called after
-// an operator cut a head's backoff short (replay of a waiting row) or
-// removed a head (cancel): the lane can move at once instead of when the
-// drainer's snooze ends. A drainer woken for nothing finds its head still
-// waiting and snoozes again. The job rows are locked (ScheduledDrainers), so
-// none of them can be running or finished when it is made available.
-func wake(ctx context.Context, tx pgx.Tx, q Queue, lanes []string) error {
-	ids, err := jobs.ScheduledDrainers(ctx, tx, lanes)
-	if err != nil {
-		return err
-	}
-	var queues []string
-	for _, id := range ids {
-		job, err := q.JobRetryTx(ctx, tx, id)
-		if err != nil {
-			return fmt.Errorf("wake drainer job %d: %w", id, err)
-		}
-		queues = append(queues, job.Queue)
-	}
-	// River does not announce a retried job; its producers would find it
-	// only at their poll.
-	return jobs.NotifyQueues(ctx, tx, queues)
 }

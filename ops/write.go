@@ -41,17 +41,16 @@ const DefaultBatchSize = 500
 // dead and pending rows if it has any, else its delivered outbound rows.
 // Rows == 0 in the result means there was nothing to replay, which is not an
 // error. A pending row that was waiting out a backoff is due at once, and its
-// lane's snoozed drainer is woken in the same transaction.
+// lane's snoozed drainer is woken in the same transaction. The database
+// function does it all, drainers included, so q is not used; it stays for
+// the callers.
 func Replay(ctx context.Context, pool *pgxpool.Pool, q Queue, messageID int64) (pipeline.ReplayResult, error) {
 	var res pipeline.ReplayResult
 	target := map[string]any{"message_id": messageID}
-	err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionReplay, target, func(tx pgx.Tx) (string, error) {
+	err := auditedInDB(ctx, pool, audit.ActionReplay, target, func(tx pgx.Tx, a pipeline.Audit) error {
 		var err error
-		if res, err = pipeline.ReplayMessage(ctx, tx, q, messageID); err != nil {
-			return "", err
-		}
-		target["mode"], target["rows"], target["status"] = res.Mode, res.Rows, res.Status
-		return "", wake(ctx, tx, q, res.Expedited)
+		res, err = pipeline.ReplayMessage(ctx, tx, a, messageID)
+		return err
 	})
 	return res, err
 }
@@ -130,12 +129,10 @@ func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.Dea
 		var b pipeline.BatchResult
 		target := map[string]any{"channel": f.Channel, "destination": f.Destination, "after_work_id": after,
 			"up_to_work_id": upTo, "matched": res.Matched}
-		err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionReplayDead, target, func(tx pgx.Tx) (string, error) {
+		err := auditedInDB(ctx, pool, audit.ActionReplayDead, target, func(tx pgx.Tx, a pipeline.Audit) error {
 			var err error
-			if b, err = pipeline.ReplayDeadBatch(ctx, tx, q, f, after, upTo, opt.batch()); err != nil {
-				return "", err
-			}
-			return addBatch(target, b), nil
+			b, err = pipeline.ReplayDeadBatch(ctx, tx, a, f, after, upTo, opt.batch())
+			return err
 		})
 		return b, err
 	})
@@ -181,13 +178,10 @@ func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.CancelF
 		batches++
 		target := map[string]any{"channel": f.Channel, "destination": f.Destination, "top": f.Top,
 			"after_work_id": after, "up_to_work_id": upTo, "matched": res.Matched}
-		err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionCancel, target, func(tx pgx.Tx) (string, error) {
+		err := auditedInDB(ctx, pool, audit.ActionCancel, target, func(tx pgx.Tx, a pipeline.Audit) error {
 			var err error
-			if b, err = pipeline.CancelBatch(ctx, tx, f, after, upTo, limit); err != nil {
-				return "", err
-			}
-			target["marked"] = len(b.Marked)
-			return addBatch(target, b), wake(ctx, tx, q, b.Lanes)
+			b, err = pipeline.CancelBatch(ctx, tx, a, f, after, upTo, limit)
+			return err
 		})
 		marked = append(marked, b.Marked...)
 		return b, err
@@ -195,7 +189,7 @@ func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.CancelF
 	if err != nil || len(marked) == 0 {
 		return res, err
 	}
-	return res, awaitMarked(ctx, pool, q, marked, opt.Wait, &res)
+	return res, awaitMarked(ctx, pool, marked, opt.Wait, &res)
 }
 
 // markPoll is how often Cancel looks at the rows it marked.
@@ -203,7 +197,7 @@ const markPoll = 100 * time.Millisecond
 
 // awaitMarked waits up to wait for the marked rows to leave pending, cancels
 // those whose lane's drainer stopped running, and adds how they ended to res.
-func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int64, wait time.Duration, res *BulkResult) error {
+func awaitMarked(ctx context.Context, pool *pgxpool.Pool, marked []int64, wait time.Duration, res *BulkResult) error {
 	deadline := time.Now().Add(wait)
 	for {
 		lanes, err := pipeline.MarkedLanes(ctx, pool, marked)
@@ -213,15 +207,10 @@ func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int6
 		if len(lanes) > 0 {
 			var b pipeline.BatchResult
 			target := map[string]any{"lanes": lanes, "marked_rows": "idle"}
-			err := audited(ctx, pool, pgx.TxOptions{}, audit.ActionCancel, target, func(tx pgx.Tx) (string, error) {
+			err := auditedInDB(ctx, pool, audit.ActionCancel, target, func(tx pgx.Tx, a pipeline.Audit) error {
 				var err error
-				if b, err = pipeline.CancelMarkedIdle(ctx, tx, lanes); err != nil {
-					return "", err
-				}
-				if b.Rows == 0 {
-					return noAudit, wake(ctx, tx, q, b.Lanes)
-				}
-				return addBatch(target, b), wake(ctx, tx, q, b.Lanes)
+				b, err = pipeline.CancelMarkedIdle(ctx, tx, a, lanes)
+				return err
 			})
 			if err != nil {
 				return err
@@ -252,20 +241,6 @@ func awaitMarked(ctx context.Context, pool *pgxpool.Pool, q Queue, marked []int6
 	res.DeadMessages, res.Dead = ended[pipeline.WorkDead], len(ended[pipeline.WorkDead])
 	res.InFlightMessages, res.InFlight = ended[pipeline.WorkPending], len(ended[pipeline.WorkPending])
 	return nil
-}
-
-// addBatch adds what a bulk batch changed to its audit target, and returns
-// the outcome to record: noAudit for the empty batch that ends a run.
-func addBatch(target map[string]any, b pipeline.BatchResult) string {
-	if b.Seen == 0 {
-		return noAudit
-	}
-	target["rows"], target["messages"] = b.Rows, b.Messages
-	if b.Skipped > 0 {
-		target["skipped"] = b.Skipped
-	}
-	target["last_work_id"] = b.LastID
-	return ""
 }
 
 func countDistinct(ids []int64) int {

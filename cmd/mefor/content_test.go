@@ -20,9 +20,11 @@ import (
 // database refuses its UPDATE of a queued delivery's payload (another
 // patient's copied onto it), of a stored body, of a row's lane or
 // destination, and its INSERT of a delivery carrying a payload, and the
-// delivery still holds what it held. What an operator's commands change
-// still works as that login: replay, cancel and enqueue, each audited
-// under its name.
+// delivery still holds what it held. Nor can it re-queue or cancel a row
+// without mefor (which would leave no audit row), or add a drainer job.
+// What an operator's commands change still works as that login, through
+// the database functions: replay, cancel and enqueue, each audited under
+// its name.
 func TestOperatorCannotRewriteContent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -57,6 +59,9 @@ func TestOperatorCannotRewriteContent(t *testing.T) {
 		{"insert a delivery with a payload",
 			`INSERT INTO mefor_work (message_id, stage, lane, channel, destination, payload) VALUES ($1, 'outbound', 'outbound:lab', 'adt', 'lab', 'MSH|forged')`,
 			[]any{f.done}},
+		{"re-queue a delivery without the audit row", `UPDATE mefor_work SET status = 'pending', seq = nextval('mefor_work_seq') WHERE id = $1`, []any{doneRow}},
+		{"cancel a delivery without the audit row", `UPDATE mefor_work SET status = 'cancelled' WHERE id = $1`, []any{queuedRow}},
+		{"insert a second drainer job", `INSERT INTO river_job (args, kind, max_attempts, queue) VALUES ('{"lane": "outbound:lab"}', 'mefor_outbound', 25, 'mefor_outbound')`, nil},
 	}
 	for _, r := range refused {
 		if _, err := conn.Exec(ctx, r.sql, r.args...); !migrations.IsPermissionDenied(err) {

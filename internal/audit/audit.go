@@ -191,6 +191,25 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 	return nil
 }
 
+// DefinerTarget is target as Append records it (with the actor of ctx),
+// encoded, for the SECURITY DEFINER functions that
+// append their audit row themselves (the operator writes of migration 024)
+// and merge what they did into it.
+func DefinerTarget(ctx context.Context, target map[string]any) (string, error) {
+	t := make(map[string]any, len(target)+1)
+	for k, v := range target {
+		t[k] = v
+	}
+	if a := ActorOf(ctx); a != "" {
+		t["actor"] = a
+	}
+	b, err := canonicalTarget(t)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
 // Beginner starts transactions: a pool or a connection.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)

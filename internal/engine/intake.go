@@ -89,20 +89,9 @@ func (in *Intake) Receive(ctx context.Context, channel, source, remote string, r
 // verified client certificate, if any; keep, when positive, is how many
 // bytes of a message that does not parse are stored.
 func (in *Intake) receive(ctx context.Context, channel, source, remote string, raw []byte, leaseOwner, identity string, keep int) (Received, error) {
-	msg, perr := hl7.Parse(raw)
-	inbound := pipeline.Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw, LeaseOwner: leaseOwner,
-		SourceIdentity: identity, Keys: in.Keys, IDs: &in.ids, KeepUnparseable: keep}
-	if perr != nil {
-		inbound.ParseError = "not a valid HL7 v2 message: " + perr.Error()
-	} else {
-		h := msg.Header()
-		inbound.ControlID = h.ControlID
-		inbound.MessageType = h.MessageType
-		inbound.TriggerEvent = h.TriggerEvent
-		inbound.SendingApp = h.SendingApplication
-		inbound.SendingFacility = h.SendingFacility
-		inbound.PatientID = msg.Get("PID-3.1")
-	}
+	inbound, msg, perr := pipeline.ParseInbound(channel, source, remote, raw)
+	inbound.LeaseOwner, inbound.SourceIdentity, inbound.KeepUnparseable = leaseOwner, identity, keep
+	inbound.Keys, inbound.IDs = in.Keys, &in.ids
 	r := &commitReq{msg: inbound, queued: time.Now()}
 	in.group.do(ctx, r, in.commitBatch)
 	if r.err != nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/dbpool"
-	"github.com/mefor/mefor/jobs"
 )
 
 // CancelFilter selects the pending deliveries CancelBatch cancels.
@@ -22,10 +21,12 @@ type CancelFilter struct {
 	Top bool
 }
 
-// CancelBatch cancels up to limit pending outbound rows matching f with
-// after < id <= upTo, records a cancelled event each and finalizes their
-// messages (locked in id order). A row a drainer finished meanwhile is left
-// as it is.
+// CancelBatch cancels, through mefor_cancel, up to limit pending outbound
+// rows matching f with after < id <= upTo, records a cancelled event each
+// and finalizes their messages (locked in id order). A row a drainer
+// finished meanwhile is left as it is. Lanes with rows cancelled have their
+// snoozed drainers woken, and a batch that saw a row appends the cancel
+// audit row (a's target with the counts).
 //
 // A row whose lane has a running drainer is not cancelled but marked
 // (BatchResult.Marked): that drainer may be sending it at this moment, and
@@ -38,91 +39,22 @@ type CancelFilter struct {
 // while cancel holds a job row no execution of it can start (River's fetch
 // skips locked rows) and none is inside a transaction, so a drainer never
 // sees marks appear half-way through one of its hand-offs.
-func CancelBatch(ctx context.Context, tx pgx.Tx, f CancelFilter, after, upTo int64, limit int) (BatchResult, error) {
+func CancelBatch(ctx context.Context, tx pgx.Tx, a Audit, f CancelFilter, after, upTo int64, limit int) (BatchResult, error) {
 	var res BatchResult
 	if f.Destination == "" {
 		return res, errors.New("cancel needs a destination")
 	}
-	var rows pgx.Rows
-	var err error
-	if f.Top {
-		rows, err = tx.Query(ctx, `
-			SELECT id, lane FROM (
-				SELECT DISTINCT ON (lane) id, lane, channel, attempts FROM mefor_work
-				WHERE stage = 'outbound' AND status = 'pending' AND destination = $1
-				ORDER BY lane, seq
-			) h
-			WHERE attempts > 0 AND ($2 = '' OR channel = $2) AND id > $3 AND id <= $4
-			ORDER BY id
-			LIMIT $5`, f.Destination, f.Channel, after, upTo, limit)
-	} else {
-		// No index has a destination's pending rows in id order: with
-		// current statistics the planner takes the primary key from the
-		// cursor. Statistics that count no pending rows make it walk every
-		// destination's pending rows at each batch; forcing the primary
-		// key instead would make a first batch read the whole history
-		// before the destination's oldest pending row.
-		rows, err = tx.Query(ctx, `
-			SELECT id, lane FROM mefor_work
-			WHERE stage = 'outbound' AND status = 'pending' AND destination = $1
-			  AND ($2 = '' OR channel = $2) AND id > $3 AND id <= $4
-			ORDER BY id
-			LIMIT $5`, f.Destination, f.Channel, after, upTo, limit)
-	}
+	err := tx.QueryRow(ctx, `
+		SELECT seen, n_rows, messages, last_id, marked, lanes
+		FROM mefor_cancel($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		f.Destination, f.Channel, f.Top, after, upTo, limit, a.OSUser, a.Host, a.target()).
+		Scan(&res.Seen, &res.Rows, &res.Messages, &res.LastID, &res.Marked, &res.Lanes)
 	if err != nil {
-		return res, fmt.Errorf("find pending deliveries to %s: %w", f.Destination, err)
+		return res, operatorError(err, "cancel deliveries to "+f.Destination)
 	}
-	var ids []int64
-	var laneOf []string
-	var id int64
-	var lane string
-	_, err = pgx.ForEachRow(rows, []any{&id, &lane}, func() error {
-		res.Seen++
-		res.LastID = id
-		ids, laneOf = append(ids, id), append(laneOf, lane)
-		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("find pending deliveries to %s: %w", f.Destination, err)
+	if len(res.Marked) == 0 {
+		res.Marked = nil
 	}
-	if len(ids) == 0 {
-		return res, nil
-	}
-	running, err := jobs.LockDrainers(ctx, tx, laneOf)
-	if err != nil {
-		return res, err
-	}
-	if err := jobs.LockLanes(ctx, tx, laneOf); err != nil {
-		return res, err
-	}
-	if err := lockRows(ctx, tx, ids); err != nil {
-		return res, err
-	}
-	var now, later []int64
-	for i, id := range ids {
-		if running[laneOf[i]] {
-			later = append(later, id)
-		} else {
-			now = append(now, id)
-		}
-	}
-	if len(later) > 0 {
-		marked, err := tx.Query(ctx, `
-			UPDATE mefor_work SET cancel_requested_at = clock_timestamp(), updated_at = clock_timestamp()
-			WHERE id = ANY($1) AND status = `+PendingByID+`
-			RETURNING id`, later)
-		if err != nil {
-			return res, fmt.Errorf("mark deliveries to %s for cancelling: %w", f.Destination, err)
-		}
-		if res.Marked, err = pgx.CollectRows(marked, pgx.RowTo[int64]); err != nil {
-			return res, fmt.Errorf("mark deliveries to %s for cancelling: %w", f.Destination, err)
-		}
-	}
-	c, err := cancelRows(ctx, tx, `id = ANY($1) AND status = `+PendingByID, now)
-	if err != nil {
-		return res, fmt.Errorf("cancel deliveries to %s: %w", f.Destination, err)
-	}
-	res.Rows, res.Messages, res.Lanes = c.Rows, c.Messages, c.Lanes
 	return res, nil
 }
 
@@ -172,30 +104,19 @@ func cancelRows(ctx context.Context, tx pgx.Tx, where string, arg any) (BatchRes
 	return res, nil
 }
 
-// CancelMarkedIdle cancels the rows marked for cancelling in those of lanes
-// whose drainer is not running (so nobody is sending them), and leaves the
-// others to their drainer. It is what a cancel waiting for its marks does
-// when a drainer snoozed or stopped before it resolved them.
-func CancelMarkedIdle(ctx context.Context, tx pgx.Tx, lanes []string) (BatchResult, error) {
-	running, err := jobs.LockDrainers(ctx, tx, lanes)
+// CancelMarkedIdle cancels, through mefor_cancel_marked_idle, the rows
+// marked for cancelling in those of lanes whose drainer is not running (so
+// nobody is sending them), and leaves the others to their drainer. It is
+// what a cancel waiting for its marks does when a drainer snoozed or
+// stopped before it resolved them. When it cancelled any it wakes their
+// lanes' snoozed drainers and appends a cancel audit row (a's target with
+// the counts).
+func CancelMarkedIdle(ctx context.Context, tx pgx.Tx, a Audit, lanes []string) (BatchResult, error) {
+	var res BatchResult
+	err := tx.QueryRow(ctx, `SELECT n_rows, messages, lanes FROM mefor_cancel_marked_idle($1, $2, $3, $4)`,
+		lanes, a.OSUser, a.Host, a.target()).Scan(&res.Rows, &res.Messages, &res.Lanes)
 	if err != nil {
-		return BatchResult{}, err
-	}
-	var idle []string
-	for _, l := range lanes {
-		if !running[l] {
-			idle = append(idle, l)
-		}
-	}
-	if len(idle) == 0 {
-		return BatchResult{}, nil
-	}
-	if err := jobs.LockLanes(ctx, tx, idle); err != nil {
-		return BatchResult{}, err
-	}
-	res, err := cancelRows(ctx, tx, `lane = ANY($1) AND cancel_requested_at IS NOT NULL AND status = 'pending'`, idle)
-	if err != nil {
-		return res, fmt.Errorf("cancel marked deliveries: %w", err)
+		return res, operatorError(err, "cancel marked deliveries")
 	}
 	return res, nil
 }

@@ -2,7 +2,9 @@
 // mefor_event, mefor_response, mefor_state, mefor_intake_file,
 // mefor_destination_layout and the status counts (mefor_message_count,
 // mefor_work_count). No other package writes them. It holds intake, the
-// finalizer, the operator's writes (replay, cancel, orphan dead-lettering),
+// finalizer, the operator's writes (replay, cancel and enqueue, each a call
+// of a SECURITY DEFINER function of migration 024 that holds their SQL,
+// since operators may not write these tables), orphan dead-lettering,
 // the destinations' lane layouts, stored transform state, the statements
 // retention and key rotation run, and the drainer's side of the lane
 // protocol: reading a lane, proving an execution is still the one River

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/leader"
 )
@@ -61,6 +62,27 @@ type Inbound struct {
 	// node that lost the lease (frozen, cut off) cannot store, and so never
 	// acknowledges, anything once another node may be listening.
 	LeaseOwner string
+}
+
+// ParseInbound parses raw, received on channel from source, into the
+// Inbound intake stores: its header fields and patient id when it parses,
+// its ParseError (never quoting content) when it does not, which is
+// returned too. Listeners and `mefor enqueue` store the same fields.
+func ParseInbound(channel, source, remote string, raw []byte) (Inbound, *hl7.Message, error) {
+	in := Inbound{Channel: channel, Source: source, RemoteAddr: remote, Raw: raw}
+	msg, err := hl7.Parse(raw)
+	if err != nil {
+		in.ParseError = "not a valid HL7 v2 message: " + err.Error()
+		return in, nil, err
+	}
+	h := msg.Header()
+	in.ControlID = h.ControlID
+	in.MessageType = h.MessageType
+	in.TriggerEvent = h.TriggerEvent
+	in.SendingApp = h.SendingApplication
+	in.SendingFacility = h.SendingFacility
+	in.PatientID = msg.Get("PID-3.1")
+	return in, msg, nil
 }
 
 // IntakeDB is what ReceiveBatch needs of a pool: batches sent outside any

@@ -290,7 +290,7 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 				fixtures.Exec(t, db, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
 					WHERE id = (SELECT job_id FROM mefor_lane WHERE name = $1)`, lane)
 				inTx(step("mark"), func(tx pgx.Tx) error {
-					res, err := pipeline.CancelBatch(ctx, tx, pipeline.CancelFilter{Destination: dest}, 0, row.ID, 10)
+					res, err := pipeline.CancelBatch(ctx, tx, pipeline.Audit{}, pipeline.CancelFilter{Destination: dest}, 0, row.ID, 10)
 					if err == nil && !slices.Contains(res.Marked, row.ID) {
 						err = fmt.Errorf("marked %v, want row %d among them", res.Marked, row.ID)
 					}
@@ -302,7 +302,7 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 				// An operator's by-id statements: the rows it found by
 				// destination, then those of them still pending.
 				inTx(step("cancel"), func(tx pgx.Tx) error {
-					res, err := pipeline.CancelBatch(ctx, tx, pipeline.CancelFilter{Destination: "d"}, 0, row.ID, 10)
+					res, err := pipeline.CancelBatch(ctx, tx, pipeline.Audit{}, pipeline.CancelFilter{Destination: "d"}, 0, row.ID, 10)
 					if err == nil && res.Rows != 1 {
 						err = fmt.Errorf("cancelled %d rows, want 1", res.Rows)
 					}
@@ -315,7 +315,7 @@ func TestByIDWritesIgnoreStatisticsOfNoPendingRows(t *testing.T) {
 				continue
 			}
 			inTx(step("replay"), func(tx pgx.Tx) error {
-				_, err := pipeline.ReplayMessage(ctx, tx, ins, row.MessageID)
+				_, err := pipeline.ReplayMessage(ctx, tx, pipeline.Audit{}, row.MessageID)
 				return err
 			})
 			inTx(step("hold"), func(tx pgx.Tx) error {

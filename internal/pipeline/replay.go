@@ -4,19 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/mefor/mefor/jobs"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The operator writes: replay one message, replay dead letters, cancel
-// pending deliveries. Each runs in the caller's transaction and keeps the lock
-// order every pipeline path uses: lane locks (jobs.LockLanes) first, then the
-// work rows, then the messages' finalize locks in id order. A row that re-enters its lane draws a
-// fresh seq under the lane lock, so it goes to the back, and the lane is
-// activated in the same transaction so a drainer serves it.
+// pending deliveries, enqueue. Each is one call of a SECURITY DEFINER
+// function of migration 024 (operators hold no INSERT or UPDATE on any
+// pipeline table), in the caller's transaction. The function keeps the lock
+// order every pipeline path uses: lane locks first (jobs.LaneLock's keys,
+// computed in SQL), then the work rows, then the messages' finalize locks
+// in id order. A row that re-enters its lane draws a fresh seq under the
+// lane lock, so it goes to the back, and the function activates the lane
+// in the same transaction (River's unique insert, written in SQL) so a
+// drainer serves it. It appends the operation's audit row itself, last.
 
 // ErrBodyPurged means retention removed the message's body, so there is
 // nothing left to process or send again.
@@ -48,12 +50,46 @@ type ReplayResult struct {
 	Rows int `json:"rows"`
 	// Status is the message's status afterwards.
 	Status string `json:"status"`
-	// Expedited lists lanes in which a pending row that was waiting out a
-	// backoff is now due: their snoozed drainers are worth waking.
-	Expedited []string `json:"-"`
 }
 
-// ReplayMessage re-queues one message:
+// Audit is what an operator write function records of who acted, in the
+// audit row it appends itself: the operating system user and host of the
+// process (audit.Who) and the action's target, a JSON object (with the
+// mefor user who acted, audit.DefinerTarget) the function adds its counts
+// to.
+type Audit struct {
+	OSUser, Host, Target string
+}
+
+func (a Audit) target() string {
+	if a.Target == "" {
+		return "{}"
+	}
+	return a.Target
+}
+
+// SQLSTATEs the write functions raise for ErrNotFound and ErrBodyPurged.
+const (
+	codeNotFound   = "MF404"
+	codeBodyPurged = "MF410"
+)
+
+// operatorError wraps err, the error of a write function, as ErrNotFound
+// or ErrBodyPurged when it says so.
+func operatorError(err error, what string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeNotFound:
+			return fmt.Errorf("%s: %w", what, ErrNotFound)
+		case codeBodyPurged:
+			return fmt.Errorf("%s: %w", what, ErrBodyPurged)
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// ReplayMessage re-queues one message, through mefor_replay:
 //
 //   - if it has dead or pending rows (any stage), those are re-queued with
 //     attempts reset, error cleared and due now. Dead rows go to the back of
@@ -65,218 +101,19 @@ type ReplayResult struct {
 //
 // Cancelled rows are never touched. When rows were re-queued the message goes
 // back to received (an ingress row is pending again) or routed, its error is
-// cleared and a replayed event is recorded. ErrNotFound for an unknown id,
-// ErrBodyPurged when retention removed the body.
-func ReplayMessage(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, messageID int64) (ReplayResult, error) {
+// cleared and a replayed event is recorded; the lanes are activated, and a
+// lane whose head was waiting out a backoff and is now due has its snoozed
+// drainer woken. The replay audit row (a's target with the mode, rows and
+// status) is appended last. ErrNotFound for an unknown id, ErrBodyPurged
+// when retention removed the body.
+func ReplayMessage(ctx context.Context, tx pgx.Tx, a Audit, messageID int64) (ReplayResult, error) {
 	res := ReplayResult{MessageID: messageID}
-	var purged bool
-	err := tx.QueryRow(ctx, `
-		SELECT status, body_purged_at IS NOT NULL FROM mefor_message WHERE id = $1`,
-		messageID).Scan(&res.Status, &purged)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return res, fmt.Errorf("message %d: %w", messageID, ErrNotFound)
-	}
+	err := tx.QueryRow(ctx, `SELECT mode, n_rows, status FROM mefor_replay($1, $2, $3, $4)`,
+		messageID, a.OSUser, a.Host, a.target()).Scan(&res.Mode, &res.Rows, &res.Status)
 	if err != nil {
-		return res, fmt.Errorf("read message %d: %w", messageID, err)
+		return res, operatorError(err, fmt.Sprintf("replay message %d", messageID))
 	}
-
-	type cand struct {
-		id     int64
-		lane   string
-		status string
-	}
-	read := func(where string) ([]cand, error) {
-		rows, err := tx.Query(ctx, `SELECT id, lane, status FROM mefor_work WHERE message_id = $1 AND `+where+` ORDER BY id`, messageID)
-		if err != nil {
-			return nil, fmt.Errorf("read stage rows of message %d: %w", messageID, err)
-		}
-		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
-			var c cand
-			return c, r.Scan(&c.id, &c.lane, &c.status)
-		})
-	}
-	cands, err := read(`status IN ('dead', 'pending')`)
-	if err != nil {
-		return res, err
-	}
-	res.Mode = ReplayRecover
-	if len(cands) == 0 {
-		if cands, err = read(`status = 'done' AND stage = 'outbound'`); err != nil {
-			return res, err
-		}
-		res.Mode = ReplayResend
-	}
-	if len(cands) == 0 {
-		res.Mode = ""
-		return res, nil
-	}
-	if purged {
-		return res, fmt.Errorf("message %d: %w", messageID, ErrBodyPurged)
-	}
-
-	var lanes []string
-	var pendingIDs, requeueIDs []int64
-	for _, c := range cands {
-		lanes = append(lanes, c.lane)
-		if c.status == WorkPending {
-			pendingIDs = append(pendingIDs, c.id)
-		} else {
-			requeueIDs = append(requeueIDs, c.id)
-		}
-	}
-	if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
-		return res, err
-	}
-	if err := lockRows(ctx, tx, append(slices.Clone(pendingIDs), requeueIDs...)); err != nil {
-		return res, err
-	}
-	if err := lockMessages(ctx, tx, []int64{messageID}); err != nil {
-		return res, err
-	}
-	// Retention may have purged the body after the first read: it takes
-	// the same row and finalize locks, so under them the answer is final.
-	if err := tx.QueryRow(ctx, `
-		SELECT body_purged_at IS NOT NULL FROM mefor_message WHERE id = $1`, messageID).Scan(&purged); err != nil {
-		return res, fmt.Errorf("read message %d: %w", messageID, err)
-	}
-	if purged {
-		return res, fmt.Errorf("message %d: %w", messageID, ErrBodyPurged)
-	}
-
-	// Pending rows: reset in place. Each row is re-checked under its row
-	// lock, so one a drainer finished meanwhile is left alone.
-	rows, err := tx.Query(ctx, `
-		WITH old AS (
-			SELECT id, next_attempt_at > clock_timestamp() AS waiting
-			FROM mefor_work WHERE id = ANY($1) AND status = `+PendingByID+`
-			FOR UPDATE
-		)
-		UPDATE mefor_work w SET attempts = 0, last_error = NULL, next_attempt_at = clock_timestamp(),
-			updated_at = clock_timestamp()
-		FROM old WHERE w.id = old.id
-		RETURNING w.lane, old.waiting`, pendingIDs)
-	if err != nil {
-		return res, fmt.Errorf("reset pending rows of message %d: %w", messageID, err)
-	}
-	var lane string
-	var waiting bool
-	_, err = pgx.ForEachRow(rows, []any{&lane, &waiting}, func() error {
-		res.Rows++
-		if waiting && !slices.Contains(res.Expedited, lane) {
-			res.Expedited = append(res.Expedited, lane)
-		}
-		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("reset pending rows of message %d: %w", messageID, err)
-	}
-
-	from := []string{WorkDead}
-	if res.Mode == ReplayResend {
-		from = []string{WorkDone}
-	}
-	requeued, err := requeue(ctx, tx, requeueIDs, from)
-	if err != nil {
-		return res, err
-	}
-	res.Rows += len(requeued)
-	if res.Rows == 0 {
-		// Every candidate changed under us (a drainer finished it).
-		res.Mode = ""
-		return res, nil
-	}
-	if err := jobs.Activate(ctx, tx, ins, lanes); err != nil {
-		return res, err
-	}
-	err = tx.QueryRow(ctx, `
-		UPDATE mefor_message SET
-			status = CASE WHEN EXISTS (
-				SELECT 1 FROM mefor_work WHERE message_id = $1 AND stage = 'ingress' AND status = `+PendingByID+`)
-				THEN 'received' ELSE 'routed' END,
-			error = NULL, updated_at = clock_timestamp()
-		WHERE id = $1
-		RETURNING status`, messageID).Scan(&res.Status)
-	if err != nil {
-		return res, fmt.Errorf("mark message %d replayed: %w", messageID, err)
-	}
-	detail := fmt.Sprintf("re-queued %d row(s)", res.Rows)
-	if res.Mode == ReplayResend {
-		detail = fmt.Sprintf("re-sending %d delivered row(s)", res.Rows)
-	}
-	return res, AddEvent(ctx, tx, messageID, EventReplayed, 0, "", detail)
-}
-
-// requeuedRow is a row requeue put back into its lane.
-type requeuedRow struct {
-	id, messageID int64
-	lane          string
-	destination   string
-}
-
-// requeue puts rows that are in one of the from statuses back to pending at
-// the back of their lanes: a fresh seq each (rows of one lane keep their
-// relative order), attempts reset, due now. The caller holds the lanes'
-// locks, so the seqs are larger than any row already in those lanes.
-func requeue(ctx context.Context, tx pgx.Tx, ids []int64, from []string) ([]requeuedRow, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := tx.Query(ctx, `
-		WITH locked AS (
-			SELECT id, lane, seq FROM mefor_work w
-			WHERE id = ANY($1) AND status = ANY($2)
-			  -- Nothing is left to send once retention purged the body.
-			  AND NOT EXISTS (SELECT 1 FROM mefor_message m WHERE m.id = w.message_id AND m.body_purged_at IS NOT NULL)
-			FOR UPDATE OF w
-		), pick AS (
-			SELECT id, row_number() OVER (ORDER BY lane, seq, id) AS rn FROM locked
-		), fresh AS (
-			SELECT v, row_number() OVER (ORDER BY v) AS rn
-			FROM (SELECT nextval('mefor_work_seq') AS v FROM locked) s
-		)
-		UPDATE mefor_work w SET status = 'pending', seq = fresh.v, attempts = 0, last_error = NULL,
-			next_attempt_at = clock_timestamp(), updated_at = clock_timestamp(), finished_at = NULL,
-			cancel_requested_at = NULL
-		FROM pick JOIN fresh USING (rn)
-		WHERE w.id = pick.id
-		RETURNING w.id, w.message_id, w.lane, coalesce(w.destination, '')`, ids, from)
-	if err != nil {
-		return nil, fmt.Errorf("re-queue %d row(s): %w", len(ids), err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (requeuedRow, error) {
-		var q requeuedRow
-		return q, r.Scan(&q.id, &q.messageID, &q.lane, &q.destination)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("re-queue %d row(s): %w", len(ids), err)
-	}
-	return out, nil
-}
-
-// lockRows locks work rows in id order. The pipeline's lock order is lane
-// locks, then work rows, then message finalize locks: a drainer recording a
-// delivery holds its row while it finalizes, so taking a message's lock
-// before its rows could deadlock with it.
-func lockRows(ctx context.Context, tx pgx.Tx, ids []int64) error {
-	if _, err := tx.Exec(ctx, `
-		SELECT id FROM mefor_work WHERE id IN (SELECT unnest($1::bigint[])) ORDER BY id FOR UPDATE`, ids); err != nil {
-		return fmt.Errorf("lock %d work row(s): %w", len(ids), err)
-	}
-	return nil
-}
-
-// lockMessages takes the finalize locks of messages in id order (the
-// finalizer's own lock), so a concurrent Finalize of the same message sees
-// this transaction's rows only after it commits.
-func lockMessages(ctx context.Context, tx pgx.Tx, ids []int64) error {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	for _, id := range slices.Compact(ids) {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", finalizeLockClass, int32(id)); err != nil {
-			return fmt.Errorf("lock message %d: %w", id, err)
-		}
-	}
-	return nil
+	return res, nil
 }
 
 // MaxWorkID is the largest work row id so far: bulk operations stop there,
@@ -324,87 +161,22 @@ type BatchResult struct {
 	Marked []int64
 }
 
-// ReplayDeadBatch re-queues up to limit dead outbound rows matching f with
-// after < id <= upTo, in id order, at the back of their lanes (outbound
-// only, the dead-letter view's scope). Each affected message goes from
-// error back to routed and gets a replayed event per row.
-// Rows whose message body was purged are skipped: there is nothing to send.
-func ReplayDeadBatch(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, f DeadFilter, after, upTo int64, limit int) (BatchResult, error) {
+// ReplayDeadBatch re-queues, through mefor_replay_dead, up to limit dead
+// outbound rows matching f with after < id <= upTo, in id order, at the
+// back of their lanes (outbound only, the dead-letter view's scope), and
+// activates their lanes. Each affected message goes from error back to
+// routed and gets a replayed event per row. Rows whose message body was
+// purged are skipped: there is nothing to send. A batch that saw a row
+// appends the replay-dead audit row (a's target with the counts).
+func ReplayDeadBatch(ctx context.Context, tx pgx.Tx, a Audit, f DeadFilter, after, upTo int64, limit int) (BatchResult, error) {
 	var res BatchResult
-	rows, err := tx.Query(ctx, `
-		SELECT w.id, w.lane, w.message_id, m.body_purged_at IS NOT NULL
-		FROM mefor_work w JOIN mefor_message m ON m.id = w.message_id
-		WHERE w.stage = 'outbound' AND w.status = 'dead' AND w.id > $3 AND w.id <= $4
-		  AND ($1 = '' OR w.channel = $1) AND ($2 = '' OR w.destination = $2)
-		ORDER BY w.id
-		LIMIT $5`, f.Channel, f.Destination, after, upTo, limit)
+	err := tx.QueryRow(ctx, `
+		SELECT seen, n_rows, skipped, messages, last_id, lanes
+		FROM mefor_replay_dead($1, $2, $3, $4, $5, $6, $7, $8)`,
+		f.Channel, f.Destination, after, upTo, limit, a.OSUser, a.Host, a.target()).
+		Scan(&res.Seen, &res.Rows, &res.Skipped, &res.Messages, &res.LastID, &res.Lanes)
 	if err != nil {
-		return res, fmt.Errorf("find dead deliveries: %w", err)
+		return res, operatorError(err, "replay dead deliveries")
 	}
-	var ids, msgs []int64
-	var lanes []string
-	var id, msg int64
-	var lane string
-	var purged bool
-	_, err = pgx.ForEachRow(rows, []any{&id, &lane, &msg, &purged}, func() error {
-		res.Seen++
-		res.LastID = id
-		if purged {
-			res.Skipped++
-			return nil
-		}
-		ids, msgs, lanes = append(ids, id), append(msgs, msg), append(lanes, lane)
-		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("find dead deliveries: %w", err)
-	}
-	if len(ids) == 0 {
-		return res, nil
-	}
-	if err := jobs.LockLanes(ctx, tx, lanes); err != nil {
-		return res, err
-	}
-	if err := lockRows(ctx, tx, ids); err != nil {
-		return res, err
-	}
-	if err := lockMessages(ctx, tx, msgs); err != nil {
-		return res, err
-	}
-	requeued, err := requeue(ctx, tx, ids, []string{WorkDead})
-	if err != nil {
-		return res, err
-	}
-	if len(requeued) == 0 {
-		return res, nil
-	}
-	var rq struct {
-		work, msg []int64
-		dest      []string
-	}
-	for _, r := range requeued {
-		rq.work, rq.msg, rq.dest = append(rq.work, r.id), append(rq.msg, r.messageID), append(rq.dest, r.destination)
-		if !slices.Contains(res.Lanes, r.lane) {
-			res.Lanes = append(res.Lanes, r.lane)
-		}
-	}
-	res.Rows = len(requeued)
-	if err := jobs.Activate(ctx, tx, ins, res.Lanes); err != nil {
-		return res, err
-	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE mefor_message SET status = 'routed', error = NULL, updated_at = clock_timestamp()
-		WHERE id = ANY($1) AND status = 'error'`, rq.msg); err != nil {
-		return res, fmt.Errorf("mark replayed messages routed: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO mefor_event (message_id, event, work_id, destination, detail)
-		SELECT m, $4, w, NULLIF(d, ''), 'dead-letter replay'
-		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(m, w, d)`,
-		rq.msg, rq.work, rq.dest, EventReplayed); err != nil {
-		return res, fmt.Errorf("record replayed events: %w", err)
-	}
-	slices.Sort(rq.msg)
-	res.Messages = len(slices.Compact(rq.msg))
 	return res, nil
 }

@@ -43,7 +43,7 @@ func LockIdleMessages(ctx context.Context, tx pgx.Tx, cands []int64) ([]int64, e
 	if len(idle) == 0 {
 		return nil, nil
 	}
-	// The finalize lock key is the id truncated to 32 bits, as lockMessages
+	// The finalize lock key is the id truncated to 32 bits, as finalizeKeys
 	// computes it in Go; bigint::bit(32) keeps the low 32 bits the same way.
 	return dbpool.Column[int64](ctx, tx, "lock idle messages", `
 		SELECT id FROM unnest($1::bigint[]) WITH ORDINALITY AS c(id, n)
