@@ -191,17 +191,24 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 	return nil
 }
 
-// DefinerTarget is target as Append records it (with the actor of ctx),
+// DefinerTarget is target as Append records it (with the origin of ctx:
+// actor, source, session or token, approval),
 // encoded, for the SECURITY DEFINER functions that
 // append their audit row themselves (the operator writes of migration 024)
 // and merge what they did into it.
 func DefinerTarget(ctx context.Context, target map[string]any) (string, error) {
-	t := make(map[string]any, len(target)+1)
+	origin := OriginOf(ctx)
+	t := make(map[string]any, len(target)+6)
+	if origin.Actor != "" {
+		for k, v := range origin.fields() {
+			t[k] = v
+		}
+	}
 	for k, v := range target {
 		t[k] = v
 	}
-	if a := ActorOf(ctx); a != "" {
-		t["actor"] = a
+	if origin.Actor != "" {
+		t["actor"] = origin.Actor
 	}
 	b, err := canonicalTarget(t)
 	if err != nil {
