@@ -22,19 +22,17 @@ var advisoryLockFunctions = []string{
 	"pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared",
 }
 
-// operatorLockFunction is the one advisory lock function an operator
-// may call, for its transaction only. Its writes no longer need it (the
-// functions of migration 024 lock as their owner); it stays granted until
-// the tests and tools that take a lane's lock as an operator move to an
-// admin. Session locks, shared locks and try-locks are for nodes
-// (mefor_admin).
+// operatorLockFunction is the advisory lock function releases before
+// migration 024 granted operators for their writes' lane locks. Their
+// writes now lock inside functions that run as their owner, so it is
+// taken back: no lock function is left to any role but mefor_admin.
 const operatorLockFunction = "pg_catalog.pg_advisory_xact_lock(integer, integer)"
 
 // closeBoundary closes mefor's database to logins without a mefor role
 // (CONNECT and TEMP revoked from PUBLIC, CONNECT granted to mefor_reader,
 // which every mefor role includes) and PostgreSQL's advisory lock functions
-// to every role but mefor_admin (and pg_advisory_xact_lock(int, int) for
-// operators). Both changes are local to this database.
+// to every role but mefor_admin (taking back pg_advisory_xact_lock(int,
+// int) from operators, who held it before). Both changes are local to this database.
 //
 // The database needs its owner (or a superuser); the functions belong to
 // the bootstrap superuser, so only a superuser can close them. What the
@@ -107,7 +105,7 @@ func closeBoundary(ctx context.Context, tx pgx.Tx, res *RolesResult) error {
 			"REVOKE EXECUTE ON FUNCTION pg_catalog."+f.sig+" FROM PUBLIC",
 			"GRANT EXECUTE ON FUNCTION pg_catalog."+f.sig+" TO "+RoleAdmin)
 	}
-	lockSQL = append(lockSQL, "GRANT EXECUTE ON FUNCTION "+operatorLockFunction+" TO "+RoleOperator)
+	lockSQL = append(lockSQL, "REVOKE EXECUTE ON FUNCTION "+operatorLockFunction+" FROM "+RoleOperator)
 	switch {
 	case super:
 		for _, s := range lockSQL {

@@ -93,12 +93,6 @@ func TestStrangersAndReadersCannotHoldIntake(t *testing.T) {
 				}
 			}
 		}
-		if who == "operator" {
-			// An operator takes lane locks for its own transactions
-			// (replay, cancel, enqueue); a lock held in an open one is
-			// bounded by intake's lock_timeout, checked elsewhere.
-			continue
-		}
 		// Transaction locks, held in a transaction left open.
 		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
 			t.Fatal(err)
@@ -143,8 +137,9 @@ func TestStrangersAndReadersCannotHoldIntake(t *testing.T) {
 	})
 }
 
-// An operator may take a lane lock for its own transaction (replay, cancel
-// and enqueue do). One left open does not stall intake without end: past
+// A node's own session may hold a lane lock in a transaction it left open
+// (a node frozen mid-transaction, or an administrator with a node's role).
+// That does not stall intake without end: past
 // intake's lock_timeout the sender gets no ACK and its connection is closed,
 // nothing is stored, the refusal is counted as lock-timeout, and the same
 // message is acknowledged AA and delivered once the lock is released.
@@ -156,11 +151,11 @@ func TestLaneLockHeldOpenRefusesIntakeInsteadOfHanging(t *testing.T) {
 	if code, out, errs := as(t, db.URL, "migrate"); code != 0 {
 		t.Fatalf("migrate: %d %s %s", code, out, errs)
 	}
-	_, operatorURL := newLogin(t, db, migrations.RoleOperator)
+	_, adminURL := newLogin(t, db, migrations.RoleAdmin)
 	file, addr, dir := archiveConfig(t)
 	node := inProcessNode(t, db, "node-held", file)
 
-	op, err := pgx.Connect(ctx, operatorURL)
+	op, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +165,7 @@ func TestLaneLockHeldOpenRefusesIntakeInsteadOfHanging(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := op.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", class, key); err != nil {
-		t.Fatalf("operator takes a lane lock for its transaction: %v", err)
+		t.Fatalf("a node's role takes a lane lock for its transaction: %v", err)
 	}
 
 	msg := []byte(strings.Replace(fixtureBody, "%d", "1", 1))
