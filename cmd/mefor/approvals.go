@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-
 )
 
 type approvalsCmd struct {
