@@ -199,7 +199,9 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 		find = func(ctx context.Context, ref string) (int64, []ops.MessageSummary, []ops.MessageSummary, error) {
 			return apiFindMessage(ctx, cl, ref)
 		}
-		show = func(ctx context.Context, id int64, body bool) (*ops.MessageView, error) { return apiShowMessage(ctx, cl, id, body) }
+		show = func(ctx context.Context, id int64, body bool) (*ops.MessageView, error) {
+			return apiShowMessage(ctx, cl, id, body)
+		}
 	} else {
 		kr, err := g.keyring()
 		if err != nil {
@@ -213,7 +215,9 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 		find = func(ctx context.Context, ref string) (int64, []ops.MessageSummary, []ops.MessageSummary, error) {
 			return ops.FindMessage(ctx, pool, ref)
 		}
-		show = func(ctx context.Context, id int64, body bool) (*ops.MessageView, error) { return ops.ShowMessage(ctx, pool, kr, id, body) }
+		show = func(ctx context.Context, id int64, body bool) (*ops.MessageView, error) {
+			return ops.ShowMessage(ctx, pool, kr, id, body)
+		}
 	}
 	id, matches, also, err := find(ctx, c.ID)
 	if err != nil {
