@@ -16,6 +16,7 @@ import (
 	"github.com/pquerna/otp"
 
 	"github.com/mefor/mefor/internal/api"
+	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/identity"
@@ -48,6 +49,12 @@ func (n *apiNode) advance(d time.Duration) {
 }
 
 func startAPINode(t *testing.T, f *opsFixture, keys *crypt.Keyring) *apiNode {
+	return startAPINodeWith(t, f, keys, nil)
+}
+
+// startAPINodeWith is startAPINode whose actions of approve need a second
+// person (access.approvals.required_for).
+func startAPINodeWith(t *testing.T, f *opsFixture, keys *crypt.Keyring, approve []identity.Permission) *apiNode {
 	t.Helper()
 	ctx := context.Background()
 	n := &apiNode{now: time.Now()}
@@ -56,7 +63,8 @@ func startAPINode(t *testing.T, f *opsFixture, keys *crypt.Keyring) *apiNode {
 	dir := t.TempDir()
 	cert, key := ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, dir, "api")
 	srv, err := api.New(api.Config{Listen: "127.0.0.1:0", CertFile: cert, KeyFile: key,
-		Reads: ops.APIReads{Pool: f.db.Pool, Keys: keys}, Actions: ops.APIActions{Pool: f.db.Pool, Queue: f.q}},
+		Reads: ops.APIReads{Pool: f.db.Pool, Keys: keys}, Actions: ops.APIActions{Pool: f.db.Pool, Queue: f.q},
+		Approvals: api.Approvals{Store: approval.New(f.db.Pool, approval.Options{}), RequiredFor: approve}},
 		n.store, fixtures.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -356,5 +364,26 @@ func TestDatabaseOnlyCommandsGivenAnAPI(t *testing.T) {
 		"--database-url", "postgres://mefor@localhost/mefor")
 	if c != 2 || !strings.Contains(errs, "both a database") {
 		t.Fatalf("status given both: exit %d\n%s%s", c, out, errs)
+	}
+}
+
+// An action that needs a second person is not run: the CLI prints the
+// request's id and exits 6, and nothing changed until it is approved.
+func TestActionAwaitingApprovalExitsSix(t *testing.T) {
+	t.Parallel()
+	f := newOpsFixture(t)
+	n := startAPINodeWith(t, f, nil, []identity.Permission{identity.PermReplayDead})
+	op, _ := n.user(t, "olga", identity.RoleOperator)
+	cfg := t.TempDir()
+	c, out, errs := runCLI(cfg, "", "replay-dead", "--destination", "lab", "--yes", "--api", n.url, "--token", op, "--api-ca", n.ca)
+	if c != exitAwaitingApproval || !strings.Contains(out, "approval 1 requested") || !strings.Contains(out, "mefor approvals approve 1") {
+		t.Fatalf("replay-dead needing an approval: exit %d\n%s%s", c, out, errs)
+	}
+	c, out, errs = runCLI(cfg, "", "replay-dead", "--destination", "lab", "--yes", "--json", "--api", n.url, "--token", op, "--api-ca", n.ca)
+	if a := decode[approvalAnswer](t, out); c != exitAwaitingApproval || a.ApprovalID != 2 || a.State != "pending" {
+		t.Fatalf("replay-dead --json needing an approval: exit %d\n%s%s", c, out, errs)
+	}
+	if got := fixtures.Count(t, f.db.Pool, `SELECT count(*) FROM mefor_work WHERE status = 'dead'`); got != 1 {
+		t.Fatalf("%d dead rows after the requests, want the one still dead", got)
 	}
 }
