@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/ops"
 )
@@ -56,11 +57,13 @@ alerts.interval of a node running a config that has it.
 
 Examples:
   mefor alerts list
-  mefor alerts list --json`
+  mefor alerts list --json` + apiModeHelp
 }
 
 func (c *alertsListCmd) Run(ctx context.Context, g *Globals) error {
-	list, err := query(ctx, g, ops.ListAlerts)
+	list, err := read(ctx, g, func(cl *apiclient.Client) ([]ops.Alert, error) {
+		return getField[[]ops.Alert](ctx, cl, "/api/v1/alerts", "alerts")
+	}, ops.ListAlerts)
 	if err != nil {
 		return err
 	}

@@ -8,22 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-
-	"github.com/mefor/mefor/internal/apiclient"
 )
-
-// apiFlags say which API a command goes through, and as whom: the
-// commands that act as a person (approvals) reach a node's API instead of
-// the database, so the API checks and audits the person.
-type apiFlags struct {
-	API   string `name:"api" env:"MEFOR_API_URL" placeholder:"URL" help:"The API to go through, https://host:port (default from MEFOR_API_URL)."`
-	Token string `name:"token" env:"MEFOR_API_TOKEN" placeholder:"TOKEN" help:"Your API token (default from MEFOR_API_TOKEN, which keeps it out of the process list)."`
-	APICA string `name:"api-ca" env:"MEFOR_API_CA" placeholder:"FILE" help:"PEM file of the CA that signed the API's certificate (default from MEFOR_API_CA; the system's roots without it)."`
-}
-
-func (f apiFlags) client() (*apiclient.Client, error) {
-	return apiclient.New(apiclient.Options{URL: f.API, Token: f.Token, CAFile: f.APICA})
-}
 
 type approvalsCmd struct {
 	List    approvalsListCmd    `cmd:"" help:"List requests for approval of the actions you may approve: pending, expired, decided."`
@@ -67,14 +52,13 @@ type approvalView struct {
 }
 
 type approvalsListCmd struct {
-	apiFlags
 	State string `name:"state" enum:",pending,expired,rejected,running,done,failed" default:"" placeholder:"STATE" help:"Only requests in this state: pending, expired, rejected, running, done or failed."`
 	Limit int    `name:"limit" default:"100" help:"At most this many, newest first."`
 	JSON  bool   `name:"json" help:"Print JSON."`
 }
 
 func (c *approvalsListCmd) Run(ctx context.Context, g *Globals) error {
-	cl, err := c.client()
+	cl, err := g.apiClient()
 	if err != nil {
 		return err
 	}
@@ -103,7 +87,6 @@ func (c *approvalsListCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 type approvalsDecideCmd struct {
-	apiFlags
 	ID   int64 `arg:"" help:"The request's id (mefor approvals list)."`
 	JSON bool  `name:"json" help:"Print the API's answer as JSON: the request, and the action's result."`
 }
@@ -122,7 +105,7 @@ func (c *approvalsRejectCmd) Run(ctx context.Context, g *Globals) error {
 
 // decide posts verb (approve or reject) on the request.
 func (c *approvalsDecideCmd) decide(ctx context.Context, g *Globals, verb string) error {
-	cl, err := c.client()
+	cl, err := g.apiClient()
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"net/url"
+	"strconv"
+
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -61,7 +66,8 @@ role, node), action, outcome and target.
 Examples:
   mefor audit list
   mefor audit list --since 2025-03-01T00:00:00Z --action replay-dead
-  mefor audit list --since 7d --json | jq '.[] | select(.outcome != "ok")'`
+  mefor audit list --since 7d --json | jq '.[] | select(.outcome != "ok")'` + apiModeHelp + `
+A user with a channel scope cannot read the audit log through the API.`
 }
 
 var auditActions = ops.AuditedActions()
@@ -81,7 +87,19 @@ func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		f.Since = t
 	}
-	recs, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.AuditRecord, error) {
+	recs, err := read(ctx, g, func(cl *apiclient.Client) ([]ops.AuditRecord, error) {
+		if err := apiLimit(f.Limit); err != nil {
+			return nil, err
+		}
+		q := url.Values{"limit": {strconv.Itoa(f.Limit)}}
+		if f.Action != "" {
+			q.Set("action", f.Action)
+		}
+		if !f.Since.IsZero() {
+			q.Set("since", apiTime(f.Since))
+		}
+		return getField[[]ops.AuditRecord](ctx, cl, "/api/v1/audit?"+q.Encode(), "audit")
+	}, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.AuditRecord, error) {
 		return ops.ListAudit(ctx, pool, f)
 	})
 	if err != nil {

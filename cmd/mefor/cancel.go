@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -53,19 +54,40 @@ Examples:
   mefor cancel --destination lab --top
   mefor cancel --destination lab --channel adt
   mefor cancel --destination lab --wait 2m
-  mefor cancel --destination lab --json`
+  mefor cancel --destination lab --json` + apiActionHelp + `
+Through the API the node waits 10s for rows being sent, whatever --wait, and
+a person with a channel scope cancels only their channels' deliveries.`
 }
+
+// apiCancelWait is how long a node's API waits for rows being sent
+// (ops.APIActions.CancelWait's default).
+const apiCancelWait = 10 * time.Second
 
 func (c *cancelCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Destination == "" {
 		return errors.New("--destination must not be empty")
 	}
-	bar := newBar(g, c.JSON, "cancelling")
-	f := ops.CancelFilter{Destination: c.Destination, Channel: c.Channel, Top: c.Top}
-	res, err := queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.BulkResult, error) {
-		return ops.Cancel(ctx, pool, q, f, ops.BulkOptions{Progress: bar.progress, Wait: c.Wait})
-	})
-	bar.finish()
+	cl, err := g.remote()
+	if err != nil {
+		return err
+	}
+	var res ops.BulkResult
+	if cl != nil {
+		// The node waits apiCancelWait for rows being sent, whatever --wait.
+		c.Wait = apiCancelWait
+		err = act(ctx, g, cl, "/api/v1/destinations/"+url.PathEscape(c.Destination)+"/cancel",
+			map[string]any{"top": c.Top, "channel": c.Channel}, &res, c.JSON)
+		if err != nil {
+			return err
+		}
+	} else {
+		bar := newBar(g, c.JSON, "cancelling")
+		f := ops.CancelFilter{Destination: c.Destination, Channel: c.Channel, Top: c.Top}
+		res, err = queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.BulkResult, error) {
+			return ops.Cancel(ctx, pool, q, f, ops.BulkOptions{Progress: bar.progress, Wait: c.Wait})
+		})
+		bar.finish()
+	}
 	if err != nil {
 		if res.Rows > 0 {
 			return fmt.Errorf("stopped after cancelling %d of %d rows: %w", res.Rows, res.Matched, err)

@@ -12,7 +12,8 @@ import (
 
 // errNoDatabase is returned by commands that need PostgreSQL when no URL was given.
 var errNoDatabase = errors.New("no database: pass --database-url or set DATABASE_URL " +
-	"(e.g. postgres://mefor:secret@localhost:5432/mefor)")
+	"(e.g. postgres://mefor:secret@localhost:5432/mefor); the commands that go through the API take --api and --token " +
+	"(MEFOR_API_URL and MEFOR_API_TOKEN) or 'mefor login' instead")
 
 // pool opens a connection pool and checks that the database answers, so a bad
 // URL fails here with the host named rather than on a later query.
@@ -23,6 +24,10 @@ func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 // poolWith is pool with a hook that adjusts the configuration first.
 func (g *Globals) poolWith(ctx context.Context, adjust func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	if g.DatabaseURL == "" {
+		if g.apiGiven() {
+			// A command that reaches this works on the database only.
+			return nil, g.needsDatabase()
+		}
 		return nil, errNoDatabase
 	}
 	cfg, err := dbpool.CommandConfig(g.DatabaseURL)

@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"io"
 
+	"net/url"
+	"strconv"
+
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -40,18 +45,31 @@ in bulk with 'mefor replay-dead', or any row with 'mefor replay MESSAGE-ID'.
 
 Examples:
   mefor dead list --destination lab
-  mefor dead list --channel adt --json | jq '.[].message_id'`
+  mefor dead list --channel adt --json | jq '.[].message_id'` + apiModeHelp + `
+Through the API, --limit is at most 1000.`
 }
 
 func (c *deadListCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Limit <= 0 {
 		return errors.New("--limit must be at least 1")
 	}
-	kr, err := g.keyring()
-	if err != nil {
-		return err
-	}
-	rows, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.DeadRow, error) {
+	rows, err := read(ctx, g, func(cl *apiclient.Client) ([]ops.DeadRow, error) {
+		if err := apiLimit(c.Limit); err != nil {
+			return nil, err
+		}
+		q := url.Values{"limit": {strconv.Itoa(c.Limit)}}
+		if c.Channel != "" {
+			q.Set("channel", c.Channel)
+		}
+		if c.Destination != "" {
+			q.Set("destination", c.Destination)
+		}
+		return getField[[]ops.DeadRow](ctx, cl, "/api/v1/dead?"+q.Encode(), "dead")
+	}, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.DeadRow, error) {
+		kr, err := g.keyring()
+		if err != nil {
+			return nil, err
+		}
 		return ops.ListDead(ctx, pool, kr, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination, Limit: c.Limit})
 	})
 	if err != nil {

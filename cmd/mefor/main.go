@@ -48,6 +48,9 @@ type CLI struct {
 	User        userCmd        `cmd:"" help:"mefor's people: add, list, change, disable, enable or delete users; reset their MFA; list or end their sessions."`
 	Token       tokenCmd       `cmd:"" help:"API tokens for scripts and the CLI: create one for a user (shown once), list them, revoke one."`
 	Approvals   approvalsCmd   `cmd:"" help:"Dual control, through the API: list requests for approval, approve or reject one."`
+	Login       loginCmd       `cmd:"" help:"Log in to a node's API with password and TOTP; keep the session for the commands that go through the API."`
+	Reauth      reauthCmd      `cmd:"" help:"Prove password and TOTP again on your API session (stepdown needs it within 5 minutes)."`
+	Logout      logoutCmd      `cmd:"" help:"End the session 'mefor login' kept, on the API and here."`
 
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
@@ -60,12 +63,19 @@ type Globals struct {
 	// See checkDatabaseTLS.
 	AllowInsecureDatabase bool `name:"allow-insecure-database" help:"Connect to a database on another host without verified TLS (sslmode disable, allow or prefer); refused by default."`
 
+	// The API a command goes through instead of the database (apimode.go).
+	API   string `name:"api" env:"MEFOR_API_URL" placeholder:"URL" help:"Go through this node's API, https://host:port, instead of the database (default from MEFOR_API_URL, else the session of 'mefor login')."`
+	Token string `name:"token" env:"MEFOR_API_TOKEN" placeholder:"TOKEN" help:"Your API token or session token for --api (default from MEFOR_API_TOKEN, which keeps it out of the process list, else the session of 'mefor login')."`
+	APICA string `name:"api-ca" env:"MEFOR_API_CA" placeholder:"FILE" help:"PEM file of the CA that signed the API's certificate (default from MEFOR_API_CA; the system's roots without it)."`
+
 	logger *slog.Logger
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	// lookupEnv reads the environment (os.LookupEnv unless a test sets it).
 	lookupEnv func(string) (string, bool)
+	// command is the command line's command, e.g. "user add <name>".
+	command string
 }
 
 // exitError carries a specific exit code up to main.
@@ -118,12 +128,17 @@ func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv f
 
 	cli.Globals.stdin, cli.Globals.stdout, cli.Globals.stderr, cli.Globals.lookupEnv = stdin, stdout, stderr, lookupEnv
 	cli.Globals.logger = newLogger(stderr, cli.LogLevel, cli.LogFormat)
+	cli.Globals.command = kctx.Command()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
 	kctx.BindTo(ctx, (*context.Context)(nil))
-	err = kctx.Run(&cli.Globals)
+	if databaseOnly(cli.Globals.command) && cli.DatabaseURL == "" && cli.Globals.apiGiven() {
+		err = cli.Globals.needsDatabase()
+	} else {
+		err = kctx.Run(&cli.Globals)
+	}
 	if err == nil {
 		return 0
 	}

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -65,7 +67,9 @@ Examples:
   mefor messages list --type ADT^A08 --since 2024-05-01T00:00:00Z --until 2024-05-02T00:00:00Z
   mefor messages list --destination lab --status error
   mefor messages list --channel adt --since 2h --text 'DOE^JANE'
-  mefor messages list --json | jq '.[].id'`
+  mefor messages list --json | jq '.[].id'` + apiModeHelp + `
+Through the API you see only your channels; --patient and --text travel in a
+POST body, never in a URL, and need the messages.body permission.`
 }
 
 func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
@@ -84,11 +88,14 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
 		return fmt.Errorf("--since (%s) must be before --until (%s)", since.Format(time.RFC3339), until.Format(time.RFC3339))
 	}
-	kr, err := g.keyring()
-	if err != nil {
-		return err
-	}
-	msgs, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.MessageSummary, error) {
+	msgs, err := read(ctx, g, func(cl *apiclient.Client) ([]ops.MessageSummary, error) {
+		return apiMessages(ctx, cl, messageSearch{Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient,
+			Type: c.Type, Since: apiTime(since), Until: apiTime(until), Destination: c.Destination, Text: c.Text}, c.Limit)
+	}, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.MessageSummary, error) {
+		kr, err := g.keyring()
+		if err != nil {
+			return nil, err
+		}
 		return ops.ListMessages(ctx, pool, ops.MessageFilter{
 			Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
 			Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit, Keys: kr,
@@ -154,7 +161,8 @@ Examples:
   mefor messages show 42
   mefor messages show MSG00042
   mefor messages show 42 --body
-  mefor messages show 42 --json | jq '.work[] | select(.status == "dead")'`
+  mefor messages show 42 --json | jq '.work[] | select(.status == "dead")'` + apiModeHelp + `
+Through the API a message of a channel you do not see is not found.`
 }
 
 // messageShowJSON is `messages show --json`.
@@ -179,16 +187,39 @@ type replyJSON struct {
 }
 
 func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
-	kr, err := g.keyring()
+	cl, err := g.remote()
 	if err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx)
-	if err != nil {
-		return err
+	var (
+		find func(context.Context, string) (int64, []ops.MessageSummary, []ops.MessageSummary, error)
+		show func(context.Context, int64, bool) (*ops.MessageView, error)
+	)
+	if cl != nil {
+		find = func(ctx context.Context, ref string) (int64, []ops.MessageSummary, []ops.MessageSummary, error) {
+			return apiFindMessage(ctx, cl, ref)
+		}
+		show = func(ctx context.Context, id int64, body bool) (*ops.MessageView, error) {
+			return apiShowMessage(ctx, cl, id, body)
+		}
+	} else {
+		kr, err := g.keyring()
+		if err != nil {
+			return err
+		}
+		pool, err := g.pool(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		find = func(ctx context.Context, ref string) (int64, []ops.MessageSummary, []ops.MessageSummary, error) {
+			return ops.FindMessage(ctx, pool, ref)
+		}
+		show = func(ctx context.Context, id int64, body bool) (*ops.MessageView, error) {
+			return ops.ShowMessage(ctx, pool, kr, id, body)
+		}
 	}
-	defer pool.Close()
-	id, matches, also, err := ops.FindMessage(ctx, pool, c.ID)
+	id, matches, also, err := find(ctx, c.ID)
 	if err != nil {
 		return err
 	}
@@ -205,7 +236,7 @@ func (c *messagesShowCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(g.stderr, "note: %q is message %d's id; %d other message(s) have it as control id (mefor messages list --control-id %s)\n",
 			c.ID, id, len(also), c.ID)
 	}
-	v, err := ops.ShowMessage(ctx, pool, kr, id, c.Body)
+	v, err := show(ctx, id, c.Body)
 	if errors.Is(err, ops.ErrNotFound) {
 		return fmt.Errorf("message %d not found", id)
 	}

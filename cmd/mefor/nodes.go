@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -31,11 +32,13 @@ which schedules the periodic maintenance jobs.
 
 Examples:
   mefor nodes
-  mefor nodes --json | jq -r '.[] | select(.holds_lease) | .id'`
+  mefor nodes --json | jq -r '.[] | select(.holds_lease) | .id'` + apiModeHelp
 }
 
 func (c *nodesCmd) Run(ctx context.Context, g *Globals) error {
-	nodes, err := query(ctx, g, ops.ListNodes)
+	nodes, err := read(ctx, g, func(cl *apiclient.Client) ([]ops.Node, error) {
+		return getField[[]ops.Node](ctx, cl, "/api/v1/nodes", "nodes")
+	}, ops.ListNodes)
 	if err != nil {
 		return err
 	}

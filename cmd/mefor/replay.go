@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -41,13 +43,29 @@ exits 1.
 
 Examples:
   mefor replay 42
-  mefor replay 42 --json`
+  mefor replay 42 --json` + apiActionHelp + `
+Through the API a message of a channel you do not see is not found.`
 }
 
 func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
-	res, err := queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.ReplayResult, error) {
-		return ops.Replay(ctx, pool, q, c.ID)
-	})
+	cl, err := g.remote()
+	if err != nil {
+		return err
+	}
+	var res ops.ReplayResult
+	if cl != nil {
+		err = act(ctx, g, cl, fmt.Sprintf("/api/v1/messages/%d/replay", c.ID), nil, &res, c.JSON)
+		switch apiclient.StatusOf(err) {
+		case http.StatusNotFound:
+			err = ops.ErrNotFound
+		case http.StatusConflict:
+			err = ops.ErrBodyPurged
+		}
+	} else {
+		res, err = queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.ReplayResult, error) {
+			return ops.Replay(ctx, pool, q, c.ID)
+		})
+	}
 	switch {
 	case errors.Is(err, ops.ErrNotFound):
 		return fmt.Errorf("message %d not found", c.ID)
@@ -90,13 +108,23 @@ Dead rows of other stages (a handler error, a removed route) are replayed one
 message at a time with 'mefor replay ID'.
 
 Without --yes it asks for confirmation on a terminal, and refuses elsewhere.
+Through the API it asks before counting, and there is no progress bar: the
+API answers once every row is re-queued. It needs a --destination or a
+--channel there.
 
 Examples:
   mefor replay-dead --destination lab
-  mefor replay-dead --channel adt --destination lab --yes --json`
+  mefor replay-dead --channel adt --destination lab --yes --json` + apiActionHelp
 }
 
 func (c *replayDeadCmd) Run(ctx context.Context, g *Globals) error {
+	cl, err := g.remote()
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		return c.viaAPI(ctx, g, cl)
+	}
 	bar := newBar(g, c.JSON, "re-queuing")
 	opt := ops.BulkOptions{
 		Confirm:  confirmer(g, c.Yes, "re-queue %d dead deliveries"),
@@ -112,6 +140,34 @@ func (c *replayDeadCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return err
 	}
+	return c.print(g, res)
+}
+
+// viaAPI asks the API to replay: it answers once the rows are re-queued,
+// so there is no progress bar, and the confirmation is asked before,
+// without the count (the API counts as it replays).
+func (c *replayDeadCmd) viaAPI(ctx context.Context, g *Globals, cl *apiclient.Client) error {
+	if c.Channel == "" && c.Destination == "" {
+		return errors.New("through the API, name a --destination, a --channel or both")
+	}
+	if !c.Yes {
+		ok, err := ask(g, fmt.Sprintf("re-queue the dead deliveries of %s", filterText(c.Channel, c.Destination)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			fmt.Fprintln(g.stdout, "nothing changed")
+			return nil
+		}
+	}
+	var res ops.BulkResult
+	if err := act(ctx, g, cl, "/api/v1/dead/replay", map[string]string{"channel": c.Channel, "destination": c.Destination}, &res, c.JSON); err != nil {
+		return err
+	}
+	return c.print(g, res)
+}
+
+func (c *replayDeadCmd) print(g *Globals, res ops.BulkResult) error {
 	if c.JSON {
 		return writeJSON(g.stdout, res)
 	}
@@ -137,18 +193,33 @@ func confirmer(g *Globals, yes bool, what string) func(int) (bool, error) {
 	if yes {
 		return nil
 	}
-	return func(n int) (bool, error) {
-		if !isTerminal(g.stdout) || !term.IsTerminal(int(os.Stdin.Fd())) {
-			return false, &exitError{code: 1, err: fmt.Errorf(what+": pass --yes to confirm (nothing changed)", n)}
-		}
-		fmt.Fprintf(g.stdout, what+"? [y/N] ", n)
-		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return false, err
-		}
-		answer := strings.ToLower(strings.TrimSpace(line))
-		return answer == "y" || answer == "yes", nil
+	return func(n int) (bool, error) { return ask(g, fmt.Sprintf(what, n)) }
+}
+
+// ask asks "what? [y/N]" on a terminal, and refuses elsewhere.
+func ask(g *Globals, what string) (bool, error) {
+	if !isTerminal(g.stdout) || !term.IsTerminal(int(os.Stdin.Fd())) {
+		return false, &exitError{code: 1, err: errors.New(what + ": pass --yes to confirm (nothing changed)")}
 	}
+	fmt.Fprint(g.stdout, what+"? [y/N] ")
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	answer := strings.ToLower(strings.TrimSpace(line))
+	return answer == "y" || answer == "yes", nil
+}
+
+// filterText names a channel and destination filter for a question.
+func filterText(channel, destination string) string {
+	var parts []string
+	if channel != "" {
+		parts = append(parts, "channel "+channel)
+	}
+	if destination != "" {
+		parts = append(parts, "destination "+destination)
+	}
+	return strings.Join(parts, " and ")
 }
 
 // isTerminal reports whether w is a terminal.

@@ -15,6 +15,9 @@ type statusCmd struct {
 	JSON bool `name:"json" help:"Print JSON instead of tables."`
 
 	keys *crypt.Keyring // this command's MEFOR_ENCRYPTION_KEYS
+	// viaAPI is set when the status came through the API: the node opens
+	// content, so this command's own keys do not matter.
+	viaAPI bool
 }
 
 func (c *statusCmd) Help() string {
@@ -51,23 +54,27 @@ plaintext: true, and when the live nodes run different lists.
 
 Examples:
   mefor status
-  mefor status --json | jq '.destinations[] | select(.dead > 0)'`
+  mefor status --json | jq '.destinations[] | select(.dead > 0)'` + apiModeHelp
 }
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
-	kr, err := g.keyring()
+	cl, err := g.remote()
 	if err != nil {
 		return err
 	}
-	c.keys = kr
-	pool, err := g.pool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	st, err := ops.Status(ctx, pool)
-	if err != nil {
-		return err
+	var st *ops.StatusReport
+	if cl != nil {
+		c.viaAPI = true
+		if _, err := cl.Do(ctx, "GET", "/api/v1/status", nil, &st); err != nil {
+			return err
+		}
+	} else {
+		if c.keys, err = g.keyring(); err != nil {
+			return err
+		}
+		if st, err = query(ctx, g, ops.Status); err != nil {
+			return err
+		}
 	}
 	if c.JSON {
 		return writeJSON(g.stdout, st)
@@ -117,7 +124,7 @@ func (c *statusCmd) printTail(w io.Writer, st *ops.StatusReport) error {
 	if err := printTransport(w, st.Transport, st.At); err != nil {
 		return err
 	}
-	printEncryption(w, st.Encryption, c.keys)
+	printEncryption(w, st.Encryption, c.keys, c.viaAPI)
 	printEgress(w, st.Egress)
 	printAuditForward(w, st.AuditForward, st.At)
 	return nil

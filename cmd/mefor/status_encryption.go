@@ -11,7 +11,10 @@ import (
 
 // printEncryption says whether the live nodes seal message content at
 // rest, and under which key, and whether this command could open it.
-func printEncryption(w io.Writer, es *ops.EncryptionStatus, mine *crypt.Keyring) {
+//
+// viaAPI: the status came through the API, whose node opens content with
+// its own keys, so what this command holds is not said.
+func printEncryption(w io.Writer, es *ops.EncryptionStatus, mine *crypt.Keyring, viaAPI bool) {
 	fmt.Fprintln(w)
 	switch es.State() {
 	case "on":
@@ -34,13 +37,17 @@ func printEncryption(w io.Writer, es *ops.EncryptionStatus, mine *crypt.Keyring)
 		fmt.Fprintf(w, "warning: encryption at rest differs between nodes (%s): give every node the same %s\n",
 			strings.Join(parts, ", "), crypt.EnvKeys)
 	case "":
+		if viaAPI {
+			fmt.Fprintln(w, "encryption at rest: no live node has recorded it")
+			break
+		}
 		state := "not set: content this command stores is kept in plaintext"
 		if mine.Enabled() {
 			state = "set, active key " + mine.ActiveID()
 		}
 		fmt.Fprintf(w, "encryption at rest: no live node has recorded it; this command's %s is %s\n", crypt.EnvKeys, state)
 	}
-	if es.State() != "off" && !mine.Enabled() {
+	if es.State() != "off" && !mine.Enabled() && !viaAPI {
 		fmt.Fprintf(w, "note: %s is not set for this command: it cannot show bodies or encrypted errors\n", crypt.EnvKeys)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/ops"
 )
 
@@ -47,10 +48,20 @@ Exit status:
 
 Examples:
   mefor stepdown --wait
-  mefor stepdown --node mefor-a:4711:9f2c1e --json`
+  mefor stepdown --node mefor-a:4711:9f2c1e --json` + apiActionHelp + `
+Through the API stepdown needs a re-authentication within the last 5 minutes:
+'mefor login', then 'mefor reauth' (an API token cannot). The node waits 15s
+for the answer whatever --timeout; --river and --wait need the database.`
 }
 
 func (c *stepdownCmd) Run(ctx context.Context, g *Globals) error {
+	cl, err := g.remote()
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		return c.viaAPI(ctx, g, cl)
+	}
 	pool, err := g.pool(ctx)
 	if err != nil {
 		return err
@@ -69,6 +80,31 @@ func (c *stepdownCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	return c.report(g, ans)
+}
+
+// viaAPI asks the API for the stepdown, as the person whose session
+// re-authenticated ('mefor reauth'); the node waits 15s for the answer.
+func (c *stepdownCmd) viaAPI(ctx context.Context, g *Globals, cl *apiclient.Client) error {
+	switch {
+	case c.River:
+		return errNotThroughAPI("--river", "ask River's leader to resign with the database URL ('mefor stepdown --river' without an API)")
+	case c.Wait:
+		return errNotThroughAPI("--wait", "the API answers with the release; run 'mefor nodes' to see the new holder")
+	}
+	body := map[string]string{}
+	if c.Node != "" {
+		body["node"] = c.Node
+	}
+	var ans ops.StepdownAnswer
+	if err := act(ctx, g, cl, "/api/v1/cluster/stepdown", body, &ans, c.JSON); err != nil {
+		return err
+	}
+	return c.report(g, ans)
+}
+
+// report prints the node's answer and returns its exit code.
+func (c *stepdownCmd) report(g *Globals, ans ops.StepdownAnswer) error {
 	if c.JSON {
 		if err := writeJSON(g.stdout, ans); err != nil {
 			return err

@@ -152,11 +152,14 @@ type listQuery struct {
 	Status      string `json:"status"`
 	ControlID   string `json:"control_id"`
 	Patient     string `json:"patient"`
-	Type        string `json:"type"`
-	Since       string `json:"since"`
-	Until       string `json:"until"`
-	Limit       int    `json:"limit"`
-	Cursor      string `json:"cursor"`
+	// Text is a text the message's body contains (a search's body only:
+	// it is content).
+	Text   string `json:"text"`
+	Type   string `json:"type"`
+	Since  string `json:"since"`
+	Until  string `json:"until"`
+	Limit  int    `json:"limit"`
+	Cursor string `json:"cursor"`
 }
 
 // listParams are the query parameters GET /api/v1/messages takes.
@@ -168,9 +171,9 @@ var listParams = map[string]bool{"channel": true, "destination": true, "status":
 // search goes in a POST body (POST /api/v1/messages/search).
 func queryOf(v url.Values) (listQuery, *apiError) {
 	for k := range v {
-		if k == "patient" {
-			return listQuery{}, &apiError{Error: "a patient identifier never goes in a URL; POST it as {\"patient\": ...} to /api/v1/messages/search",
-				Field: "patient"}
+		if k == "patient" || k == "text" {
+			return listQuery{}, &apiError{Error: "a " + k + " to search for never goes in a URL; POST it as {\"" + k + "\": ...} to /api/v1/messages/search",
+				Field: k}
 		}
 		if !listParams[k] {
 			return listQuery{}, &apiError{Error: "unknown query parameter " + k, Field: k}
@@ -205,7 +208,7 @@ func when(field, s string) (time.Time, *apiError) {
 // filter turns q into the search filter, scoped to p's channels.
 func (q listQuery) filter(p *identity.Principal) (search.MessageFilter, *apiError) {
 	f := search.MessageFilter{Channel: q.Channel, Destination: q.Destination, Status: q.Status, ControlID: q.ControlID,
-		Patient: q.Patient, Type: q.Type, Limit: q.Limit, Scope: p.Channels}
+		Patient: q.Patient, Text: q.Text, Type: q.Type, Limit: q.Limit, Scope: p.Channels}
 	var e *apiError
 	if f.Since, e = when("since", q.Since); e != nil {
 		return f, e
@@ -280,7 +283,7 @@ func (s *Server) searchMessages(w http.ResponseWriter, r *http.Request, req requ
 		writeError(w, http.StatusUnprocessableEntity, *e)
 		return
 	}
-	if q.Patient != "" && !require(w, req, identity.PermMessagesBody) {
+	if (q.Patient != "" || q.Text != "") && !require(w, req, identity.PermMessagesBody) {
 		return
 	}
 	s.list(w, r, req, q)
@@ -344,16 +347,28 @@ type bodyView struct {
 	Outbound  []outboundBody `json:"outbound"`
 }
 
+// replyBody is a partner's reply; Body is null when the partner sent none
+// or retention purged it.
 type replyBody struct {
-	ID     int64  `json:"id"`
-	WorkID int64  `json:"work_id"`
-	Body   string `json:"body"`
+	ID     int64   `json:"id"`
+	WorkID int64   `json:"work_id"`
+	Body   *string `json:"body"`
 }
 
+// outboundBody is a delivery's payload; null once retention purged it.
 type outboundBody struct {
-	WorkID      int64  `json:"work_id"`
-	Destination string `json:"destination"`
-	Payload     string `json:"payload"`
+	WorkID      int64   `json:"work_id"`
+	Destination string  `json:"destination"`
+	Payload     *string `json:"payload"`
+}
+
+// text is b as a JSON string, nil for none.
+func text(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
 }
 
 func (s *Server) show(w http.ResponseWriter, r *http.Request, req request, withBody bool) {
@@ -381,10 +396,10 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request, req request, withB
 		b.Raw = &raw
 	}
 	for _, rp := range v.Replies {
-		b.Replies = append(b.Replies, replyBody{ID: rp.ID, WorkID: rp.WorkID, Body: string(rp.Body)})
+		b.Replies = append(b.Replies, replyBody{ID: rp.ID, WorkID: rp.WorkID, Body: text(rp.Body)})
 	}
 	for _, o := range v.Outbound {
-		b.Outbound = append(b.Outbound, outboundBody{WorkID: o.WorkID, Destination: o.Destination, Payload: string(o.Payload)})
+		b.Outbound = append(b.Outbound, outboundBody{WorkID: o.WorkID, Destination: o.Destination, Payload: text(o.Payload)})
 	}
 	writeJSON(w, http.StatusOK, b)
 }

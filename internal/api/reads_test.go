@@ -216,7 +216,20 @@ func TestPatientSearchOnlyInABody(t *testing.T) {
 		t.Fatalf("the patient identifier is in %d audit rows", n)
 	}
 	if status, e, _ := h.call("GET", "/api/v1/messages?text=x", nil, olga); status != http.StatusUnprocessableEntity || e["field"] != "text" {
-		t.Fatalf("an unknown query parameter: %d %v", status, e)
+		t.Fatalf("a text in the query string: %d %v", status, e)
+	}
+	// A text search goes in the body too: content, so the content
+	// permission, scoped, and audited naming the person.
+	if status, e, _ := h.call("POST", "/api/v1/messages/search", map[string]any{"text": "P77"}, vic); status != http.StatusForbidden || e["permission"] != "messages.body" {
+		t.Fatalf("a viewer searching bodies: %d %v", status, e)
+	}
+	status, body, _ = h.call("POST", "/api/v1/messages/search", map[string]any{"text": "P77"}, olga)
+	list, _ = body["messages"].([]any)
+	if status != http.StatusOK || len(list) != 1 || list[0].(map[string]any)["id"] != float64(lab) {
+		t.Fatalf("a lab operator's text search: %d %v", status, body)
+	}
+	if n := h.Int(`SELECT count(*) FROM mefor_audit WHERE action = 'search-bodies' AND target::jsonb->>'actor' = 'olga'`); n != 1 {
+		t.Fatalf("search-bodies rows naming olga: %d, want 1", n)
 	}
 }
 

@@ -45,6 +45,9 @@ type Client struct {
 	base  *url.URL
 	token string
 	http  *http.Client
+	// keep makes Do keep the answer's cookies (a login's session).
+	keep    bool
+	cookies []*http.Cookie
 }
 
 // New checks o and returns a client.
@@ -53,7 +56,15 @@ func New(o Options) (*Client, error) {
 		return nil, errors.New("no API URL: set MEFOR_API_URL or --api (e.g. https://mefor.example.org:8443)")
 	}
 	if o.Token == "" {
-		return nil, errors.New("no API token: set MEFOR_API_TOKEN (from 'mefor token create') or --token")
+		return nil, errors.New("no API token: set MEFOR_API_TOKEN (from 'mefor token create') or --token, or log in with 'mefor login'")
+	}
+	return newClient(o)
+}
+
+// newClient is New without a token: for logging in.
+func newClient(o Options) (*Client, error) {
+	if o.URL == "" {
+		return nil, errors.New("no API URL: set MEFOR_API_URL or --api (e.g. https://mefor.example.org:8443)")
 	}
 	u, err := url.Parse(strings.TrimRight(o.URL, "/"))
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
@@ -142,7 +153,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 	if err != nil {
 		return 0, fmt.Errorf("API request %s %s: %w", method, path, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -152,6 +165,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 		return 0, fmt.Errorf("API %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	if c.keep {
+		c.cookies = resp.Cookies()
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("API %s %s: read the answer: %w", method, path, err)
