@@ -18,7 +18,7 @@ import (
 )
 
 // Peers: programs tests talk to that are not PostgreSQL (a syslog
-// receiver, later an SSH or SMTP server), run in containers built
+// receiver, an SMTP server: rsyslog.go, smtp.go), run in containers built
 // locally from Debian packages by peerimage/build.sh, since no registry
 // can be reached.
 

@@ -13,6 +13,7 @@ import (
 	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/auditforward"
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/notify"
 	"github.com/mefor/mefor/internal/search"
 	"github.com/mefor/mefor/jobs"
 )
@@ -27,7 +28,7 @@ import (
 // evaluations (a River leader change, a run by hand) serialize and the
 // second finds the change already made: a breach fires once per cluster,
 // and the state survives any node. Notifications are River jobs on their
-// own queue, retried with backoff (AlertNotifyWorker): a webhook that is
+// own queue, retried with backoff (AlertNotifyWorker): a sink that is
 // down never blocks an evaluation, let alone the pipeline.
 
 // MaintenanceAlerts is the name of the alert evaluation job.
@@ -54,39 +55,10 @@ func (w *AlertEvalWorker) Work(ctx context.Context, _ *river.Job[jobs.AlertEvalA
 }
 
 // Reading is one condition of a rule as measured.
-type Reading struct {
-	Condition string  `json:"condition"`
-	Value     float64 `json:"value"`
-	Threshold float64 `json:"threshold"`
-}
+type Reading = notify.Reading
 
-// Breached reports whether the reading breaches its threshold.
-func (r Reading) Breached() bool { return r.Value >= r.Threshold }
-
-// Notification is the JSON body a sink receives: it names the rule, what
-// it watches, the state and the condition's value and threshold (seconds
-// for ages, counts otherwise). It never holds message content.
-type Notification struct {
-	Rule        string `json:"rule"`
-	State       string `json:"state"`
-	Destination string `json:"destination,omitempty"`
-	Channel     string `json:"channel,omitempty"`
-	// AuditForward is the audit.forward target (syslog, webhook) of a
-	// rule watching one: its queue is the audit rows not yet accepted.
-	AuditForward string `json:"audit_forward,omitempty"`
-	// Condition, Value and Threshold are the condition that breached: on
-	// resolved, the one that had fired, with its value now.
-	Condition string  `json:"condition"`
-	Value     float64 `json:"value"`
-	Threshold float64 `json:"threshold"`
-	Unit      string  `json:"unit"`
-	// Breaches lists every condition breaching now (empty on resolved).
-	Breaches []Reading `json:"breaches"`
-	// Since is when the rule entered State; At is the evaluation.
-	Since   time.Time `json:"since"`
-	At      time.Time `json:"at"`
-	Summary string    `json:"summary"`
-}
+// Notification is what a sink receives (notify.Notification).
+type Notification = notify.Notification
 
 // EvaluateAlerts evaluates every rule of a once and returns the changes
 // of state it recorded (and notified, through ins). A nil a removes every
@@ -218,24 +190,24 @@ func measure(ctx context.Context, tx pgx.Tx, r config.AlertRule, b *search.Backl
 	}
 	var out []Reading
 	if r.OldestQueued > 0 {
-		out = append(out, Reading{config.ConditionOldestQueued, oldest, r.OldestQueued.Seconds()})
+		out = append(out, Reading{Condition: config.ConditionOldestQueued, Value: oldest, Threshold: r.OldestQueued.Seconds()})
 	}
 	if r.QueueDepth > 0 {
-		out = append(out, Reading{config.ConditionQueueDepth, float64(depth), float64(r.QueueDepth)})
+		out = append(out, Reading{Condition: config.ConditionQueueDepth, Value: float64(depth), Threshold: float64(r.QueueDepth)})
 	}
 	if r.DeadLetters > 0 {
 		n, err := alert.CountDead(ctx, tx, r.Destination, r.Channel)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Reading{config.ConditionDeadLetters, float64(n), float64(r.DeadLetters)})
+		out = append(out, Reading{Condition: config.ConditionDeadLetters, Value: float64(n), Threshold: float64(r.DeadLetters)})
 	}
 	if r.Tampered > 0 {
 		n, err := alert.CountTampered(ctx, tx, r.Destination, r.Channel)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Reading{config.ConditionTampered, float64(n), float64(r.Tampered)})
+		out = append(out, Reading{Condition: config.ConditionTampered, Value: float64(n), Threshold: float64(r.Tampered)})
 	}
 	if r.NoTraffic > 0 {
 		secs, ok, err := alert.SecondsSinceTraffic(ctx, tx, r.Destination, r.Channel)
@@ -247,7 +219,7 @@ func measure(ctx context.Context, tx pgx.Tx, r config.AlertRule, b *search.Backl
 			// evaluated (its row's creation), not from the epoch.
 			secs = time.Since(st.Since).Seconds()
 		}
-		out = append(out, Reading{config.ConditionNoTraffic, secs, r.NoTraffic.Seconds()})
+		out = append(out, Reading{Condition: config.ConditionNoTraffic, Value: secs, Threshold: r.NoTraffic.Seconds()})
 	}
 	return out, nil
 }

@@ -14,11 +14,13 @@ import (
 
 type alertsCmd struct {
 	List alertsListCmd `cmd:"" help:"List the alert rules: state, since when, value against threshold, last notification."`
+	Test alertsTestCmd `cmd:"" help:"Send a test notification to one sink of the config, from this machine, as a node would."`
 }
 
 func (c *alertsCmd) Help() string {
 	return `mefor's own alerts, for teams without Prometheus. The config's alerts:
-section holds sinks (a webhook, or the node's log) and rules over a
+section holds sinks (a webhook, a mail, a syslog receiver, or the node's
+log) and rules over a
 destination's or a channel's queue:
 
   alerts:
@@ -26,6 +28,11 @@ destination's or a channel's queue:
     sinks:
       ops:
         webhook: {url: "https://hooks.example.org/mefor", headers: {Authorization: "${HOOK_TOKEN}"}}
+      mail:
+        email: {address: "smtp.example.org:587", from: mefor@example.org, to: [oncall@example.org],
+                username: mefor, password: "${SMTP_PASSWORD}"}
+      siem:
+        syslog: {address: "siem.example.org:6514", tls: {ca_file: /etc/mefor/tls/siem-ca.crt}}
       journal:
         log: {level: warn}
     rules:
@@ -41,7 +48,8 @@ each change is notified once for the whole cluster. Webhooks get a JSON POST
 
 Examples:
   mefor alerts list
-  mefor alerts list --json | jq '.[] | select(.state == "firing")'`
+  mefor alerts list --json | jq '.[] | select(.state == "firing")'
+  mefor alerts test mail --config mefor.yaml`
 }
 
 type alertsListCmd struct {

@@ -21,23 +21,45 @@ type Alerts struct {
 	Rules []AlertRule
 }
 
-// AlertSink is one place notifications go. Exactly one of Webhook and Log
-// is set.
+// AlertSink is one place notifications go. Exactly one of Webhook, Email,
+// Syslog and Log is set.
 type AlertSink struct {
 	Name    string
 	Webhook *WebhookSink
+	Email   *EmailSink
+	Syslog  *SyslogSink
 	Log     *LogSink
 }
 
-// Kind names the kind of the sink: webhook or log.
+// Alert sink kinds, as the config spells them.
+const (
+	SinkWebhook = "webhook"
+	SinkEmail   = "email"
+	SinkSyslog  = "syslog"
+	SinkLog     = "log"
+)
+
+// Kind names the kind of the sink: webhook, email, syslog or log; empty
+// when none or several are set (config refuses such a file).
 func (s *AlertSink) Kind() string {
-	switch {
-	case s.Webhook != nil:
-		return "webhook"
-	case s.Log != nil:
-		return "log"
+	kinds := s.kinds()
+	if len(kinds) != 1 {
+		return ""
 	}
-	return ""
+	return kinds[0]
+}
+
+func (s *AlertSink) kinds() []string {
+	var out []string
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{{SinkWebhook, s.Webhook != nil}, {SinkEmail, s.Email != nil}, {SinkSyslog, s.Syslog != nil}, {SinkLog, s.Log != nil}} {
+		if k.set {
+			out = append(out, k.name)
+		}
+	}
+	return out
 }
 
 // WebhookSink POSTs each notification as JSON.
@@ -165,9 +187,15 @@ func (l *loader) decodeAlerts(n *yaml.Node, p path) *Alerts {
 
 func (l *loader) decodeAlertSink(name string, n *yaml.Node, p path) AlertSink {
 	s := AlertSink{Name: name}
-	m := l.mapping(n, p, "webhook", "log")
-	if wn, ok := m["webhook"]; ok {
-		s.Webhook = l.decodeWebhook(wn, p.key("webhook"))
+	m := l.mapping(n, p, SinkWebhook, SinkEmail, SinkSyslog, SinkLog)
+	if wn, ok := m[SinkWebhook]; ok {
+		s.Webhook = l.decodeWebhook(wn, p.key(SinkWebhook))
+	}
+	if en, ok := m[SinkEmail]; ok {
+		s.Email = l.decodeEmailSink(en, p.key(SinkEmail))
+	}
+	if sn, ok := m[SinkSyslog]; ok {
+		s.Syslog = l.decodeSyslogSink(sn, p.key(SinkSyslog))
 	}
 	if ln, ok := m["log"]; ok {
 		lp := p.key("log")
@@ -379,18 +407,24 @@ func (l *loader) checkAuditForwardRule(c *Config, r *AlertRule, rp path) {
 }
 
 func (l *loader) checkAlertSink(s *AlertSink, p path) {
-	switch {
-	case s.Webhook != nil && s.Log != nil:
-		l.errorf(p, "has both webhook and log; a sink is one of them, declare two sinks to use both")
+	switch kinds := s.kinds(); {
+	case len(kinds) > 1:
+		l.errorf(p, "has both %s and %s; a sink is one of them, declare two sinks to use both", kinds[0], kinds[1])
 		return
-	case s.Webhook == nil && s.Log == nil:
+	case len(kinds) == 0:
 		if !l.failed(p) {
-			l.errorf(p, "needs webhook: {url: https://...} or log: {}")
+			l.errorf(p, "needs one of %s", alertSinkKindsForAnExample)
 		}
 		return
 	}
 	if w := s.Webhook; w != nil {
-		l.checkWebhook(w, p.key("webhook"), "notifications")
+		l.checkWebhook(w, p.key(SinkWebhook), "notifications")
+	}
+	if e := s.Email; e != nil {
+		l.checkEmailSink(e, p.key(SinkEmail))
+	}
+	if sl := s.Syslog; sl != nil {
+		l.checkSyslogSink(sl, p.key(SinkSyslog))
 	}
 	if lg := s.Log; lg != nil {
 		if lp := p.key("log").key("level"); !l.failed(lp) && !slices.Contains(logLevels, lg.Level) {

@@ -14,7 +14,7 @@ import (
 )
 
 // Egress says where mefor may connect. With it, the file is fail-closed:
-// every destination, reference-set source, alert webhook and proxy must be
+// every destination, reference-set source, alert sink and proxy must be
 // in Allow, or loading fails naming it; and a node checks the address of
 // each connection it makes against Allow and the addresses its names had
 // when the file was loaded (package egress).
@@ -39,7 +39,7 @@ type Outbound struct {
 	Host string
 	Port int
 	// Protocol is what the connection speaks: mllp, http, https, postgres,
-	// syslog-tls or proxy.
+	// syslog, syslog-tls, smtp, smtp-starttls or proxy.
 	Protocol string
 	// Plaintext is set when the connection carries messages, rows or
 	// credentials unencrypted to another machine (not loopback) and the
@@ -225,6 +225,9 @@ func (l *loader) collectOutbound(c *Config) []Outbound {
 			if s.Webhook != nil {
 				web("alert_sink:"+s.Name, path{section: "alerts"}.key("sinks").key(s.Name).key("webhook"),
 					s.Webhook.URL, s.Webhook.Proxy, s.Webhook.Plaintext)
+			}
+			if o, ok := l.alertSinkOutbound(&s); ok {
+				out = append(out, o)
 			}
 		}
 	}

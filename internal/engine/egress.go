@@ -11,8 +11,8 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/nodeinfo"
+	"github.com/mefor/mefor/internal/notify"
 	"github.com/mefor/mefor/internal/reference"
-	"github.com/mefor/mefor/workers"
 )
 
 // Where data may go.
@@ -67,13 +67,10 @@ func (n *Node) referenceEgress(set *config.ReferenceSet) reference.Egress {
 	return reference.EgressOf(n.egress.Load(), tc, set)
 }
 
-// webhookClient is the client an alert sink's webhook POSTs with.
-func (n *Node) webhookClient(sink *config.AlertSink) *http.Client {
-	var tc *tls.Config
-	if c := n.tls.set.WebhookClient(sink.Name); c != nil {
-		tc = c.Config()
-	}
-	return workers.WebhookClient(n.egress.Load(), tc, sink)
+// alertTransport is how an alert sink connects: through the policy in
+// force, with the sink's TLS configuration.
+func (n *Node) alertTransport(sink *config.AlertSink) notify.Transport {
+	return notify.TransportOf(n.egress.Load(), n.tls.set, sink.Name)
 }
 
 // auditForwardSenders are the senders of f's targets, by target, dialling

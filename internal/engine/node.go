@@ -339,7 +339,7 @@ func New(opts Options) (*Node, error) {
 	river.AddWorker(w, &workers.AuditForwardWorker{Deps: deps, Config: n.Config, Senders: n.auditForwardSenders})
 	river.AddWorker(w, &workers.AlertEvalWorker{Deps: deps, Config: n.Config})
 	river.AddWorker(w, &workers.AlertNotifyWorker{Pool: opts.Pool, Config: n.Config, Logger: opts.Logger,
-		RetryBase: opts.AlertRetryBase, Client: n.webhookClient})
+		RetryBase: opts.AlertRetryBase, Transport: n.alertTransport, Hostname: opts.NodeID})
 	maintenance := workers.MaintenanceJobs(opts.Config)
 	if opts.ReclaimInterval > 0 {
 		maintenance[0].Schedule = config.Every(opts.ReclaimInterval) // reclaim is always first

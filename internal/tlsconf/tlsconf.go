@@ -1,6 +1,6 @@
 // Package tlsconf turns a config's TLS settings into the crypto/tls
 // configurations a node's MLLP listeners, its MLLP and HTTP senders, its
-// HTTP reference sources and its alert webhooks use, and keeps them
+// HTTP reference sources and its alert sinks use, and keeps them
 // current.
 //
 // The certificate, key and CA files are read when a node starts (New) and
@@ -131,9 +131,10 @@ func (s *Set) Client(destination string) *Client {
 // verified against the system's roots).
 func (s *Set) ReferenceClient(set string) *Client { return s.client(clientKey{"reference_sets", set}) }
 
-// WebhookClient returns the configuration of the alert sink's webhook, or
-// nil when it has no tls: block.
-func (s *Set) WebhookClient(sink string) *Client { return s.client(clientKey{"alerts", sink}) }
+// AlertSinkClient returns the configuration of the alert sink's webhook,
+// mail server (STARTTLS) or syslog receiver, or nil when it has none (a
+// webhook without a tls: block is verified against the system's roots).
+func (s *Set) AlertSinkClient(sink string) *Client { return s.client(clientKey{"alerts", sink}) }
 
 // AuditForwardClient returns the configuration of an audit.forward target
 // (syslog, always TLS, or webhook, nil without a tls: block).
@@ -194,8 +195,14 @@ func (s *Set) Prepare(cfg *config.Config, now time.Time) (*Staged, error) {
 	}
 	if cfg.Alerts != nil {
 		for _, sink := range cfg.Alerts.Sinks {
-			if w := sink.Webhook; w != nil {
-				client(clientKey{"alerts", sink.Name}, w.TLS, "sinks."+sink.Name+".webhook.tls.", fmt.Sprintf("alert sink %q", sink.Name))
+			k, use := clientKey{"alerts", sink.Name}, fmt.Sprintf("alert sink %q", sink.Name)
+			switch {
+			case sink.Webhook != nil:
+				client(k, sink.Webhook.TLS, "sinks."+sink.Name+".webhook.tls.", use)
+			case sink.Email != nil:
+				client(k, sink.Email.TLS, "sinks."+sink.Name+".email.tls.", use)
+			case sink.Syslog != nil:
+				client(k, sink.Syslog.TLS, "sinks."+sink.Name+".syslog.tls.", use)
 			}
 		}
 	}

@@ -10,6 +10,7 @@
 #
 # Usage: testcontainers/peerimage/build.sh IMAGE PACKAGE...
 #   e.g. testcontainers/peerimage/build.sh mefor-rsyslog:1 rsyslog rsyslog-gnutls
+#        testcontainers/peerimage/build.sh mefor-aiosmtpd:1 python3-aiosmtpd (run with smtpd.py)
 # Does nothing when IMAGE already exists; FORCE=1 rebuilds.
 set -euo pipefail
 
