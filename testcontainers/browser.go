@@ -20,9 +20,11 @@ import (
 // peerimage/build.sh on first use (MEFOR_BROWSER_IMAGE overrides it).
 const BrowserImage = "mefor-chromium:1"
 
-// BrowserPackages are the Debian packages of BrowserImage: the browser
-// and a font, so pages render text the same on every machine.
-var BrowserPackages = []string{"chromium", "fonts-dejavu-core"}
+// BrowserPackages are the Debian packages of BrowserImage: the browser,
+// a font, so pages render text the same on every machine, and dbus-x11,
+// named because debootstrap does not resolve the virtual
+// dbus-session-bus that chromium's GTK dependencies need.
+var BrowserPackages = []string{"chromium", "fonts-dejavu-core", "dbus-x11"}
 
 // Browser is a headless Chromium running in a container.
 type Browser struct {

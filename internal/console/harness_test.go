@@ -210,7 +210,7 @@ func (h *harness) shot(ctx context.Context, name string) {
 		w, h int64
 	}{{1280, 800}, {390, 844}} {
 		h.do(ctx, "resize for "+name, chromedp.EmulateViewport(size.w, size.h), chromedp.Sleep(200*time.Millisecond))
-		png := get(h, ctx, "screenshot "+name, chromedp.FullScreenshot(90))
+		png := get(h, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.png", name, size.w)), png, 0o644); err != nil {
 			h.T.Fatal(err)
 		}
