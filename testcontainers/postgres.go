@@ -89,6 +89,9 @@ var (
 	serverErr   error
 	serverMu    sync.Mutex
 	extraOwners []*Server
+	// exitHooks stop what tests shared across the binary (the browser)
+	// when Main ends.
+	exitHooks []func(context.Context)
 )
 
 // configure sets up testcontainers-go for machines without a registry. It
@@ -137,7 +140,20 @@ func Main(m *testing.M) {
 			s.Terminate(ctx)
 		}
 	}
+	serverMu.Lock()
+	hooks := exitHooks
+	serverMu.Unlock()
+	for _, f := range hooks {
+		f(ctx)
+	}
 	os.Exit(code)
+}
+
+// atExit runs f when Main ends, after the tests.
+func atExit(f func(context.Context)) {
+	serverMu.Lock()
+	defer serverMu.Unlock()
+	exitHooks = append(exitHooks, f)
 }
 
 // DB is one test's own database with mefor's schema applied.

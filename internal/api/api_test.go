@@ -199,8 +199,8 @@ func TestLoginSessionCSRFAndLogout(t *testing.T) {
 		t.Fatalf("login: %d %v", status, body)
 	}
 	c := sessionCookie(t, resp)
-	if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode {
-		t.Fatalf("session cookie %+v: want HttpOnly, Secure, SameSite=Strict", c)
+	if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+		t.Fatalf("session cookie %+v: want HttpOnly, Secure, SameSite=Strict, path / (the console's pages share it)", c)
 	}
 	if status, me, _ := h.call("GET", "/api/v1/me", nil, nil, c); status != http.StatusOK || me["user"] != "alice" || me["role"] != "admin" {
 		t.Fatalf("me: %d %v", status, me)

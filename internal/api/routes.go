@@ -18,6 +18,10 @@ import (
 // SessionCookie is the session cookie's name.
 const SessionCookie = "mefor_session"
 
+// cookiePath is the session cookie's path: the whole site, so the console
+// at / and the API under /api/ share one login.
+const cookiePath = "/"
+
 // CSRFHeader must carry the session's CSRF token on every write
 // authenticated by the cookie.
 const CSRFHeader = "X-CSRF-Token"
@@ -34,6 +38,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiError{Error: "no such endpoint"})
 	})
+	if s.cfg.Console != nil {
+		// The more specific /api/ patterns win, so the console gets the
+		// rest of the site.
+		mux.Handle("/", s.cfg.Console(mux))
+	}
 	return mux
 }
 
@@ -207,7 +216,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request, req request) {
 		writeError(w, http.StatusInternalServerError, apiError{Error: "logout failed; see the node's log"})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/api/", HttpOnly: true, Secure: s.tls != nil,
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: cookiePath, HttpOnly: true, Secure: s.tls != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1, Expires: time.Unix(0, 0)})
 	writeJSON(w, http.StatusOK, map[string]any{"logged_out": true})
 }

@@ -58,6 +58,11 @@ type Config struct {
 	// SSO is the OpenID Connect provider people may log in through
 	// (GET /api/v1/sso/login). Defaults to none: passwords only.
 	SSO *OIDC
+	// Console builds the handler served at / (every path outside /api/)
+	// from the API's own handler: the operator console, package console,
+	// which reads and acts only through the API. Defaults to none: paths
+	// outside /api/ answer 404.
+	Console func(api http.Handler) http.Handler
 }
 
 // ErrPlaintextExposed is a listener other machines can reach without TLS

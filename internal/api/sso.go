@@ -246,7 +246,7 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 // startSession answers a login: the session cookie, and the CSRF token in
 // the body.
 func (s *Server) startSession(w http.ResponseWriter, l *identity.Login) {
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: l.Token, Path: "/api/", HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: l.Token, Path: cookiePath, HttpOnly: true,
 		Secure: s.tls != nil, SameSite: http.SameSiteStrictMode, Expires: l.ExpiresAt})
 	writeJSON(w, http.StatusOK, map[string]any{"csrf_token": csrfToken(l.Token), "user": l.Principal.Name,
 		"role": l.Principal.Role.Name, "expires_at": l.ExpiresAt})

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/mefor/mefor/internal/admission"
 	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/config"
+	"github.com/mefor/mefor/internal/console"
 	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/identity"
 )
@@ -60,7 +62,11 @@ func (n *Node) startAPI(ctx context.Context, cfg *config.Config) error {
 			GroupsClaim: o.GroupsClaim, Scopes: o.Scopes, RequireAMR: o.RequireAMR, HTTPClient: client}
 	}
 	srv, err := api.New(api.Config{Listen: a.Listen, CertFile: a.TLS.CertFile, KeyFile: a.TLS.KeyFile, Plaintext: a.Plaintext,
-		Admission: policy, Reads: n.opts.APIReads, Actions: n.opts.APIActions, Approvals: approvals, SSO: sso}, store, n.logger,
+		Admission: policy, Reads: n.opts.APIReads, Actions: n.opts.APIActions, Approvals: approvals, SSO: sso,
+		Console: func(h http.Handler) http.Handler {
+			return console.New(h, console.Options{SSO: sso != nil, Logger: n.logger})
+		}},
+		store, n.logger,
 		func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
 	if err != nil {
 		return err
