@@ -125,3 +125,18 @@ alerts:
 		t.Errorf("an error quotes the webhook URL's query:\n%s", text)
 	}
 }
+
+// A sink defined twice is refused where it is defined again, as any other
+// name is.
+func TestAlertSinkDefinedTwice(t *testing.T) {
+	_, err := config.Parse("mefor.yaml", []byte(alertsBase+`
+alerts:
+  sinks:
+    ops: {log: {}}
+    ops: {log: {level: error}}
+`), nil)
+	want := `mefor.yaml:15: alerts.sinks.ops is defined twice (first on line 14); sink names must be unique`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Parse = %v, want an error containing %q", err, want)
+	}
+}
