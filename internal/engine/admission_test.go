@@ -28,31 +28,14 @@ import (
 // with exactly labels ("k", "v" pairs), 0 when it has no such sample.
 func nodeMetric(t *testing.T, n *engine.Node, name string, labels ...string) float64 {
 	t.Helper()
-	fams, err := n.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	m, ok := sample(gatherMetrics(t, n), name, labels...)
+	switch {
+	case !ok:
+		return 0
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel())*2 != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if i := slices.Index(labels, l.GetName()); i < 0 || i%2 != 0 || labels[i+1] != l.GetValue() {
-					continue next
-				}
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
+	return m.GetGauge().GetValue()
 }
 
 func refused(t *testing.T, n *engine.Node, reason string) float64 {
