@@ -346,34 +346,23 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	// revoked must not outlive the reload.
 	revoked := crlRenewed(next, certs.Renewed())
 	policy := n.buildEgress(ctx, next)
-	if next.Hash() == cur.Hash() {
-		if len(revoked) == 0 {
-			res.Renewed = n.commitTLS(ctx, certs)
-			n.egress.Store(policy)
-			n.recordTransport(ctx)
-			return res, nil
-		}
-		n.mu.Lock()
-		plan, err := n.planListeners(cur, next, revoked)
-		if err != nil {
-			n.mu.Unlock()
-			return nil, err
-		}
+	// The same file keeps its graph, and its listeners unless a CRL they
+	// check changed.
+	changed := next.Hash() != cur.Hash()
+	if !changed && len(revoked) == 0 {
 		res.Renewed = n.commitTLS(ctx, certs)
 		n.egress.Store(policy)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
-		res.Listeners = n.swapListeners(sctx, plan)
-		cancel()
-		n.mu.Unlock()
 		n.recordTransport(ctx)
 		return res, nil
 	}
-	if reasons := n.restartNeeded(next); len(reasons) > 0 {
-		return nil, &RestartError{Reasons: reasons}
-	}
-	g, err := n.buildGraph(ctx, next)
-	if err != nil {
-		return nil, fmt.Errorf("not applied: %w", err)
+	var g *Graph
+	if changed {
+		if reasons := n.restartNeeded(next); len(reasons) > 0 {
+			return nil, &RestartError{Reasons: reasons}
+		}
+		if g, err = n.buildGraph(ctx, next); err != nil {
+			return nil, fmt.Errorf("not applied: %w", err)
+		}
 	}
 
 	n.mu.Lock()
@@ -386,11 +375,15 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	// new config adds must find its TLS configuration.
 	res.Renewed = n.commitTLS(ctx, certs)
 	n.egress.Store(policy)
-	n.graph.Store(g)
-	res.Changed = true
+	if changed {
+		n.graph.Store(g)
+		res.Changed = true
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
 	res.Listeners = n.swapListeners(sctx, plan)
-	res.Listeners = append(res.Listeners, n.swapPollersLocked(sctx, next)...)
+	if changed {
+		res.Listeners = append(res.Listeners, n.swapPollersLocked(sctx, next)...)
+	}
 	cancel()
 	n.mu.Unlock()
 	n.recordTransport(ctx)
