@@ -60,11 +60,7 @@ Examples:
 }
 
 func (c *alertsListCmd) Run(ctx context.Context, g *Globals) error {
-	list, err := query(ctx, g, ops.ListAlerts)
-	if err != nil {
-		return err
-	}
-	return printList(g.stdout, c.JSON, list, listing[ops.Alert]{
+	return queryList(ctx, g, c.JSON, ops.ListAlerts, listing[ops.Alert]{
 		Empty:  "no alert rules evaluated yet (a node runs them when its config has alerts:)",
 		Header: "RULE\tSTATE\tSINCE\tCONDITION\tVALUE\tTHRESHOLD\tLAST NOTIFICATION",
 		Row: func(w io.Writer, a ops.Alert) {

@@ -81,13 +81,9 @@ func (c *auditListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		f.Since = t
 	}
-	recs, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.AuditRecord, error) {
+	return queryList(ctx, g, c.JSON, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.AuditRecord, error) {
 		return ops.ListAudit(ctx, pool, f)
-	})
-	if err != nil {
-		return err
-	}
-	return printList(g.stdout, c.JSON, recs, listing[ops.AuditRecord]{
+	}, listing[ops.AuditRecord]{
 		Empty:  "no audited actions",
 		Header: "SEQ\tAT\tWHO\tROLE\tNODE\tACTION\tOUTCOME\tTARGET",
 		Row: func(w io.Writer, r ops.AuditRecord) {

@@ -88,16 +88,12 @@ func (c *messagesListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	msgs, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.MessageSummary, error) {
+	return queryList(ctx, g, c.JSON, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.MessageSummary, error) {
 		return ops.ListMessages(ctx, pool, ops.MessageFilter{
 			Channel: c.Channel, Status: c.Status, ControlID: c.ControlID, Patient: c.Patient, Type: c.Type,
 			Since: since, Until: until, Destination: c.Destination, Text: c.Text, Limit: c.Limit, Keys: kr,
 		})
-	})
-	if err != nil {
-		return err
-	}
-	return printList(g.stdout, c.JSON, msgs, summaries)
+	}, summaries)
 }
 
 // summaries is the table of `messages list`.

@@ -30,11 +30,7 @@ Examples:
 }
 
 func (c *nodesCmd) Run(ctx context.Context, g *Globals) error {
-	nodes, err := query(ctx, g, ops.ListNodes)
-	if err != nil {
-		return err
-	}
-	return printList(g.stdout, c.JSON, nodes, listing[ops.Node]{
+	return queryList(ctx, g, c.JSON, ops.ListNodes, listing[ops.Node]{
 		Empty:  "no node has joined yet (start one with 'mefor run')",
 		Header: "NODE\tHOST\tPID\tSTARTED\tLAST SEEN\tSTATUS\tLEASE\tRIVER",
 		Row: func(w io.Writer, n ops.Node) {
