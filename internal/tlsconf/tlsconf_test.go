@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/tlsconf"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // files is a directory of certificates for one test: a CA, the listener's
@@ -39,10 +40,24 @@ func newFiles(t *testing.T) *files {
 	return f
 }
 
+// config uses every file: the listener's certificate, key and client CA,
+// and the client certificate of destination lab.
 func (f *files) config(t *testing.T) *config.Config {
 	t.Helper()
-	doc := fmt.Sprintf(`
-channels:
+	return listenerConfig(t, f.serverCrt, f.serverKey, f.caFile, "", fmt.Sprintf(`
+    type: mllp
+    mllp:
+      address: localhost:2576
+      tls: {ca_file: %q, cert_file: %q, key_file: %q}`, f.caFile, f.clientCrt, f.clientKey))
+}
+
+// listenerConfig is a config whose channel adt listens with TLS under cert
+// and key, asking clients for a certificate of clientCA, with the further
+// tls: settings more (whole lines); it routes to destination lab, whose
+// definition follows "lab:".
+func listenerConfig(t *testing.T, cert, key, clientCA, more, lab string) *config.Config {
+	t.Helper()
+	doc := fmt.Sprintf(`channels:
   adt:
     inbound:
       mllp:
@@ -51,15 +66,11 @@ channels:
           cert_file: %q
           key_file: %q
           client_ca_file: %q
-    routes: [{destinations: [lab]}]
+%s    routes: [{destinations: [lab]}]
 destinations:
-  lab:
-    type: mllp
-    mllp:
-      address: localhost:2576
-      tls: {ca_file: %q, cert_file: %q, key_file: %q}
-`, f.serverCrt, f.serverKey, f.caFile, f.caFile, f.clientCrt, f.clientKey)
-	cfg, err := config.Parse("mefor.yaml", []byte(strings.TrimPrefix(doc, "\n")), nil)
+  lab:%s
+`, cert, key, clientCA, more, lab)
+	cfg, err := config.Parse("mefor.yaml", []byte(doc), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,14 +165,7 @@ func TestNewRefusesUnusableFiles(t *testing.T) {
 func TestReferenceSourceAndWebhookTLS(t *testing.T) {
 	f := newFiles(t)
 	doc := func(ca string) string {
-		return fmt.Sprintf(`
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: file, file: {directory: ./out}}
-reference_sets:
+		return fmt.Sprintf(fixtures.ADTToFile+`reference_sets:
   loinc:
     source:
       http:
@@ -228,26 +232,8 @@ alerts:
 // crlConfig is a TLS listener of the openssl CA ca with crl_file crl.
 func crlConfig(t *testing.T, ca *certtest.OpenSSLCA, server *certtest.FileCert, crl string) *config.Config {
 	t.Helper()
-	doc := fmt.Sprintf(`channels:
-  adt:
-    inbound:
-      mllp:
-        listen: 127.0.0.1:2575
-        tls:
-          cert_file: %q
-          key_file: %q
-          client_ca_file: %q
-          allow_names: [lab]
-          crl_file: %q
-    routes: [{destinations: [lab]}]
-destinations:
-  lab: {type: mllp, mllp: {address: localhost:2576}}
-`, server.CertFile, server.KeyFile, ca.CertFile, crl)
-	cfg, err := config.Parse("mefor.yaml", []byte(doc), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return listenerConfig(t, server.CertFile, server.KeyFile, ca.CertFile,
+		fmt.Sprintf("          allow_names: [lab]\n          crl_file: %q\n", crl), " {type: mllp, mllp: {address: localhost:2576}}")
 }
 
 // A CRL the client CA signed is read and listed with the certificates,
