@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/tick"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
 )
@@ -199,20 +200,12 @@ func (n *Node) stopConfigWatch() {
 // watchConfig checks the cluster config version every heartbeat and when
 // kicked by a NOTIFY.
 func (n *Node) watchConfig(ctx context.Context, kick <-chan struct{}) {
-	t := time.NewTicker(n.opts.Config.Cluster.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-kick:
-		}
+	tick.EveryOrKicked(ctx, n.opts.Config.Cluster.Heartbeat, kick, func(ctx context.Context) {
 		if err := n.checkSealedStore(ctx, false); err != nil && ctx.Err() == nil {
 			n.logger.WarnContext(ctx, "could not read whether the store is sealed", "error", err)
 		}
 		n.checkConfigVersion(ctx)
-	}
+	})
 }
 
 // listenConfig turns NOTIFYs of a version bump into kicks, on a connection
