@@ -85,14 +85,7 @@ func TestAllowListRefusesOtherSources(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	listen := fixtures.FreeAddr(t)
 	doc := func(allow string) string {
-		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q, allow: [%s]}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: %q}}
-`, listen, allow, newPartner(t, "", nil).addr)
+		return adtToDown(listen, ", allow: ["+allow+"]", newPartner(t, "", nil).addr, "")
 	}
 	path, cfg := configFile(t, "allow.yaml", doc("127.0.0.1, 10.0.0.0/8"))
 	n, logs := watchedNode(t, db, cfg, "allow", "connection refused")
@@ -168,14 +161,7 @@ func TestConnectionCaps(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	listen := fixtures.FreeAddr(t)
-	_, cfg := configFile(t, "caps.yaml", fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q, max_connections: 3, max_connections_per_ip: 2}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: %q}}
-`, listen, newPartner(t, "", nil).addr))
+	_, cfg := configFile(t, "caps.yaml", adtToDown(listen, ", max_connections: 3, max_connections_per_ip: 2", newPartner(t, "", nil).addr, ""))
 	n := cluster.StartNode(t, db, cfg, named("caps"))
 	open := func() float64 { return nodeMetric(t, n, "mefor_connections_open", "channel", "adt") }
 
@@ -217,14 +203,7 @@ func TestReloadRefusesExposedPlaintext(t *testing.T) {
 	listen := fixtures.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(listen)
 	doc := func(addr string) string {
-		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: %q}}
-`, addr, newPartner(t, "", nil).addr)
+		return adtToDown(addr, "", newPartner(t, "", nil).addr, "")
 	}
 	path, cfg := configFile(t, "plain.yaml", doc(listen))
 	n := cluster.StartNode(t, db, cfg, named("exposed"))
