@@ -80,13 +80,7 @@ func ReadEgressStatus(ctx context.Context, q pipeline.DBTX) (*EgressStatus, erro
 		if err := r.Scan(&node, &e.Restricted, &allow, &plaintext); err != nil {
 			return node, e, err
 		}
-		if err := json.Unmarshal(allow, &e.Allow); err != nil {
-			return node, e, fmt.Errorf("node %s egress: %w", node, err)
-		}
-		if err := json.Unmarshal(plaintext, &e.Plaintext); err != nil {
-			return node, e, fmt.Errorf("node %s egress: %w", node, err)
-		}
-		return node, e, nil
+		return node, e, decodeJSON(node, jsonColumn{"egress", allow, &e.Allow}, jsonColumn{"egress", plaintext, &e.Plaintext})
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package nodeinfo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -41,4 +42,23 @@ func entryFor[E any](list *[]E, same func(E) bool, made func() E) int {
 	}
 	*list = append(*list, made())
 	return len(*list) - 1
+}
+
+// jsonColumn is a JSON column a node recorded, what it holds and where it
+// decodes to.
+type jsonColumn struct {
+	what string
+	data []byte
+	into any
+}
+
+// decodeJSON decodes node's columns in turn; the first that does not
+// decode is the error, naming the node and what the column holds.
+func decodeJSON(node string, cols ...jsonColumn) error {
+	for _, c := range cols {
+		if err := json.Unmarshal(c.data, c.into); err != nil {
+			return fmt.Errorf("node %s %s: %w", node, c.what, err)
+		}
+	}
+	return nil
 }

@@ -127,13 +127,7 @@ func ReadTransportStatus(ctx context.Context, q pipeline.DBTX) (*TransportStatus
 		if err := r.Scan(&node, &certs, &listeners); err != nil {
 			return node, t, err
 		}
-		if err := json.Unmarshal(certs, &t.Certificates); err != nil {
-			return node, t, fmt.Errorf("node %s certificates: %w", node, err)
-		}
-		if err := json.Unmarshal(listeners, &t.Listeners); err != nil {
-			return node, t, fmt.Errorf("node %s listeners: %w", node, err)
-		}
-		return node, t, nil
+		return node, t, decodeJSON(node, jsonColumn{"certificates", certs, &t.Certificates}, jsonColumn{"listeners", listeners, &t.Listeners})
 	})
 	if err != nil {
 		return nil, err
