@@ -19,11 +19,7 @@ func (AlertEvalArgs) Kind() string { return "mefor_alert_eval" }
 
 func (AlertEvalArgs) InsertOpts() river.InsertOpts {
 	// One live evaluation at a time; a missed one is simply the next one.
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
-	}
+	return oneLiveRun()
 }
 
 // AlertNotifyArgs sends one notification of one rule to one sink. It is

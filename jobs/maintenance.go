@@ -16,11 +16,7 @@ func (RetentionArgs) InsertOpts() river.InsertOpts {
 	// joins it instead of racing it. A failed run is audited and the next
 	// scheduled one carries on where it stopped (every batch commits), so
 	// River does not retry it.
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
-	}
+	return oneLiveRun()
 }
 
 // AuditAnchorArgs records the audit log's head as a stored anchor, signed
@@ -33,11 +29,7 @@ func (AuditAnchorArgs) Kind() string { return "mefor_audit_anchor" }
 func (AuditAnchorArgs) InsertOpts() river.InsertOpts {
 	// One live run at a time; a failed run (another node anchored at the
 	// same moment) is simply taken by the next one.
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByState: liveStates},
-	}
+	return oneLiveRun()
 }
 
 // AuditForwardArgs sends the audit trail to the audit.forward targets from
@@ -52,6 +44,13 @@ func (AuditForwardArgs) InsertOpts() river.InsertOpts {
 	// run recorded its failure in the cursor and retried with backoff; the
 	// next scheduled run carries on from the cursor, so River does not
 	// retry it.
+	return oneLiveRun()
+}
+
+// oneLiveRun is the insert options of a maintenance job that runs once at
+// a time, on the maintenance queue: a run inserted while another is live
+// joins it, and River does not retry a failed run (the next one carries on).
+func oneLiveRun() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       QueueMaintenance,
 		MaxAttempts: 1,

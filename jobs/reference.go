@@ -18,9 +18,7 @@ func (ReferenceSyncArgs) InsertOpts() river.InsertOpts {
 	// the same set behind each other, while different sets sync independently.
 	// A failed sync is recorded and retried by the next scheduled run, not by
 	// River's retries, so the source is not hammered (MaxAttempts 1).
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: liveStates},
-	}
+	opts := oneLiveRun()
+	opts.UniqueOpts.ByArgs = true
+	return opts
 }

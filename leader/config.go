@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // The cluster config version (mefor_cluster_config) and what each node
@@ -128,21 +129,17 @@ func ReadConfigStatus(ctx context.Context, q DB) (*ConfigStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `
+	nodes, err := dbpool.Rows(ctx, q, "read node configs", func(r pgx.CollectableRow) (NodeConfig, error) {
+		var n NodeConfig
+		err := r.Scan(&n.Node, &n.Live, &n.Version, &n.Hash, &n.AppliedAt, &n.Error, &n.ErrorVersion, &n.ErrorAt)
+		return n, err
+	}, `
 		SELECT n.id, NOT `+nodeDeadSQL+`,
 			n.config_version, coalesce(n.config_hash, ''), n.config_applied_at,
 			coalesce(n.config_error, ''), n.config_error_version, n.config_error_at
 		FROM mefor_node n ORDER BY n.id`)
 	if err != nil {
-		return nil, fmt.Errorf("read node configs: %w", err)
-	}
-	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeConfig, error) {
-		var n NodeConfig
-		err := r.Scan(&n.Node, &n.Live, &n.Version, &n.Hash, &n.AppliedAt, &n.Error, &n.ErrorVersion, &n.ErrorAt)
-		return n, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read node configs: %w", err)
+		return nil, err
 	}
 	st := &ConfigStatus{Cluster: cc, Nodes: nodes, ReferenceHash: cc.Hash}
 	if st.ReferenceHash == "" {

@@ -61,7 +61,11 @@ const (
 
 // ListNodes returns every node that ever joined, by id.
 func ListNodes(ctx context.Context, q DB) ([]Node, error) {
-	rows, err := q.Query(ctx, `
+	nodes, err := dbpool.Rows(ctx, q, "list nodes", func(r pgx.CollectableRow) (Node, error) {
+		var n Node
+		err := r.Scan(&n.ID, &n.Host, &n.PID, &n.StartedAt, &n.LastSeen, &n.LastSeenAgo, &n.Status, &n.HoldsLease, &n.RiverLeader, &n.ListenerPriority)
+		return n, err
+	}, `
 		SELECT n.id, n.host, n.pid, n.started_at, n.last_seen,
 			extract(epoch FROM clock_timestamp() - n.last_seen)::float8,
 			CASE WHEN n.status = 'left' THEN 'left' WHEN `+nodeStaleSQL+` THEN 'stale' ELSE 'active' END,
@@ -70,15 +74,7 @@ func ListNodes(ctx context.Context, q DB) ([]Node, error) {
 			n.listener_priority
 		FROM mefor_node n ORDER BY n.id`)
 	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) {
-		var n Node
-		err := r.Scan(&n.ID, &n.Host, &n.PID, &n.StartedAt, &n.LastSeen, &n.LastSeenAgo, &n.Status, &n.HoldsLease, &n.RiverLeader, &n.ListenerPriority)
-		return n, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
+		return nil, err
 	}
 	holder := -1
 	for i, n := range nodes {

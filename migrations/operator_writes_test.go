@@ -131,8 +131,8 @@ func TestOperatorWritesOnlyThroughFunctions(t *testing.T) {
 	if _, err := migrations.ApplyRoles(ctx, db.Pool, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, operator := fixtures.Login(t, db, migrations.RoleOperator)
-	_, reader := fixtures.Login(t, db, migrations.RoleReader)
+	_, operator := fixtures.LoginPool(t, db, migrations.RoleOperator)
+	_, reader := fixtures.LoginPool(t, db, migrations.RoleReader)
 
 	rows, err := db.Pool.Query(ctx, `
 		SELECT c.relname::text, (array_agg(a.attname::text ORDER BY a.attnum DESC))[1]
@@ -246,7 +246,7 @@ func TestOperatorWriteFunctionsAuditThemselves(t *testing.T) {
 	if _, err := migrations.ApplyRoles(ctx, db.Pool, nil); err != nil {
 		t.Fatal(err)
 	}
-	name, operator := fixtures.Login(t, db, migrations.RoleOperator)
+	name, operator := fixtures.LoginPool(t, db, migrations.RoleOperator)
 	var id int64
 	if err := pgx.BeginFunc(ctx, operator, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT mefor_enqueue(NULL, 'adt', '', '', '', '', '', 3, 'MSH', '', NULL, 'u', 'h', '{"by": "hand"}')`).Scan(&id)

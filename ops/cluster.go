@@ -34,13 +34,7 @@ func ListNodes(ctx context.Context, pool *pgxpool.Pool) ([]Node, error) {
 // GetClusterStatus reads the lease, River's leader and the node counts from
 // one snapshot.
 func GetClusterStatus(ctx context.Context, pool *pgxpool.Pool) (ClusterStatus, error) {
-	var st ClusterStatus
-	err := readTx(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		st, err = leader.ReadClusterStatus(ctx, tx)
-		return err
-	})
-	return st, err
+	return readValue(ctx, pool, leader.ReadClusterStatus)
 }
 
 // StepdownRequest says which node should release the listener lease.

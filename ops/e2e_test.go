@@ -136,7 +136,7 @@ func TestOperatorReplayIntoAnIdleLaneIsDrainedByRunningNode(t *testing.T) {
 	if _, err := migrations.ApplyRoles(e.ctx, e.db.Pool, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, operator := fixtures.Login(t, e.db, migrations.RoleOperator)
+	_, operator := fixtures.LoginPool(t, e.db, migrations.RoleOperator)
 	base := t.TempDir()
 	out := filepath.Join(base, "out")
 	if err := os.WriteFile(out, nil, 0o600); err != nil { // a file where the directory should be

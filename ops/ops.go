@@ -29,6 +29,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/jobs"
 )
 
@@ -61,4 +62,16 @@ func NewQueue(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], e
 // reads of one answer agree with each other.
 func readTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// readValue is readTx for a read that returns one value, such as the
+// table owners' reads, which take any dbpool.DBTX.
+func readValue[T any](ctx context.Context, pool *pgxpool.Pool, read func(context.Context, dbpool.DBTX) (T, error)) (T, error) {
+	var v T
+	err := readTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		v, err = read(ctx, tx)
+		return err
+	})
+	return v, err
 }

@@ -37,13 +37,7 @@ func BumpConfig(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, by 
 // config, flagging nodes behind the version or running another file. Dead
 // nodes (by each node's own node_timeout) are listed as not live.
 func ConfigStatus(ctx context.Context, pool *pgxpool.Pool) (*leader.ConfigStatus, error) {
-	var st *leader.ConfigStatus
-	err := readTx(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		st, err = leader.ReadConfigStatus(ctx, tx)
-		return err
-	})
-	return st, err
+	return readValue(ctx, pool, leader.ReadConfigStatus)
 }
 
 // Node reload states, as WaitConfig reports them.

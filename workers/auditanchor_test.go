@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/audit"
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
-	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // The leader anchors the audit log on its own, signed with the audit key:
@@ -35,19 +33,10 @@ func TestLeaderAnchorsTheAuditLog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := config.Parse("t.yaml", []byte(`
-channels:
-  adt:
-    inbound: {mllp: {listen: `+fixtures.FreeAddr(t)+`}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+	cfg := adtToOut(t, `
 maintenance:
   audit_anchor: {schedule: 1s}
-`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, nil)
 	cluster.StartNode(t, db, cfg, func(o *engine.Options) { o.AuditKeys = keys })
 
 	var latest audit.StoredAnchor

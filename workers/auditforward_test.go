@@ -18,11 +18,9 @@ import (
 	"github.com/mefor/mefor/internal/alert"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/auditforward"
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/metrics"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
-	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // siem is a remote partner that takes audit batches over HTTPS: it keeps
@@ -100,13 +98,7 @@ func TestLeaderForwardsTheAuditTrailToAWebhook(t *testing.T) {
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse("t.yaml", []byte(`
-channels:
-  adt:
-    inbound: {mllp: {listen: `+fixtures.FreeAddr(t)+`}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
+	cfg := adtToOut(t, `
 audit:
   forward:
     interval: 1s
@@ -122,10 +114,7 @@ alerts:
   sinks: {ops: {log: {}}}
   rules:
     - {name: siem-behind, audit_forward: webhook, queue_depth: 1, sinks: [ops]}
-`), func(k string) (string, bool) { return map[string]string{"SIEM_TOKEN": rx.token}[k], k == "SIEM_TOKEN" })
-	if err != nil {
-		t.Fatal(err)
-	}
+`, map[string]string{"SIEM_TOKEN": rx.token})
 	cluster.StartNode(t, db, cfg, nil)
 
 	cluster.Poll(t, 60*time.Second, "the siem-behind alert firing while the receiver refuses", func() bool {

@@ -119,24 +119,6 @@ func runRetention(t testing.TB, pool *pgxpool.Pool, c *river.Client[pgx.Tx], tim
 	return maintenance.MaintenanceRun{}
 }
 
-// adtToOut is a config whose channel adt routes everything to the MLLP
-// destination out, with extra (top-level sections) after them.
-func adtToOut(t *testing.T, extra string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("t.yaml", []byte(`
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: mllp, mllp: {address: 127.0.0.1:2576}}
-`+extra), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // sendUntil stores ADT messages through in from four senders at once until
 // stop closes, and returns when every sender has stopped. Each Receive's
 // result, with how long it took, goes to stored; a sender stops early when
@@ -256,7 +238,7 @@ func TestMaintenanceRegistry(t *testing.T) {
 	cfg := adtToOut(t, `
 maintenance:
   retention: {keep_bodies: 30d, schedule: "0 3 * * *"}
-`)
+`, nil)
 	list := workers.MaintenanceJobs(cfg)
 	if len(list) != 3 || list[0].Name != "reclaim" || list[1].Name != "retention" || list[2].Name != "audit-anchor" {
 		t.Fatalf("jobs = %+v, want reclaim, retention and audit-anchor", list)
@@ -278,7 +260,7 @@ maintenance:
 	}
 	var _ rivertype.JobArgs = jobs.RetentionArgs{}
 
-	list = workers.MaintenanceJobs(adtToOut(t, ""))
+	list = workers.MaintenanceJobs(adtToOut(t, "", nil))
 	if len(list) != 3 || list[1].Name != "retention" || list[1].Schedule.String() != "1h0m0s" {
 		t.Fatalf("jobs without a retention block = %+v, want reclaim and an hourly retention", list)
 	}
@@ -291,7 +273,7 @@ func TestRetentionWithoutBlockDeletesOldErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testcontainers.NewDB(t)
-	cfg := adtToOut(t, "")
+	cfg := adtToOut(t, "", nil)
 	insert := func(status string, age time.Duration) (id int64) {
 		if err := db.Pool.QueryRow(ctx, `
 			INSERT INTO mefor_message (channel, source, size, raw, status, received_at)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -67,14 +66,7 @@ func TestStatusShowsAuditForwardBehind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	status := func() string {
-		t.Helper()
-		var out, errb bytes.Buffer
-		if code := run([]string{"status", "--database-url", db.URL}, &out, &errb); code != 0 {
-			t.Fatalf("status: exit %d: %s", code, errb.String())
-		}
-		return out.String()
-	}
+	status := func() string { return runOK(t, "status", "--database-url", db.URL) }
 	fw := &auditforward.Forwarder{DB: db.Pool, Target: auditforward.TargetSyslog, RetryFor: 10 * time.Millisecond,
 		Sender: refusingSender{errors.New("syslog receiver siem.example.org:6514: connect: connection refused")}}
 	if _, err := fw.Run(ctx); err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -48,16 +49,32 @@ Examples:
   mefor config check --no-tls-files mefor.yaml     # in CI, without the keys`
 }
 
+// checkedFile is what config check and reload say first about the file
+// they loaded: whether it is valid, and its problems and warnings.
+type checkedFile struct {
+	File     string         `json:"file"`
+	OK       bool           `json:"ok"`
+	Errors   []config.Error `json:"errors,omitempty"`
+	Warnings []config.Error `json:"warnings,omitempty"`
+}
+
+// printProblems prints the file's errors, then its warnings, one a line.
+func (f *checkedFile) printProblems(w io.Writer) {
+	for _, e := range f.Errors {
+		fmt.Fprintln(w, e.Error())
+	}
+	for _, e := range f.Warnings {
+		fmt.Fprintln(w, "warning: "+e.Error())
+	}
+}
+
 type configCheckResult struct {
-	File         string         `json:"file"`
-	OK           bool           `json:"ok"`
-	Errors       []config.Error `json:"errors,omitempty"`
-	Warnings     []config.Error `json:"warnings,omitempty"`
-	Channels     int            `json:"channels"`
-	Handlers     int            `json:"handlers"`
-	Destinations int            `json:"destinations"`
-	AlertRules   int            `json:"alert_rules,omitempty"`
-	Hash         string         `json:"hash,omitempty"`
+	checkedFile
+	Channels     int    `json:"channels"`
+	Handlers     int    `json:"handlers"`
+	Destinations int    `json:"destinations"`
+	AlertRules   int    `json:"alert_rules,omitempty"`
+	Hash         string `json:"hash,omitempty"`
 	// Encryption names the keys' variable and their ids, never a key.
 	Encryption string `json:"encryption,omitempty"`
 	// Egress says where data may go: unrestricted, or egress.allow.
@@ -69,7 +86,7 @@ type configCheckResult struct {
 
 func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 	cfg, err := config.Load(c.File)
-	res := configCheckResult{File: c.File, OK: err == nil}
+	res := configCheckResult{checkedFile: checkedFile{File: c.File, OK: err == nil}}
 	var errs config.Errors
 	switch {
 	case errors.As(err, &errs):
@@ -104,12 +121,7 @@ func (c *configCheckCmd) Run(_ context.Context, g *Globals) error {
 			return err
 		}
 	} else {
-		for _, e := range res.Errors {
-			fmt.Fprintln(g.stdout, e.Error())
-		}
-		for _, w := range res.Warnings {
-			fmt.Fprintln(g.stdout, "warning: "+w.Error())
-		}
+		res.printProblems(g.stdout)
 		if res.OK {
 			alerts := ""
 			if res.AlertRules > 0 {

@@ -24,6 +24,24 @@ import (
 // promises: transform state written exactly once, and a message that
 // crashes its node charged one attempt per crash.
 
+// crashNode writes doc as the config file mefor.yaml in dir and migrates
+// the database of env; start starts a node process on that file,
+// reclaiming stranded lanes every second and without an admin listener,
+// as the crash tests do again after each SIGKILL.
+func crashNode(t *testing.T, dir string, env []string, doc string) (start func() *cluster.Proc) {
+	t.Helper()
+	cfg := filepath.Join(dir, "mefor.yaml")
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	return func() *cluster.Proc {
+		return cluster.StartProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
+	}
+}
+
 // docs/handlers.md promises that a message's state writes commit in the
 // transaction that hands it to its destinations: "Writes are never applied
 // twice, never lost." Here a JavaScript handler counts every message in
@@ -73,8 +91,7 @@ function transform(msg, ctx) {
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(dir, "mefor.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	start := crashNode(t, dir, env, fmt.Sprintf(`
 channels:
   adt:
     inbound: {mllp: {listen: %q}}
@@ -88,12 +105,7 @@ destinations:
     type: mllp
     mllp: {address: %q}
     retry: {max_attempts: 0, backoff: 100ms, max_backoff: 1s}
-`, listen, script, partner)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
+`, listen, script, partner))
 
 	const total, kills = 300, 2
 	deliveredN := func() int {
@@ -101,8 +113,7 @@ destinations:
 		defer mu.Unlock()
 		return len(delivered)
 	}
-	args := []string{"run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen="}
-	node := cluster.StartProc(t, dir, env, args...)
+	node := start()
 	cluster.WaitListening(t, listen)
 
 	// The sender runs on its own; the kills are timed by deliveries, so
@@ -144,7 +155,7 @@ destinations:
 		// that rhythm, to any point of the transform drainer's loop.
 		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
 		node.Stop(t, syscall.SIGKILL)
-		node = cluster.StartProc(t, dir, env, args...)
+		node = start()
 		cluster.WaitListening(t, listen)
 	}
 	<-sent
@@ -267,8 +278,7 @@ func TestPoisonMessageCountsItsCrashes(t *testing.T) {
 		return cluster.ACK(m, hl7.AckAccept, "")
 	})
 
-	cfg := filepath.Join(dir, "mefor.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	start := crashNode(t, dir, env, fmt.Sprintf(`
 cluster: {heartbeat: 300ms, fence_timeout: 1200ms, lease_ttl: 2s, node_timeout: 4s}
 channels:
   adt:
@@ -279,15 +289,7 @@ destinations:
     type: mllp
     mllp: {address: %q, ack_timeout: 1m}
     retry: {max_attempts: 3, backoff: 100ms, max_backoff: 100ms}
-`, listen, partner)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
-	start := func() *cluster.Proc {
-		return cluster.StartProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
-	}
+`, listen, partner))
 	node := start()
 	cluster.WaitListening(t, listen)
 	client := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second}

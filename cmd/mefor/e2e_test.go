@@ -217,8 +217,7 @@ func TestCrashSafetySIGKILL(t *testing.T) {
 	})}
 	go partner.Serve(ln)
 	t.Cleanup(func() { _ = partner.Shutdown(context.Background()) })
-	cfg := filepath.Join(dir, "mefor.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	start := crashNode(t, dir, env, fmt.Sprintf(`
 channels:
   adt:
     inbound: {mllp: {listen: %q}}
@@ -229,23 +228,18 @@ destinations:
     mllp: {address: %q}
     retry: {max_attempts: 0, backoff: 100ms, max_backoff: 1s}
     record_batch: {rows: %d, window: 1s}
-`, listen, ln.Addr().String(), recordRows)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cluster.RunMefor(t, dir, env, "migrate"); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
+`, listen, ln.Addr().String(), recordRows))
 
 	const total, kills = 300, 2
 	var acked []string
 	client := &mllp.Client{Addr: listen, AckTimeout: 10 * time.Second, DialTimeout: time.Second}
 	defer client.Close()
-	node := cluster.StartProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
+	node := start()
 	cluster.WaitListening(t, listen)
 	for i := 0; i < total; i++ {
 		if i > 0 && i%(total/(kills+1)) == 0 && i < total-10 {
 			node.Stop(t, syscall.SIGKILL)
-			node = cluster.StartProc(t, dir, env, "run", "--config", cfg, "--reclaim-interval", "1s", "--admin-listen=")
+			node = start()
 			cluster.WaitListening(t, listen)
 		}
 		id := fmt.Sprintf("K%04d", i)

@@ -30,14 +30,7 @@ func TestEgressConfigCheckReloadAndStatus(t *testing.T) {
 	base := reloadConfigYAML(listen, "127.0.0.1:1")
 	write(base)
 	n := inProcessNode(t, db, "a", path)
-	status := func() string {
-		t.Helper()
-		var out, errb bytes.Buffer
-		if code := run([]string{"status", "--database-url", db.URL}, &out, &errb); code != 0 {
-			t.Fatalf("status: exit %d: %s", code, errb.String())
-		}
-		return out.String()
-	}
+	status := func() string { return runOK(t, "status", "--database-url", db.URL) }
 	if out := status(); !strings.Contains(out, "egress: unrestricted") {
 		t.Fatalf("status without an egress: section:\n%s", out)
 	}

@@ -56,6 +56,16 @@ type listing[T any] struct {
 	Row func(w io.Writer, row T)
 }
 
+// queryList is query for the list commands: it reads the rows and prints
+// them with printList.
+func queryList[T any](ctx context.Context, g *Globals, asJSON bool, read func(context.Context, *pgxpool.Pool) ([]T, error), l listing[T]) error {
+	rows, err := query(ctx, g, read)
+	if err != nil {
+		return err
+	}
+	return printList(g.stdout, asJSON, rows, l)
+}
+
 // printList prints rows as JSON (an empty array rather than null, so jq
 // filters work on it) or as the listing's table.
 func printList[T any](w io.Writer, asJSON bool, rows []T, l listing[T]) error {

@@ -55,13 +55,9 @@ func (c *referenceListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	sets, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.ReferenceSetView, error) {
+	return queryList(ctx, g, c.JSON, func(ctx context.Context, pool *pgxpool.Pool) ([]ops.ReferenceSetView, error) {
 		return ops.ListReferenceSets(ctx, pool, cfg)
-	})
-	if err != nil {
-		return err
-	}
-	return printList(g.stdout, c.JSON, sets, listing[ops.ReferenceSetView]{
+	}, listing[ops.ReferenceSetView]{
 		Empty:  "the config declares no reference sets",
 		Header: "SET\tVERSION\tROWS\tCOLUMNS\tSYNCED\tREFRESH\tSOURCE\tLAST ERROR",
 		Row: func(w io.Writer, s ops.ReferenceSetView) {

@@ -58,18 +58,15 @@ Examples:
 }
 
 type reloadResult struct {
-	File     string          `json:"file"`
-	OK       bool            `json:"ok"`
-	Errors   []config.Error  `json:"errors,omitempty"`
-	Warnings []config.Error  `json:"warnings,omitempty"`
-	Hash     string          `json:"hash,omitempty"`
-	Version  int64           `json:"version,omitempty"`
-	Waited   bool            `json:"waited"`
-	Wait     *ops.ConfigWait `json:"convergence,omitempty"`
+	checkedFile
+	Hash    string          `json:"hash,omitempty"`
+	Version int64           `json:"version,omitempty"`
+	Waited  bool            `json:"waited"`
+	Wait    *ops.ConfigWait `json:"convergence,omitempty"`
 }
 
 func (c *reloadCmd) Run(ctx context.Context, g *Globals) error {
-	res := reloadResult{File: c.Config}
+	res := reloadResult{checkedFile: checkedFile{File: c.Config}}
 	cfg, err := config.Load(c.Config)
 	var errs config.Errors
 	switch {
@@ -115,12 +112,7 @@ func (c *reloadCmd) print(g *Globals, res reloadResult) error {
 	if c.JSON {
 		return writeJSON(g.stdout, res)
 	}
-	for _, e := range res.Errors {
-		fmt.Fprintln(g.stdout, e.Error())
-	}
-	for _, w := range res.Warnings {
-		fmt.Fprintln(g.stdout, "warning: "+w.Error())
-	}
+	res.printProblems(g.stdout)
 	if !res.OK {
 		return nil
 	}

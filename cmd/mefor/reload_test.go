@@ -147,17 +147,14 @@ func TestReloadCommand(t *testing.T) {
 	}
 
 	// The status command shows b behind, with its reason.
-	var out, errb bytes.Buffer
-	if code := run([]string{"status", "--database-url", db.URL}, &out, &errb); code != 0 {
-		t.Fatalf("status: exit %d: %s", code, errb.String())
-	}
+	out := runOK(t, "status", "--database-url", db.URL)
 	var bLine string
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "b ") {
 			bLine = line
 		}
 	}
 	if !strings.Contains(bLine, "behind") || !strings.Contains(bLine, "file differs") || !strings.Contains(bLine, "failed") {
-		t.Errorf("status line of node b = %q, want behind, file differs and the failure\n%s", bLine, out.String())
+		t.Errorf("status line of node b = %q, want behind, file differs and the failure\n%s", bLine, out)
 	}
 }

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,33 +16,15 @@ import (
 	"github.com/mefor/mefor/migrations"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/cluster"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
-var loginSeq atomic.Int64
-
 // newLogin creates a login role that is a member of role (none: of no
-// role) and returns its name and a database URL for dbURL that logs in as
-// it. The role is dropped when the test ends.
+// role) and returns its name and a database URL that logs in as it
+// (fixtures.Login).
 func newLogin(t *testing.T, db *testcontainers.DB, role string) (string, string) {
 	t.Helper()
-	ctx := context.Background()
-	name := fmt.Sprintf("u%d_%d", os.Getpid(), loginSeq.Add(1))
-	stmt := "CREATE ROLE " + name + " LOGIN PASSWORD 'pw'"
-	if role != "" {
-		stmt += " IN ROLE " + role
-	}
-	if _, err := db.Pool.Exec(ctx, stmt); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+name)
-	})
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(name, "pw")
-	return name, u.String()
+	return fixtures.Login(t, db, role)
 }
 
 // as runs the CLI with dbURL.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/pipeline"
 )
 
@@ -47,15 +48,7 @@ func scanAlert(r pgx.CollectableRow) (Alert, error) {
 
 // ListAlerts returns every rule's state, by rule name.
 func ListAlerts(ctx context.Context, q pipeline.DBTX) ([]Alert, error) {
-	rows, err := q.Query(ctx, `SELECT `+alertColumns+` FROM mefor_alert ORDER BY rule`)
-	if err != nil {
-		return nil, fmt.Errorf("list alerts: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanAlert)
-	if err != nil {
-		return nil, fmt.Errorf("list alerts: %w", err)
-	}
-	return out, nil
+	return dbpool.Rows(ctx, q, "list alerts", scanAlert, `SELECT `+alertColumns+` FROM mefor_alert ORDER BY rule`)
 }
 
 // LockAlerts makes sure rules have a row (state ok, since now), removes
@@ -69,13 +62,9 @@ func LockAlerts(ctx context.Context, tx pgx.Tx, rules []string) (map[string]Aler
 	if _, err := tx.Exec(ctx, `INSERT INTO mefor_alert (rule) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (rule) DO NOTHING`, rules); err != nil {
 		return nil, fmt.Errorf("add alert rules: %w", err)
 	}
-	rows, err := tx.Query(ctx, `SELECT `+alertColumns+` FROM mefor_alert WHERE rule = ANY($1::text[]) ORDER BY rule FOR UPDATE`, rules)
+	list, err := dbpool.Rows(ctx, tx, "lock alerts", scanAlert, `SELECT `+alertColumns+` FROM mefor_alert WHERE rule = ANY($1::text[]) ORDER BY rule FOR UPDATE`, rules)
 	if err != nil {
-		return nil, fmt.Errorf("lock alerts: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, scanAlert)
-	if err != nil {
-		return nil, fmt.Errorf("lock alerts: %w", err)
+		return nil, err
 	}
 	out := make(map[string]Alert, len(list))
 	for _, a := range list {

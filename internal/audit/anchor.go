@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // StoredAnchor is an anchor the audit_anchor job (or TakeAnchor) recorded
@@ -90,15 +91,7 @@ func AnchorsAfter(ctx context.Context, q DBTX, no int64, limit int) ([]StoredAnc
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := q.Query(ctx, `SELECT `+anchorColumns+` FROM mefor_audit_anchor WHERE no > $1 ORDER BY no LIMIT $2`, no, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read audit anchors: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanAnchor)
-	if err != nil {
-		return nil, fmt.Errorf("read audit anchors: %w", err)
-	}
-	return out, nil
+	return dbpool.Rows(ctx, q, "read audit anchors", scanAnchor, `SELECT `+anchorColumns+` FROM mefor_audit_anchor WHERE no > $1 ORDER BY no LIMIT $2`, no, limit)
 }
 
 // checkAnchors checks the stored anchors against the verified chain, whose

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // Filter narrows List. Empty fields do not filter.
@@ -32,18 +33,14 @@ func List(ctx context.Context, q DBTX, f Filter) ([]Record, error) {
 	if !f.Since.IsZero() {
 		since = &f.Since
 	}
-	rows, err := q.Query(ctx, `
+	out, err := dbpool.Rows(ctx, q, "read the audit log", scanRecord, `
 		SELECT `+recordColumns+`
 		FROM mefor_audit
 		WHERE ($1::timestamptz IS NULL OR at >= $1) AND ($2 = '' OR action = $2)
 		ORDER BY seq DESC
 		LIMIT $3`, since, f.Action, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read the audit log: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanRecord)
-	if err != nil {
-		return nil, fmt.Errorf("read the audit log: %w", err)
+		return nil, err
 	}
 	for i := range out {
 		var t struct {
@@ -184,14 +181,10 @@ func VerifyWith(ctx context.Context, q DBTX, o VerifyOptions) (Verification, err
 	var anchorHash string
 	anchorSeen := false
 	for {
-		rows, err := q.Query(ctx, `SELECT `+recordColumns+` FROM mefor_audit WHERE seq > $1 ORDER BY seq LIMIT $2`,
+		page, err := dbpool.Rows(ctx, q, "read the audit log", scanRecord, `SELECT `+recordColumns+` FROM mefor_audit WHERE seq > $1 ORDER BY seq LIMIT $2`,
 			prev.Seq, verifyPage)
 		if err != nil {
-			return v, fmt.Errorf("read the audit log: %w", err)
-		}
-		page, err := pgx.CollectRows(rows, scanRecord)
-		if err != nil {
-			return v, fmt.Errorf("read the audit log: %w", err)
+			return v, err
 		}
 		for _, r := range page {
 			if problem := check(prev, r); problem != "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 )
 
 // WriterRole owns mefor_audit, mefor_audit_anchor and the functions that
@@ -57,13 +58,9 @@ func CheckSetup(ctx context.Context, q DBTX) (problems []string, note string, er
 		return nil, "the database roles were never set up here: run 'mefor migrate'", nil
 	}
 	for _, c := range setupChecks {
-		rows, err := q.Query(ctx, c)
+		found, err := dbpool.Rows(ctx, q, "check the audit log's setup", pgx.RowTo[string], c)
 		if err != nil {
-			return nil, "", fmt.Errorf("check the audit log's setup: %w", err)
-		}
-		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, "", fmt.Errorf("check the audit log's setup: %w", err)
+			return nil, "", err
 		}
 		problems = append(problems, found...)
 	}

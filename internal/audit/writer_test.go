@@ -4,11 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"fmt"
-	"net/url"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,8 +14,6 @@ import (
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
-
-var loginSeq atomic.Int64
 
 // withRoles sets up mefor's roles on db as `mefor migrate` does.
 func withRoles(t *testing.T, db *testcontainers.DB) {
@@ -34,26 +28,12 @@ func withRoles(t *testing.T, db *testcontainers.DB) {
 // a pool logged in as it.
 func login(t *testing.T, db *testcontainers.DB, role string) (string, *pgxpool.Pool) {
 	t.Helper()
-	ctx := context.Background()
-	name := fmt.Sprintf("a%d_%d", os.Getpid(), loginSeq.Add(1))
-	stmt := "CREATE ROLE " + name + " LOGIN PASSWORD 'pw'"
-	if role != "" {
-		stmt += " IN ROLE " + role
-	}
-	fixtures.Exec(t, db, stmt)
-	u, err := url.Parse(db.URL)
+	name, dbURL := fixtures.Login(t, db, role)
+	pool, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.UserPassword(name, "pw")
-	pool, err := pgxpool.New(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		_, _ = db.Pool.Exec(context.Background(), "DROP OWNED BY "+name+"; DROP ROLE IF EXISTS "+name)
-	})
+	t.Cleanup(pool.Close)
 	return name, pool
 }
 

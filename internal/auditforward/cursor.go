@@ -65,15 +65,7 @@ func ReadCursor(ctx context.Context, q dbpool.DBTX, target string) (Cursor, erro
 
 // Cursors returns every target's cursor, by target.
 func Cursors(ctx context.Context, q dbpool.DBTX) ([]Cursor, error) {
-	rows, err := q.Query(ctx, `SELECT `+cursorColumns+` FROM mefor_audit_forward ORDER BY target`)
-	if err != nil {
-		return nil, fmt.Errorf("read the audit forward cursors: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanCursor)
-	if err != nil {
-		return nil, fmt.Errorf("read the audit forward cursors: %w", err)
-	}
-	return out, nil
+	return dbpool.Rows(ctx, q, "read the audit forward cursors", scanCursor, `SELECT `+cursorColumns+` FROM mefor_audit_forward ORDER BY target`)
 }
 
 // advance moves from's cursor to seq and anchorNo, after its receiver
@@ -151,19 +143,11 @@ func LagOf(ctx context.Context, q dbpool.DBTX, target string) (Lag, error) {
 
 // Lags reads the lag of every target that has a cursor.
 func Lags(ctx context.Context, q dbpool.DBTX) ([]Lag, error) {
-	rows, err := q.Query(ctx, `SELECT f.target, `+lagColumns+` FROM mefor_audit_forward f ORDER BY f.target`)
-	if err != nil {
-		return nil, fmt.Errorf("read the audit forward lag: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Lag, error) {
+	return dbpool.Rows(ctx, q, "read the audit forward lag", func(r pgx.CollectableRow) (Lag, error) {
 		var l Lag
 		err := r.Scan(&l.Target, &l.Rows, &l.OldestSeconds)
 		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the audit forward lag: %w", err)
-	}
-	return out, nil
+	}, `SELECT f.target, `+lagColumns+` FROM mefor_audit_forward f ORDER BY f.target`)
 }
 
 // Status is a target's cursor with its lag, as `mefor status` shows it.

@@ -160,23 +160,9 @@ func (l *loader) decodeAlerts(n *yaml.Node, p path) *Alerts {
 			l.errorAt(sn, sp, "must map sink names to their settings, e.g. sinks: {ops: {webhook: {url: https://hooks.example.org/mefor}}}")
 			l.bad[sp] = true
 		} else {
-			seen := map[string]int{}
-			for _, e := range l.entries(sn, sp) {
-				name := e.key.Value
-				np := sp.key(name)
-				if first, dup := seen[name]; dup {
-					if !e.merged {
-						l.errorAt(e.key, np, "is defined twice (first on line %d); sink names must be unique", first)
-					}
-					continue
-				}
-				seen[name] = e.key.Line
-				l.record(np, e.key)
-				if !namePattern.MatchString(name) {
-					l.errorAt(e.key, np, "%s", badName(name))
-				}
-				a.Sinks = append(a.Sinks, l.decodeAlertSink(name, resolve(e.value), np))
-			}
+			l.eachName(sn, sp, sp.key, "sink names", func(name string, n *yaml.Node, np path) {
+				a.Sinks = append(a.Sinks, l.decodeAlertSink(name, n, np))
+			})
 		}
 	}
 	for i, rn := range l.sequence(m["rules"], p.key("rules")) {

@@ -1,7 +1,6 @@
 package config_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -97,12 +96,7 @@ alerts:
       queue_depth: 0
       sinks: []
 `), nil)
-	var errs config.Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("Parse = %v, want config.Errors", err)
-	}
-	text := err.Error()
-	for _, want := range []string{
+	checkErrText(t, err, "TOPSECRET", []string{
 		`mefor.yaml:13: alerts.interval must be at least 1s (e.g. interval: 30s)`,
 		`mefor.yaml:16: alerts.sinks.ops.webhook.url must be an http:// or https:// URL with a host`,
 		`mefor.yaml:16: alerts.sinks.ops.webhook.headers.Authorization uses ${NOT_SET}, but NOT_SET is not set`,
@@ -116,12 +110,20 @@ alerts:
 		`mefor.yaml:32: alerts.rules[2].queue_depth must be at least 1`,
 		`mefor.yaml:33: alerts.rules[2].sinks is required: the sinks to notify`,
 		`alerts.rules[2].name is required`,
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("errors lack %q:\n%s", want, text)
-		}
-	}
-	if strings.Contains(text, "TOPSECRET") {
-		t.Errorf("an error quotes the webhook URL's query:\n%s", text)
+	})
+}
+
+// A sink defined twice is refused where it is defined again, as any other
+// name is.
+func TestAlertSinkDefinedTwice(t *testing.T) {
+	_, err := config.Parse("mefor.yaml", []byte(alertsBase+`
+alerts:
+  sinks:
+    ops: {log: {}}
+    ops: {log: {level: error}}
+`), nil)
+	want := `mefor.yaml:15: alerts.sinks.ops is defined twice (first on line 14); sink names must be unique`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Parse = %v, want an error containing %q", err, want)
 	}
 }

@@ -52,6 +52,50 @@ func checkErrs(t *testing.T, err error, want []wantErr) {
 	}
 }
 
+// invalid is a file that must not load, and the problems it must report.
+type invalid struct {
+	name string
+	doc  string
+	env  map[string]string
+	want []wantErr
+}
+
+// checkInvalid parses each case's doc after prefix (which the case's line
+// numbers count) and checks that it gives no config and exactly the
+// wanted problems.
+func checkInvalid(t *testing.T, prefix string, tests []invalid) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parse(t, prefix+strings.TrimPrefix(tt.doc, "\n"), tt.env)
+			if c != nil {
+				t.Errorf("got a config along with %v", err)
+			}
+			checkErrs(t, err, tt.want)
+		})
+	}
+}
+
+// checkErrText checks that err is config.Errors whose text holds every one
+// of want and nowhere quotes secret (a value from the file that must not
+// reach logs).
+func checkErrText(t *testing.T, err error, secret string, want []string) {
+	t.Helper()
+	var errs config.Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("Parse = %v, want config.Errors", err)
+	}
+	text := err.Error()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("errors lack %q:\n%s", w, text)
+		}
+	}
+	if strings.Contains(text, secret) {
+		t.Errorf("an error quotes %q:\n%s", secret, text)
+	}
+}
+
 // outDest ends a test document with the destination out its routes name.
 const outDest = `destinations:
   out: {type: mllp, mllp: {address: "127.0.0.1:2576"}}
@@ -251,12 +295,7 @@ destinations:
 // field and the message of what it reports, and that nothing else is
 // reported along with it.
 func TestValidation(t *testing.T) {
-	tests := []struct {
-		name string
-		doc  string
-		env  map[string]string
-		want []wantErr
-	}{
+	checkInvalid(t, "", []invalid{
 		{
 			name: "empty file",
 			doc:  ``,
@@ -821,19 +860,7 @@ destinations:
 				{5, "channels.adt.routes[0].destinations[0]", `has an unterminated "${OUT"`},
 			},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := parse(t, tt.doc, tt.env)
-			if err == nil {
-				t.Fatalf("no error; config: %+v", c)
-			}
-			if c != nil {
-				t.Error("got a config along with errors")
-			}
-			checkErrs(t, err, tt.want)
-		})
-	}
+	})
 }
 
 // TestErrorsAllAtOnce checks that problems all over a file are reported

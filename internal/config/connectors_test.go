@@ -46,11 +46,7 @@ destinations:
 }
 
 func TestFileInboundErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		doc  string
-		want []wantErr
-	}{
+	checkInvalid(t, "", []invalid{
 		{
 			name: "nothing but a directory",
 			doc: `
@@ -118,16 +114,7 @@ destinations:
 `,
 			want: []wantErr{{3, "channels.lab.inbound.file", "a channel has one inbound"}},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, tt.doc, nil)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			checkErrs(t, err, tt.want)
-		})
-	}
+	})
 }
 
 func TestHTTPDestinationLoads(t *testing.T) {

@@ -283,13 +283,21 @@ func (l *loader) named(n *yaml.Node, p path, each func(name string, n *yaml.Node
 		l.bad[p] = true
 		return
 	}
+	l.eachName(n, p, p.entity, "names", each)
+}
+
+// eachName calls each for the entries of mapping n in file order, under
+// the path child makes of their name, after refusing a name defined twice
+// (the noun says what must be unique) or one that could not be a lane
+// name. A name merged in by a YAML merge key may repeat silently.
+func (l *loader) eachName(n *yaml.Node, p path, child func(string) path, noun string, each func(name string, n *yaml.Node, p path)) {
 	seen := make(map[string]int)
 	for _, e := range l.entries(n, p) {
 		name := e.key.Value
-		ep := p.entity(name)
+		ep := child(name)
 		if first, dup := seen[name]; dup {
 			if !e.merged {
-				l.errorAt(e.key, ep, "is defined twice (first on line %d); names must be unique", first)
+				l.errorAt(e.key, ep, "is defined twice (first on line %d); %s must be unique", first, noun)
 			}
 			continue
 		}

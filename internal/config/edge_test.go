@@ -5,11 +5,7 @@ import "testing"
 // Who may connect to a listener, and how many at once: each bad value is
 // refused with where it is and what to write.
 func TestListenerAdmissionValidation(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		doc  string
-		want []wantErr
-	}{
+	checkInvalid(t, "", []invalid{
 		{
 			name: "bad allow entries and caps",
 			doc: `channels:
@@ -54,10 +50,5 @@ destinations:
 				{7, "channels.adt.inbound.mllp.max_connections_per_ip", "must be at least 1"},
 			},
 		},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, tt.doc, nil)
-			checkErrs(t, err, tt.want)
-		})
-	}
+	})
 }

@@ -177,11 +177,7 @@ func TestKeepErrors(t *testing.T) {
 
 func TestMaintenanceValidation(t *testing.T) {
 	// minimal is 10 lines; the maintenance block starts on line 11.
-	tests := []struct {
-		name string
-		doc  string
-		want []wantErr
-	}{
+	checkInvalid(t, minimal, []invalid{
 		{
 			name: "not a schedule",
 			doc: `
@@ -298,11 +294,5 @@ maintenance:
 				{13, "maintenance.retention.keep_body", "did you mean keep_bodies"},
 			},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, minimal+strings.TrimPrefix(tt.doc, "\n"), nil)
-			checkErrs(t, err, tt.want)
-		})
-	}
+	})
 }

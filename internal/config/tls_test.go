@@ -83,11 +83,7 @@ func TestParseNoTLS(t *testing.T) {
 }
 
 func TestTLSValidation(t *testing.T) {
-	tests := []struct {
-		name string
-		doc  string
-		want []wantErr
-	}{
+	checkInvalid(t, "", []invalid{
 		{
 			name: "insecure_skip_verify",
 			doc: `
@@ -222,13 +218,7 @@ destinations:
 `,
 			want: []wantErr{{1, "tls_expiry_warning", "must be > 0"}},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, tt.doc, nil)
-			checkErrs(t, err, tt.want)
-		})
-	}
+	})
 }
 
 // A plaintext listener others can reach is refused, unless the file says

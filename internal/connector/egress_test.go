@@ -14,11 +14,9 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/certtest"
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/egress"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
-	"github.com/mefor/mefor/internal/tlsconf"
 )
 
 // answers pins each name to fixed addresses, as the DNS answered when
@@ -35,21 +33,7 @@ func (a answers) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, e
 // refusals reported.
 func sendThrough(t *testing.T, yaml, pinned string) (Result, []*egress.RefusedError) {
 	t.Helper()
-	cfg, err := config.Parse("mefor.yaml", []byte(`
-egress: {allow: [localhost]}
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [lab]}]
-destinations:
-`+yaml), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := tlsconf.New(cfg, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := adtTo(t, "lab", yaml+"egress: {allow: [localhost]}\n", nil)
 	var refused []*egress.RefusedError
 	policy, errs := egress.NewPolicy(context.Background(), cfg.Egress.Allow, cfg.OutboundHosts(), egress.Options{
 		Resolver: answers{"localhost": {netip.MustParseAddr(pinned)}},
@@ -60,15 +44,7 @@ destinations:
 	}
 	var gate egress.Gate
 	gate.Store(policy)
-	pool := NewPool()
-	pool.UseTLS(set)
-	pool.UseEgress(&gate)
-	defer pool.Close()
-	s, err := pool.Get("outbound:lab", cfg.Destination("lab"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Send(context.Background(), Delivery{Payload: []byte(adt)}), refused
+	return sendOne(t, cfg, "lab", func(p *Pool) { p.UseEgress(&gate) }), refused
 }
 
 // A destination named by a host whose address changed since the config

@@ -1,7 +1,6 @@
 package connector
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/internal/config"
-	"github.com/mefor/mefor/internal/tlsconf"
 )
 
 const token = "Bearer s3cret-token"
@@ -24,31 +22,11 @@ const token = "Bearer s3cret-token"
 // message through a pool, as a drainer does.
 func httpVia(t *testing.T, block string) Result {
 	t.Helper()
-	cfg, err := config.Parse("mefor.yaml", []byte(fmt.Sprintf(`
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [hie]}]
-destinations:
-  hie:
+	cfg := adtTo(t, "hie", fmt.Sprintf(`  hie:
     type: http
     http: %s
-`, block)), func(k string) (string, bool) { return token, k == "HIE_TOKEN" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := tlsconf.New(cfg, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := NewPool()
-	pool.UseTLS(set)
-	defer pool.Close()
-	s, err := pool.Get("outbound:hie", cfg.Destination("hie"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := s.Send(context.Background(), Delivery{Payload: []byte(adt)})
+`, block), func(k string) (string, bool) { return token, k == "HIE_TOKEN" })
+	res := sendOne(t, cfg, "hie", nil)
 	if strings.Contains(res.Error, "s3cret") {
 		t.Errorf("a header value is in the error: %q", res.Error)
 	}

@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/certtest"
-	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/mllp"
-	"github.com/mefor/mefor/internal/tlsconf"
 )
 
 const adt = "MSH|^~\\&|A|B|C|D|20240101||ADT^A01|C1|P|2.5\rPID|1||42\r"
@@ -52,31 +50,11 @@ func sendVia(t *testing.T, address, caFile, serverName string) Result {
 	if serverName != "" {
 		sn = fmt.Sprintf(", server_name: %q", serverName)
 	}
-	cfg, err := config.Parse("mefor.yaml", []byte(fmt.Sprintf(`
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [lab]}]
-destinations:
-  lab:
+	cfg := adtTo(t, "lab", fmt.Sprintf(`  lab:
     type: mllp
     mllp: {address: %q, connect_timeout: 5s, tls: {ca_file: %q%s}}
-`, address, caFile, sn)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := tlsconf.New(cfg, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := NewPool()
-	pool.UseTLS(set)
-	defer pool.Close()
-	s, err := pool.Get("outbound:lab", cfg.Destination("lab"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Send(context.Background(), Delivery{Payload: []byte(adt)})
+`, address, caFile, sn), nil)
+	return sendOne(t, cfg, "lab", nil)
 }
 
 func TestMLLPOverTLSDelivers(t *testing.T) {

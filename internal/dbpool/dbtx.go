@@ -17,16 +17,22 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Column runs sql on q and returns the one column it selects, a value a
-// row. what says what the query is for; any error is wrapped with it.
-func Column[T any](ctx context.Context, q DBTX, what, sql string, args ...any) ([]T, error) {
+// Rows runs sql on q and returns its rows as scan reads each. what says
+// what the query is for; any error is wrapped with it.
+func Rows[T any](ctx context.Context, q DBTX, what string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	vals, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	vals, err := pgx.CollectRows(rows, scan)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return vals, nil
+}
+
+// Column runs sql on q and returns the one column it selects, a value a
+// row. what says what the query is for; any error is wrapped with it.
+func Column[T any](ctx context.Context, q DBTX, what, sql string, args ...any) ([]T, error) {
+	return Rows(ctx, q, what, pgx.RowTo[T], sql, args...)
 }

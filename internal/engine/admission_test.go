@@ -28,31 +28,14 @@ import (
 // with exactly labels ("k", "v" pairs), 0 when it has no such sample.
 func nodeMetric(t *testing.T, n *engine.Node, name string, labels ...string) float64 {
 	t.Helper()
-	fams, err := n.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	m, ok := sample(gatherMetrics(t, n), name, labels...)
+	switch {
+	case !ok:
+		return 0
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel())*2 != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if i := slices.Index(labels, l.GetName()); i < 0 || i%2 != 0 || labels[i+1] != l.GetValue() {
-					continue next
-				}
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
+	return m.GetGauge().GetValue()
 }
 
 func refused(t *testing.T, n *engine.Node, reason string) float64 {
@@ -102,14 +85,7 @@ func TestAllowListRefusesOtherSources(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	listen := fixtures.FreeAddr(t)
 	doc := func(allow string) string {
-		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q, allow: [%s]}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: %q}}
-`, listen, allow, newPartner(t, "", nil).addr)
+		return adtToDown(listen, ", allow: ["+allow+"]", newPartner(t, "", nil).addr, "")
 	}
 	path, cfg := configFile(t, "allow.yaml", doc("127.0.0.1, 10.0.0.0/8"))
 	n, logs := watchedNode(t, db, cfg, "allow", "connection refused")
@@ -185,14 +161,7 @@ func TestConnectionCaps(t *testing.T) {
 	t.Parallel()
 	db := testcontainers.NewDB(t)
 	listen := fixtures.FreeAddr(t)
-	_, cfg := configFile(t, "caps.yaml", fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q, max_connections: 3, max_connections_per_ip: 2}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: %q}}
-`, listen, newPartner(t, "", nil).addr))
+	_, cfg := configFile(t, "caps.yaml", adtToDown(listen, ", max_connections: 3, max_connections_per_ip: 2", newPartner(t, "", nil).addr, ""))
 	n := cluster.StartNode(t, db, cfg, named("caps"))
 	open := func() float64 { return nodeMetric(t, n, "mefor_connections_open", "channel", "adt") }
 
@@ -234,14 +203,7 @@ func TestReloadRefusesExposedPlaintext(t *testing.T) {
 	listen := fixtures.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(listen)
 	doc := func(addr string) string {
-		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: %q}}
-`, addr, newPartner(t, "", nil).addr)
+		return adtToDown(addr, "", newPartner(t, "", nil).addr, "")
 	}
 	path, cfg := configFile(t, "plain.yaml", doc(listen))
 	n := cluster.StartNode(t, db, cfg, named("exposed"))

@@ -31,18 +31,11 @@ func TestNodeServesTheAPI(t *testing.T) {
 	certFile, keyFile := ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, t.TempDir(), "api")
 	apiAddr := fixtures.FreeAddr(t)
 	doc := func(apiListen string) string {
-		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: 127.0.0.1:9}}
-api:
+		return adtToDown(fixtures.FreeAddr(t), "", "127.0.0.1:9", fmt.Sprintf(`api:
   listen: %q
   tls: {cert_file: %q, key_file: %q}
   allow: [127.0.0.1]
-`, fixtures.FreeAddr(t), apiListen, certFile, keyFile)
+`, apiListen, certFile, keyFile))
 	}
 	path, cfg := configFile(t, "api.yaml", doc(apiAddr))
 	n, _ := watchedNode(t, db, cfg, "api")

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
@@ -45,15 +43,7 @@ destinations:
 // counter is the node's counter name with exactly labels; -1 when absent.
 func counter(t *testing.T, n *engine.Node, name string, labels ...string) float64 {
 	t.Helper()
-	got, err := n.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fams := map[string]*dto.MetricFamily{}
-	for _, f := range got {
-		fams[f.GetName()] = f
-	}
-	return value(fams, name, labels...)
+	return value(gatherMetrics(t, n), name, labels...)
 }
 
 // junk is an unparseable frame of size bytes, different for each i, so

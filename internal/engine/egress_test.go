@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/mefor/mefor/internal/certtest"
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/hl7"
@@ -53,15 +51,7 @@ func (d *dnsAnswer) LookupNetIP(context.Context, string, string) ([]netip.Addr, 
 // egressRefusals is the node's mefor_egress_refused_total for target.
 func egressRefusals(t *testing.T, n *engine.Node, target string) float64 {
 	t.Helper()
-	fams, err := n.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]*dto.MetricFamily{}
-	for _, f := range fams {
-		byName[f.GetName()] = f
-	}
-	return value(byName, "mefor_egress_refused_total", "target", target)
+	return value(gatherMetrics(t, n), "mefor_egress_refused_total", "target", target)
 }
 
 // A destination listed by name in egress.allow whose name resolves, when a

@@ -287,6 +287,21 @@ destinations:
 %s`, destNames(destinations), destinations)
 }
 
+// adtToDown is a config's text: the cluster timings, then channel adt
+// listening for MLLP on listen with the further mllp settings opts (""
+// for none, else starting with a comma), on line 4, routed to the MLLP
+// destination down at addr; more (top-level sections) follows.
+func adtToDown(listen, opts, addr, more string) string {
+	return fmt.Sprintf(`%s
+channels:
+  adt:
+    inbound: {mllp: {listen: %q%s}}
+    routes: [{destinations: [down]}]
+destinations:
+  down: {type: mllp, mllp: {address: %q}}
+`, fixtures.ClusterTimings, listen, opts, addr) + more
+}
+
 // testConfig is adtYAML parsed.
 func testConfig(t testing.TB, listen, destinations string) *config.Config {
 	t.Helper()

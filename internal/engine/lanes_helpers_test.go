@@ -17,11 +17,7 @@ import (
 // queryInt runs a query returning one integer.
 func queryInt(t *testing.T, db *testcontainers.DB, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return int(fixtures.Count(t, db.Pool, sql, args...))
 }
 
 // queryStrings runs a query returning one text column.

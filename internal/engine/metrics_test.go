@@ -16,6 +16,20 @@ import (
 	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
+// gatherMetrics reads the node's registry as a scrape would.
+func gatherMetrics(t *testing.T, n *engine.Node) map[string]*dto.MetricFamily {
+	t.Helper()
+	list, err := n.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	for _, f := range list {
+		fams[f.GetName()] = f
+	}
+	return fams
+}
+
 // sample finds the sample of family name whose labels are exactly labels
 // ("k=v" pairs); ok is false when there is none.
 func sample(fams map[string]*dto.MetricFamily, name string, labels ...string) (*dto.Metric, bool) {
@@ -71,14 +85,7 @@ type histogram struct {
 
 func histogramOf(t *testing.T, n *engine.Node, name string, over float64) histogram {
 	t.Helper()
-	fams, err := n.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
+	if f, ok := gatherMetrics(t, n)[name]; ok {
 		h := f.GetMetric()[0].GetHistogram()
 		out := histogram{count: h.GetSampleCount(), sum: h.GetSampleSum(), above: h.GetSampleCount()}
 		for _, b := range h.GetBucket() {

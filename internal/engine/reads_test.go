@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mefor/mefor/internal/engine"
 	"github.com/mefor/mefor/internal/pipeline"
@@ -140,20 +139,6 @@ func TestWokenDrainerGathersRowsCommittedMeanwhileOnlyUnderContention(t *testing
 			}
 		})
 	}
-}
-
-// gatherMetrics reads the node's registry as a scrape would.
-func gatherMetrics(t *testing.T, n *engine.Node) map[string]*dto.MetricFamily {
-	t.Helper()
-	list, err := n.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	fams := map[string]*dto.MetricFamily{}
-	for _, f := range list {
-		fams[f.GetName()] = f
-	}
-	return fams
 }
 
 // laneReads counts the drainers' reads of their lanes (pipeline.PendingRows).

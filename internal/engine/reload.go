@@ -19,6 +19,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/internal/tick"
 	"github.com/mefor/mefor/leader"
 	"github.com/mefor/mefor/workers"
 )
@@ -199,20 +200,12 @@ func (n *Node) stopConfigWatch() {
 // watchConfig checks the cluster config version every heartbeat and when
 // kicked by a NOTIFY.
 func (n *Node) watchConfig(ctx context.Context, kick <-chan struct{}) {
-	t := time.NewTicker(n.opts.Config.Cluster.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-kick:
-		}
+	tick.EveryOrKicked(ctx, n.opts.Config.Cluster.Heartbeat, kick, func(ctx context.Context) {
 		if err := n.checkSealedStore(ctx, false); err != nil && ctx.Err() == nil {
 			n.logger.WarnContext(ctx, "could not read whether the store is sealed", "error", err)
 		}
 		n.checkConfigVersion(ctx)
-	}
+	})
 }
 
 // listenConfig turns NOTIFYs of a version bump into kicks, on a connection
@@ -346,34 +339,23 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	// revoked must not outlive the reload.
 	revoked := crlRenewed(next, certs.Renewed())
 	policy := n.buildEgress(ctx, next)
-	if next.Hash() == cur.Hash() {
-		if len(revoked) == 0 {
-			res.Renewed = n.commitTLS(ctx, certs)
-			n.egress.Store(policy)
-			n.recordTransport(ctx)
-			return res, nil
-		}
-		n.mu.Lock()
-		plan, err := n.planListeners(cur, next, revoked)
-		if err != nil {
-			n.mu.Unlock()
-			return nil, err
-		}
+	// The same file keeps its graph, and its listeners unless a CRL they
+	// check changed.
+	changed := next.Hash() != cur.Hash()
+	if !changed && len(revoked) == 0 {
 		res.Renewed = n.commitTLS(ctx, certs)
 		n.egress.Store(policy)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
-		res.Listeners = n.swapListeners(sctx, plan)
-		cancel()
-		n.mu.Unlock()
 		n.recordTransport(ctx)
 		return res, nil
 	}
-	if reasons := n.restartNeeded(next); len(reasons) > 0 {
-		return nil, &RestartError{Reasons: reasons}
-	}
-	g, err := n.buildGraph(ctx, next)
-	if err != nil {
-		return nil, fmt.Errorf("not applied: %w", err)
+	var g *Graph
+	if changed {
+		if reasons := n.restartNeeded(next); len(reasons) > 0 {
+			return nil, &RestartError{Reasons: reasons}
+		}
+		if g, err = n.buildGraph(ctx, next); err != nil {
+			return nil, fmt.Errorf("not applied: %w", err)
+		}
 	}
 
 	n.mu.Lock()
@@ -386,11 +368,15 @@ func (n *Node) apply(ctx context.Context, cur, next *config.Config) (*ReloadResu
 	// new config adds must find its TLS configuration.
 	res.Renewed = n.commitTLS(ctx, certs)
 	n.egress.Store(policy)
-	n.graph.Store(g)
-	res.Changed = true
+	if changed {
+		n.graph.Store(g)
+		res.Changed = true
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
 	res.Listeners = n.swapListeners(sctx, plan)
-	res.Listeners = append(res.Listeners, n.swapPollersLocked(sctx, next)...)
+	if changed {
+		res.Listeners = append(res.Listeners, n.swapPollersLocked(sctx, next)...)
+	}
 	cancel()
 	n.mu.Unlock()
 	n.recordTransport(ctx)

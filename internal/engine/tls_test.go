@@ -323,14 +323,7 @@ func TestReloadPlaintextAcknowledgementKeepsListener(t *testing.T) {
 	db := testcontainers.NewDB(t)
 	listen := fixtures.FreeAddr(t)
 	doc := func(extra string) string {
-		return fmt.Sprintf(`cluster: {heartbeat: 1s, fence_timeout: 3s, lease_ttl: 5s}
-channels:
-  adt:
-    inbound: {mllp: {listen: %q%s}}
-    routes: [{destinations: [down]}]
-destinations:
-  down: {type: mllp, mllp: {address: %q}}
-`, listen, extra, newPartner(t, "", nil).addr)
+		return adtToDown(listen, extra, newPartner(t, "", nil).addr, "")
 	}
 	path, cfg := configFile(t, "plain.yaml", doc(""))
 	n := cluster.StartNode(t, db, cfg, named("plain"))

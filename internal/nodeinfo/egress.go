@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/leader"
 )
 
 // NodeEgress is where a node's config lets data go (mefor_node_egress).
@@ -72,46 +71,25 @@ type EgressStatus struct {
 
 // ReadEgressStatus merges what the live nodes recorded.
 func ReadEgressStatus(ctx context.Context, q pipeline.DBTX) (*EgressStatus, error) {
-	live, err := leader.LiveNodes(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("read egress status: %w", err)
-	}
-	rows, err := q.Query(ctx, `
+	recs, err := readLive(ctx, q, "read egress status", `
 		SELECT node_id, restricted, allow, plaintext FROM mefor_node_egress
-		WHERE node_id = ANY($1) ORDER BY node_id`, live)
-	if err != nil {
-		return nil, fmt.Errorf("read egress status: %w", err)
-	}
-	type nodeRow struct {
-		node string
-		e    NodeEgress
-	}
-	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeRow, error) {
-		var n nodeRow
+		WHERE node_id = ANY($1) ORDER BY node_id`, func(r pgx.CollectableRow) (string, NodeEgress, error) {
+		var node string
+		var e NodeEgress
 		var allow, plaintext []byte
-		if err := r.Scan(&n.node, &n.e.Restricted, &allow, &plaintext); err != nil {
-			return n, err
+		if err := r.Scan(&node, &e.Restricted, &allow, &plaintext); err != nil {
+			return node, e, err
 		}
-		if err := json.Unmarshal(allow, &n.e.Allow); err != nil {
-			return n, fmt.Errorf("node %s egress: %w", n.node, err)
-		}
-		if err := json.Unmarshal(plaintext, &n.e.Plaintext); err != nil {
-			return n, fmt.Errorf("node %s egress: %w", n.node, err)
-		}
-		return n, nil
+		return node, e, decodeJSON(node, jsonColumn{"egress", allow, &e.Allow}, jsonColumn{"egress", plaintext, &e.Plaintext})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read egress status: %w", err)
+		return nil, err
 	}
 	st := &EgressStatus{Policies: []EgressInUse{}}
 	for _, rec := range recs {
-		i := slices.IndexFunc(st.Policies, func(p EgressInUse) bool {
-			return p.Restricted == rec.e.Restricted && slices.Equal(p.Allow, rec.e.Allow) && slices.Equal(p.Plaintext, rec.e.Plaintext)
-		})
-		if i < 0 {
-			st.Policies = append(st.Policies, EgressInUse{NodeEgress: rec.e})
-			i = len(st.Policies) - 1
-		}
+		i := entryFor(&st.Policies, func(p EgressInUse) bool {
+			return p.Restricted == rec.v.Restricted && slices.Equal(p.Allow, rec.v.Allow) && slices.Equal(p.Plaintext, rec.v.Plaintext)
+		}, func() EgressInUse { return EgressInUse{NodeEgress: rec.v} })
 		st.Policies[i].Nodes = append(st.Policies[i].Nodes, rec.node)
 	}
 	return st, nil

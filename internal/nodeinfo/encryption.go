@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/leader"
 )
@@ -72,19 +73,15 @@ func ReadEncryptionStatus(ctx context.Context, q pipeline.DBTX) (*EncryptionStat
 	if err != nil {
 		return nil, fmt.Errorf("read encryption status: %w", err)
 	}
-	rows, err := q.Query(ctx, `
-		SELECT node_id, coalesce(active_key, ''), key_ids FROM mefor_node_encryption
-		WHERE node_id = ANY($1) ORDER BY node_id`, live)
-	if err != nil {
-		return nil, fmt.Errorf("read encryption status: %w", err)
-	}
-	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeEncryption, error) {
+	nodes, err := dbpool.Rows(ctx, q, "read encryption status", func(r pgx.CollectableRow) (NodeEncryption, error) {
 		var n NodeEncryption
 		err := r.Scan(&n.Node, &n.ActiveKey, &n.KeyIDs)
 		return n, err
-	})
+	}, `
+		SELECT node_id, coalesce(active_key, ''), key_ids FROM mefor_node_encryption
+		WHERE node_id = ANY($1) ORDER BY node_id`, live)
 	if err != nil {
-		return nil, fmt.Errorf("read encryption status: %w", err)
+		return nil, err
 	}
 	if nodes == nil {
 		nodes = []NodeEncryption{}

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/leader"
 )
 
 // Retention is the retention policy a node runs with (maintenance.retention
@@ -48,38 +47,24 @@ type RetentionInUse struct {
 // ReadRetentionStatus returns the policies the live nodes recorded, the
 // one most nodes run first; one entry when they agree.
 func ReadRetentionStatus(ctx context.Context, q pipeline.DBTX) ([]RetentionInUse, error) {
-	live, err := leader.LiveNodes(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("read retention policies: %w", err)
-	}
-	rows, err := q.Query(ctx, `
+	recs, err := readLive(ctx, q, "read retention policies", `
 		SELECT node_id, coalesce(keep_bodies, 0), coalesce(keep_dead, 0), coalesce(keep_errors, 0),
 			keep_errors_default, coalesce(delete_after, 0)
 		FROM mefor_node_retention WHERE node_id = ANY($1)
-		ORDER BY node_id`, live)
-	if err != nil {
-		return nil, fmt.Errorf("read retention policies: %w", err)
-	}
-	type nodeRow struct {
-		node string
-		r    Retention
-	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (nodeRow, error) {
-		var n nodeRow
-		err := row.Scan(&n.node, &n.r.KeepBodiesSeconds, &n.r.KeepDeadSeconds, &n.r.KeepErrorsSeconds,
-			&n.r.KeepErrorsDefault, &n.r.DeleteAfterSeconds)
-		return n, err
+		ORDER BY node_id`, func(row pgx.CollectableRow) (string, Retention, error) {
+		var node string
+		var r Retention
+		err := row.Scan(&node, &r.KeepBodiesSeconds, &r.KeepDeadSeconds, &r.KeepErrorsSeconds,
+			&r.KeepErrorsDefault, &r.DeleteAfterSeconds)
+		return node, r, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read retention policies: %w", err)
+		return nil, err
 	}
 	out := []RetentionInUse{}
 	for _, rec := range recs {
-		i := slices.IndexFunc(out, func(o RetentionInUse) bool { return o.Retention == rec.r })
-		if i < 0 {
-			out = append(out, RetentionInUse{Retention: rec.r})
-			i = len(out) - 1
-		}
+		i := entryFor(&out, func(o RetentionInUse) bool { return o.Retention == rec.v },
+			func() RetentionInUse { return RetentionInUse{Retention: rec.v} })
 		out[i].Nodes = append(out[i].Nodes, rec.node)
 	}
 	slices.SortStableFunc(out, func(a, b RetentionInUse) int { return len(b.Nodes) - len(a.Nodes) })

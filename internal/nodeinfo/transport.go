@@ -15,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/leader"
 )
 
 // NodeCertificate is one certificate a node loaded from its files.
@@ -117,57 +116,33 @@ type TransportStatus struct {
 // ReadTransportStatus merges what the live nodes recorded (leader.LiveNodes
 // decides which nodes are live).
 func ReadTransportStatus(ctx context.Context, q pipeline.DBTX) (*TransportStatus, error) {
-	live, err := leader.LiveNodes(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("read transport security: %w", err)
-	}
-	rows, err := q.Query(ctx, `
+	recs, err := readLive(ctx, q, "read transport security", `
 		SELECT t.node_id, t.certificates, t.listeners
 		FROM mefor_node_transport t
 		WHERE t.node_id = ANY($1)
-		ORDER BY t.node_id`, live)
-	if err != nil {
-		return nil, fmt.Errorf("read transport security: %w", err)
-	}
-	type nodeRow struct {
-		node string
-		t    Transport
-	}
-	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeRow, error) {
-		var n nodeRow
+		ORDER BY t.node_id`, func(r pgx.CollectableRow) (string, Transport, error) {
+		var node string
+		var t Transport
 		var certs, listeners []byte
-		if err := r.Scan(&n.node, &certs, &listeners); err != nil {
-			return n, err
+		if err := r.Scan(&node, &certs, &listeners); err != nil {
+			return node, t, err
 		}
-		if err := json.Unmarshal(certs, &n.t.Certificates); err != nil {
-			return n, fmt.Errorf("node %s certificates: %w", n.node, err)
-		}
-		if err := json.Unmarshal(listeners, &n.t.Listeners); err != nil {
-			return n, fmt.Errorf("node %s listeners: %w", n.node, err)
-		}
-		return n, nil
+		return node, t, decodeJSON(node, jsonColumn{"certificates", certs, &t.Certificates}, jsonColumn{"listeners", listeners, &t.Listeners})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read transport security: %w", err)
+		return nil, err
 	}
 	st := &TransportStatus{Certificates: []CertificateInUse{}, Listeners: []ListenerInUse{}}
 	for _, rec := range recs {
-		for _, c := range rec.t.Certificates {
-			i := slices.IndexFunc(st.Certificates, func(o CertificateInUse) bool {
+		for _, c := range rec.v.Certificates {
+			i := entryFor(&st.Certificates, func(o CertificateInUse) bool {
 				return o.File == c.File && o.Serial == c.Serial && o.WarnFrom.Equal(c.WarnFrom) && slices.Equal(o.Uses, c.Uses)
-			})
-			if i < 0 {
-				st.Certificates = append(st.Certificates, CertificateInUse{NodeCertificate: c})
-				i = len(st.Certificates) - 1
-			}
+			}, func() CertificateInUse { return CertificateInUse{NodeCertificate: c} })
 			st.Certificates[i].Nodes = append(st.Certificates[i].Nodes, rec.node)
 		}
-		for _, l := range rec.t.Listeners {
-			i := slices.IndexFunc(st.Listeners, func(o ListenerInUse) bool { return o.NodeListener == l })
-			if i < 0 {
-				st.Listeners = append(st.Listeners, ListenerInUse{NodeListener: l, Flagged: l.Flagged()})
-				i = len(st.Listeners) - 1
-			}
+		for _, l := range rec.v.Listeners {
+			i := entryFor(&st.Listeners, func(o ListenerInUse) bool { return o.NodeListener == l },
+				func() ListenerInUse { return ListenerInUse{NodeListener: l, Flagged: l.Flagged()} })
 			st.Listeners[i].Nodes = append(st.Listeners[i].Nodes, rec.node)
 		}
 	}

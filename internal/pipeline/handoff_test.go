@@ -108,11 +108,7 @@ func TestHandoffProducesOnlyForConsumedRows(t *testing.T) {
 
 func count(t *testing.T, db *testcontainers.DB, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return int(fixtures.Count(t, db.Pool, sql, args...))
 }
 
 // A reply is produced only with the delivery record that accepts it: a

@@ -37,8 +37,7 @@ func TestReceiveBatchRefusedWithoutTheLeaseStoresNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-b', now() + interval '1 hour')`,
-		leader.ListenerLeaseKey)
+	f.holdLease("node-b")
 	// A first message activates the lane, so the batches below are the one
 	// round trip form.
 	if _, err := pipeline.ReceiveBatch(f.Ctx, f.DB.Pool, ins, []pipeline.Inbound{parsedInbound("adt", "L0", "node-b")}); err != nil {
@@ -99,17 +98,8 @@ func TestReceiveBatchActivatesALaneWithoutDrainer(t *testing.T) {
 func TestReceiveBatchToLiveLanesIsOneRoundTrip(t *testing.T) {
 	f := newFixture(t)
 	trips := &testcontainers.RoundTrips{}
-	pool := f.DB.TracedPool(t, trips)
-	// Connections opened before counting: a new one's setup is not intake's.
-	if err := pool.Ping(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-a', now() + interval '1 hour')`,
-		leader.ListenerLeaseKey)
+	pool, ins := f.tracedIntake(trips)
+	f.holdLease("node-a")
 	if _, err := pipeline.ReceiveBatch(f.Ctx, pool, ins, []pipeline.Inbound{parsedInbound("adt", "A0", "node-a"), parsedInbound("lab", "B0", "node-a")}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,17 +243,9 @@ func TestActivatingIntakeAnnouncesAfterItsCommit(t *testing.T) {
 func TestSealedIntakeDrawsIdsAheadABlockAtATime(t *testing.T) {
 	f := newFixture(t)
 	trips := &testcontainers.RoundTrips{}
-	pool := f.DB.TracedPool(t, trips)
-	if err := pool.Ping(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, ins := f.tracedIntake(trips)
 	kr := fixtures.Keyring(t, "k1")
-	f.Exec(`INSERT INTO mefor_leader_lease (key, owner, expires_at) VALUES ($1, 'node-a', now() + interval '1 hour')`,
-		leader.ListenerLeaseKey)
+	f.holdLease("node-a")
 	ids := &pipeline.MessageIDs{Block: 8, MaxAge: time.Minute}
 	sealed := func(ch, ctrl string) pipeline.Inbound {
 		in := parsedInbound(ch, ctrl, "node-a")

@@ -21,7 +21,7 @@ func operatorLogin(t *testing.T, db *testcontainers.DB) *pgxpool.Pool {
 	if _, err := migrations.ApplyRoles(context.Background(), db.Pool, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, pool := fixtures.Login(t, db, migrations.RoleOperator)
+	_, pool := fixtures.LoginPool(t, db, migrations.RoleOperator)
 	return pool
 }
 

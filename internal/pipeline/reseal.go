@@ -10,22 +10,22 @@ import (
 // resealSQL writes re-sealed values (package rotation re-seals them) of
 // each id-keyed sealed column of the pipeline's tables: $1 the rows' ids,
 // $2 their values.
-var resealSQL = map[string]string{
-	"mefor_message.raw": `UPDATE mefor_message t SET raw = u.v
-		FROM unnest($1::bigint[], $2::bytea[]) AS u(id, v) WHERE t.id = u.id`,
-	"mefor_message.patient_key": `UPDATE mefor_message t SET patient_key = u.v
-		FROM unnest($1::bigint[], $2::text[]) AS u(id, v) WHERE t.id = u.id`,
-	"mefor_message.error": `UPDATE mefor_message t SET error = u.v
-		FROM unnest($1::bigint[], $2::text[]) AS u(id, v) WHERE t.id = u.id`,
-	"mefor_work.payload": `UPDATE mefor_work t SET payload = u.v
-		FROM unnest($1::bigint[], $2::bytea[]) AS u(id, v) WHERE t.id = u.id`,
-	"mefor_work.last_error": `UPDATE mefor_work t SET last_error = u.v
-		FROM unnest($1::bigint[], $2::text[]) AS u(id, v) WHERE t.id = u.id`,
-	"mefor_response.body": `UPDATE mefor_response t SET body = u.v
-		FROM unnest($1::bigint[], $2::bytea[]) AS u(id, v) WHERE t.id = u.id`,
-	"mefor_event.detail": `UPDATE mefor_event t SET detail = u.v
-		FROM unnest($1::bigint[], $2::text[]) AS u(id, v) WHERE t.id = u.id`,
-}
+var resealSQL = func() map[string]string {
+	m := map[string]string{}
+	for _, c := range []struct{ table, column, typ string }{
+		{"mefor_message", "raw", "bytea"},
+		{"mefor_message", "patient_key", "text"},
+		{"mefor_message", "error", "text"},
+		{"mefor_work", "payload", "bytea"},
+		{"mefor_work", "last_error", "text"},
+		{"mefor_response", "body", "bytea"},
+		{"mefor_event", "detail", "text"},
+	} {
+		m[c.table+"."+c.column] = fmt.Sprintf(`UPDATE %s t SET %s = u.v
+		FROM unnest($1::bigint[], $2::%s[]) AS u(id, v) WHERE t.id = u.id`, c.table, c.column, c.typ)
+	}
+	return m
+}()
 
 // WriteResealed stores re-sealed values of column (table.column, one of
 // resealSQL's) for the rows ids names, values being a []byte slice for a

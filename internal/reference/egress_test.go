@@ -22,6 +22,7 @@ import (
 	"github.com/mefor/mefor/internal/reference"
 	"github.com/mefor/mefor/internal/tlsconf"
 	"github.com/mefor/mefor/testcontainers"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // An HTTPS source with a tls: block and headers: the GET is verified
@@ -57,14 +58,7 @@ func TestHTTPSourceWithTLSAndHeaders(t *testing.T) {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 
 	doc := func(query string) *config.Config {
-		cfg, err := config.Parse("mefor.yaml", []byte(fmt.Sprintf(`
-channels:
-  adt:
-    inbound: {mllp: {listen: 127.0.0.1:2575}}
-    routes: [{destinations: [out]}]
-destinations:
-  out: {type: file, file: {directory: ./out}}
-reference_sets:
+		cfg, err := config.Parse("mefor.yaml", []byte(fmt.Sprintf(fixtures.ADTToFile+`reference_sets:
   lab-codes:
     source:
       http:

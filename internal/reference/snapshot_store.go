@@ -233,24 +233,16 @@ func ReadReferenceRows(ctx context.Context, q pipeline.DBTX, kr *crypt.Keyring, 
 // ReferenceSets returns the pointer rows of the named sets, in the order
 // given; a set never synced nor attempted has a zero row with its name.
 func ReferenceSets(ctx context.Context, db pipeline.DBTX, names []string) ([]ReferenceSetInfo, error) {
-	rows, err := db.Query(ctx, `
+	return dbpool.Rows(ctx, db, "read reference sets", func(row pgx.CollectableRow) (ReferenceSetInfo, error) {
+		var s ReferenceSetInfo
+		err := row.Scan(&s.Name, &s.Version, &s.Columns, &s.Rows, &s.SyncedAt, &s.Source, &s.LastError, &s.LastErrorAt)
+		return s, err
+	}, `
 		SELECT n.name, coalesce(s.version, 0), coalesce(s.columns, '{}'), coalesce(s.row_count, 0),
 		       s.synced_at, coalesce(s.source, ''), coalesce(s.last_error, ''), s.last_error_at
 		FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
 		LEFT JOIN mefor_reference_set s ON s.name = n.name
 		ORDER BY n.ord`, names)
-	if err != nil {
-		return nil, fmt.Errorf("read reference sets: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReferenceSetInfo, error) {
-		var s ReferenceSetInfo
-		err := row.Scan(&s.Name, &s.Version, &s.Columns, &s.Rows, &s.SyncedAt, &s.Source, &s.LastError, &s.LastErrorAt)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read reference sets: %w", err)
-	}
-	return out, nil
 }
 
 // sealReferenceValue is what mefor_reference_row.value holds for value:

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/hl7"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/reference"
@@ -172,19 +173,11 @@ type KeyCount struct {
 // columns. It reads every row that holds content, so it costs a scan of
 // the tables.
 func KeyCensus(ctx context.Context, q pipeline.DBTX) ([]KeyCount, error) {
-	rows, err := q.Query(ctx, `SELECT column_name, key_id, n FROM mefor_key_census()`)
-	if err != nil {
-		return nil, fmt.Errorf("count the keys of the sealed columns: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (KeyCount, error) {
+	return dbpool.Rows(ctx, q, "count the keys of the sealed columns", func(r pgx.CollectableRow) (KeyCount, error) {
 		var k KeyCount
 		err := r.Scan(&k.Column, &k.KeyID, &k.Values)
 		return k, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("count the keys of the sealed columns: %w", err)
-	}
-	return out, nil
+	}, `SELECT column_name, key_id, n FROM mefor_key_census()`)
 }
 
 // KeyCensusDirect is KeyCensus reading the tables itself (an admin's

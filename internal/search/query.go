@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mefor/mefor/internal/auditforward"
+	"github.com/mefor/mefor/internal/dbpool"
 
 	"github.com/jackc/pgx/v5"
 
@@ -256,7 +257,12 @@ func ListDead(ctx context.Context, q pipeline.DBTX, f pipeline.DeadFilter, scope
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `
+	return dbpool.Rows(ctx, q, "list dead letters", func(r pgx.CollectableRow) (DeadRow, error) {
+		var d DeadRow
+		err := r.Scan(&d.WorkID, &d.MessageID, &d.Channel, &d.Stage, &d.Lane, &d.Destination,
+			&d.Handler, &d.Attempts, &d.LastError, &d.DeadAt, &d.ControlID, &d.MessageType)
+		return d, err
+	}, `
 		SELECT w.id, w.message_id, w.channel, w.stage, w.lane, coalesce(w.destination, ''),
 			coalesce(w.handler, ''), w.attempts, `+texts+`,
 			coalesce(w.finished_at, w.updated_at),
@@ -268,19 +274,6 @@ func ListDead(ctx context.Context, q pipeline.DBTX, f pipeline.DeadFilter, scope
 		  AND (cardinality($4::text[]) = 0 OR m.channel ~ ANY($4))
 		ORDER BY coalesce(w.finished_at, w.updated_at) DESC, w.id DESC
 		LIMIT $3`, f.Channel, f.Destination, limitOf(f.Limit), res)
-	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadRow, error) {
-		var d DeadRow
-		err := r.Scan(&d.WorkID, &d.MessageID, &d.Channel, &d.Stage, &d.Lane, &d.Destination,
-			&d.Handler, &d.Attempts, &d.LastError, &d.DeadAt, &d.ControlID, &d.MessageType)
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
-	}
-	return out, nil
 }
 
 // ChannelStatus is one channel's line of `mefor status`.

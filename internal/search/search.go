@@ -13,6 +13,7 @@ import (
 
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/pipeline"
 )
 
@@ -81,20 +82,12 @@ func ListMessages(ctx context.Context, q pipeline.DBTX, f MessageFilter) ([]Mess
 		return searchText(ctx, q, f)
 	}
 	sql, args := listMessagesSQL(f)
-	rows, err := q.Query(ctx, sql, args)
-	if err != nil {
-		return nil, fmt.Errorf("list messages: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageSummary, error) {
+	return dbpool.Rows(ctx, q, "list messages", func(r pgx.CollectableRow) (MessageSummary, error) {
 		var m MessageSummary
 		err := r.Scan(&m.ID, &m.ReceivedAt, &m.Channel, &m.MessageType, &m.TriggerEvent,
 			&m.ControlID, &m.Status, &m.Size, &m.CutAt)
 		return m, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list messages: %w", err)
-	}
-	return out, nil
+	}, sql, args)
 }
 
 // textPage is how many candidate messages searchText looks at per page.

@@ -2,9 +2,9 @@ package search
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mefor/mefor/internal/dbpool"
 	"github.com/mefor/mefor/internal/pipeline"
 )
 
@@ -30,19 +30,11 @@ const pendingGroupsSQL = `
 
 // readPendingGroups runs pendingGroupsSQL.
 func readPendingGroups(ctx context.Context, q pipeline.DBTX) ([]BacklogGroup, error) {
-	rows, err := q.Query(ctx, pendingGroupsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("read backlog: %w", err)
-	}
-	groups, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BacklogGroup, error) {
+	return dbpool.Rows(ctx, q, "read backlog", func(r pgx.CollectableRow) (BacklogGroup, error) {
 		var g BacklogGroup
 		err := r.Scan(&g.Stage, &g.Channel, &g.Destination, &g.Pending, &g.OldestSeconds)
 		return g, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read backlog: %w", err)
-	}
-	return groups, nil
+	}, pendingGroupsSQL)
 }
 
 // messageCountsSQL is each channel's messages by status.

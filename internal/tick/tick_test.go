@@ -47,3 +47,19 @@ func TestEveryRepeatsUntilTheContextEnds(t *testing.T) {
 		t.Fatal("Every still running 10s after its context ended")
 	}
 }
+
+// A kick calls at once, without waiting for the period.
+func TestEveryOrKickedCallsWhenKicked(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kick := make(chan struct{}, 1)
+	called := make(chan struct{}, 1)
+	go tick.EveryOrKicked(ctx, time.Hour, kick, func(context.Context) { called <- struct{}{} })
+	kick <- struct{}{}
+	select {
+	case <-called:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call within 10s of a kick, with an hour's period")
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/mefor/mefor/internal/config"
 	"github.com/mefor/mefor/internal/mllp"
 	"github.com/mefor/mefor/internal/tlsconf"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // files is a directory of certificates for one test: a CA, the listener's
@@ -39,10 +40,24 @@ func newFiles(t *testing.T) *files {
 	return f
 }
 
+// config uses every file: the listener's certificate, key and client CA,
+// and the client certificate of destination lab.
 func (f *files) config(t *testing.T) *config.Config {
 	t.Helper()
-	doc := fmt.Sprintf(`
-channels:
+	return listenerConfig(t, f.serverCrt, f.serverKey, f.caFile, "", fmt.Sprintf(`
+    type: mllp
+    mllp:
+      address: localhost:2576
+      tls: {ca_file: %q, cert_file: %q, key_file: %q}`, f.caFile, f.clientCrt, f.clientKey))
+}
+
+// listenerConfig is a config whose channel adt listens with TLS under cert
+// and key, asking clients for a certificate of clientCA, with the further
+// tls: settings more (whole lines); it routes to destination lab, whose
+// definition follows "lab:".
+func listenerConfig(t *testing.T, cert, key, clientCA, more, lab string) *config.Config {
+	t.Helper()
+	doc := fmt.Sprintf(`channels:
   adt:
     inbound:
       mllp:
@@ -51,15 +66,11 @@ channels:
           cert_file: %q
           key_file: %q
           client_ca_file: %q
-    routes: [{destinations: [lab]}]
+%s    routes: [{destinations: [lab]}]
 destinations:
-  lab:
-    type: mllp
-    mllp:
-      address: localhost:2576
-      tls: {ca_file: %q, cert_file: %q, key_file: %q}
-`, f.serverCrt, f.serverKey, f.caFile, f.caFile, f.clientCrt, f.clientKey)
-	cfg, err := config.Parse("mefor.yaml", []byte(strings.TrimPrefix(doc, "\n")), nil)
+  lab:%s
+`, cert, key, clientCA, more, lab)
+	cfg, err := config.Parse("mefor.yaml", []byte(doc), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +156,141 @@ func TestNewRefusesUnusableFiles(t *testing.T) {
 				t.Errorf("got %v (line %d, field %s), want line %d, field %s, message containing %q", e, e.Line, e.Field, tt.line, tt.field, tt.msg)
 			}
 		})
+	}
+}
+
+// HTTP reference sources and alert webhooks take the destinations' tls:
+// block: their files are read and listed like a destination's, and a file
+// that does not read is an error at its field.
+func TestReferenceSourceAndWebhookTLS(t *testing.T) {
+	f := newFiles(t)
+	doc := func(ca string) string {
+		return fmt.Sprintf(fixtures.ADTToFile+`reference_sets:
+  loinc:
+    source:
+      http:
+        url: https://terminology.example.net/loinc.csv
+        tls: {ca_file: %q, cert_file: %q, key_file: %q}
+alerts:
+  sinks:
+    ops:
+      webhook:
+        url: https://hooks.example.org/mefor
+        tls: {ca_file: %q}
+  rules: [{name: r, destination: out, queue_depth: 1, sinks: [ops]}]
+`, f.caFile, f.clientCrt, f.clientKey, ca)
+	}
+	cfg, err := config.Parse("mefor.yaml", []byte(strings.TrimPrefix(doc(f.caFile), "\n")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := tlsconf.New(cfg, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range set.Certificates() {
+		got[filepath.Base(c.File)] = strings.Join(c.Uses, ", ")
+	}
+	want := map[string]string{
+		"ca.crt":     `reference set "loinc" CA, alert sink "ops" CA`,
+		"client.crt": `reference set "loinc" client certificate`,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("certificates:\n got %v\nwant %v", got, want)
+	}
+	ref, hook := set.ReferenceClient("loinc"), set.WebhookClient("ops")
+	if ref == nil || hook == nil {
+		t.Fatal("no configuration for the reference source or the webhook")
+	}
+	if c := ref.Config(); c.RootCAs == nil || len(c.Certificates) != 1 || c.ServerName != "terminology.example.net" {
+		t.Errorf("reference source TLS: roots %v, %d certificates, server name %q", c.RootCAs != nil, len(c.Certificates), c.ServerName)
+	}
+	if c := hook.Config(); c.RootCAs == nil || c.ServerName != "hooks.example.org" {
+		t.Errorf("webhook TLS: roots %v, server name %q", c.RootCAs != nil, c.ServerName)
+	}
+	if set.Client("loinc") != nil || set.WebhookClient("loinc") != nil {
+		t.Error("a reference set's configuration is served under another kind's name")
+	}
+
+	missing := filepath.Join(f.dir, "missing.crt")
+	cfg, err = config.Parse("mefor.yaml", []byte(strings.TrimPrefix(doc(missing), "\n")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(missing)
+	_, err = tlsconf.New(cfg, time.Now())
+	var errs config.Errors
+	if !errors.As(err, &errs) || len(errs) != 1 {
+		t.Fatalf("err = %v, want one problem", err)
+	}
+	if e := errs[0]; e.Line != 18 || e.Field != "alerts.sinks.ops.webhook.tls.ca_file" || !strings.Contains(e.Message, "cannot be read") {
+		t.Errorf("got %v (line %d, field %s)", e, e.Line, e.Field)
+	}
+}
+
+// crlConfig is a TLS listener of the openssl CA ca with crl_file crl.
+func crlConfig(t *testing.T, ca *certtest.OpenSSLCA, server *certtest.FileCert, crl string) *config.Config {
+	t.Helper()
+	return listenerConfig(t, server.CertFile, server.KeyFile, ca.CertFile,
+		fmt.Sprintf("          allow_names: [lab]\n          crl_file: %q\n", crl), " {type: mllp, mllp: {address: localhost:2576}}")
+}
+
+// A CRL the client CA signed is read and listed with the certificates,
+// its next update as its expiry; the node warns about it only once that
+// has passed, not within tls_expiry_warning as for a certificate.
+func TestCRLListedAndWarnedWhenDue(t *testing.T) {
+	ca := certtest.NewOpenSSLCA(t, "Partners CA")
+	server := ca.Issue(t, "server", "mefor.test", "DNS:localhost")
+	set, err := tlsconf.New(crlConfig(t, ca, server, ca.GenCRL(t)), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crl *tlsconf.Certificate
+	for _, c := range set.Certificates() {
+		if c.CRL {
+			crl = &c
+		}
+	}
+	if crl == nil || crl.File != ca.CRLFile || !strings.Contains(crl.Subject, "Partners CA") || crl.Uses[0] != `channel "adt" CRL` {
+		t.Fatalf("the CRL is listed as %+v", crl)
+	}
+	if left := time.Until(crl.NotAfter); left < 23*time.Hour || left > 25*time.Hour {
+		t.Errorf("listed until %s, want its next update, a day from now (default_crl_days = 1)", crl.NotAfter)
+	}
+
+	var log bytes.Buffer
+	w := &tlsconf.ExpiryWarner{Window: 30 * 24 * time.Hour, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	if n := w.Check(context.Background(), []tlsconf.Certificate{*crl}, time.Now()); n != 0 {
+		t.Errorf("warned about a CRL a day before its next update:\n%s", log.String())
+	}
+	if n := w.Check(context.Background(), []tlsconf.Certificate{*crl}, crl.NotAfter.Add(time.Hour)); n != 1 ||
+		!strings.Contains(log.String(), "revocation list in use is due for its next update") {
+		t.Errorf("no warning once the next update passed:\n%s", log.String())
+	}
+}
+
+// A CRL that does not parse, or that another CA signed, refuses the start
+// (and the reload) naming the field and the file: a list nobody can trust
+// must not decide who is let in.
+func TestCRLRefusedUnlessTheClientCASignedIt(t *testing.T) {
+	ca := certtest.NewOpenSSLCA(t, "Partners CA")
+	other := certtest.NewOpenSSLCA(t, "Someone else")
+	server := ca.Issue(t, "server", "mefor.test", "DNS:localhost")
+	junk := filepath.Join(t.TempDir(), "junk.crl")
+	if err := os.WriteFile(junk, []byte("not a CRL"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for crl, want := range map[string]string{
+		other.GenCRL(t): `is not signed by a CA in client_ca_file`,
+		junk:            "does not parse",
+		filepath.Join(t.TempDir(), "missing.crl"): "cannot be read",
+	} {
+		_, err := tlsconf.New(crlConfig(t, ca, server, crl), time.Now())
+		if err == nil || !strings.Contains(err.Error(), `inbound.mllp.tls.crl_file`) || !strings.Contains(err.Error(), crl) ||
+			!strings.Contains(err.Error(), want) {
+			t.Errorf("crl_file %s: %v, want an error naming the field and file, saying %q", filepath.Base(crl), err, want)
+		}
 	}
 }
 
