@@ -199,7 +199,7 @@ alerts:
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("certificates:\n got %v\nwant %v", got, want)
 	}
-	ref, hook := set.ReferenceClient("loinc"), set.WebhookClient("ops")
+	ref, hook := set.ReferenceClient("loinc"), set.AlertSinkClient("ops")
 	if ref == nil || hook == nil {
 		t.Fatal("no configuration for the reference source or the webhook")
 	}
@@ -209,7 +209,7 @@ alerts:
 	if c := hook.Config(); c.RootCAs == nil || c.ServerName != "hooks.example.org" {
 		t.Errorf("webhook TLS: roots %v, server name %q", c.RootCAs != nil, c.ServerName)
 	}
-	if set.Client("loinc") != nil || set.WebhookClient("loinc") != nil {
+	if set.Client("loinc") != nil || set.AlertSinkClient("loinc") != nil {
 		t.Error("a reference set's configuration is served under another kind's name")
 	}
 
