@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/api"
+	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/internal/search"
 )
@@ -26,6 +27,9 @@ type APIActions struct {
 	// StepdownTimeout bounds the wait for a stepdown's answer. Defaults to
 	// 15s.
 	StepdownTimeout time.Duration
+	// Keys is the node's keyring, which a key rotation re-seals under.
+	// Defaults to none: a rotation answers api.ErrNoKeys.
+	Keys *crypt.Keyring
 }
 
 // MessageChannel is search.MessageChannel.
@@ -101,6 +105,14 @@ func (a APIActions) Cancel(ctx context.Context, destination, channel string, top
 	return a.perChannel(ctx, channel, destination, pipeline.WorkPending, scope, func(c string) (BulkResult, error) {
 		return Cancel(ctx, a.Pool, a.Queue, pipeline.CancelFilter{Destination: destination, Channel: c, Top: top}, BulkOptions{Wait: wait})
 	})
+}
+
+// RotateKeys is RotateKeys with the node's keyring.
+func (a APIActions) RotateKeys(ctx context.Context) (any, error) {
+	if !a.Keys.Enabled() {
+		return nil, api.ErrNoKeys
+	}
+	return RotateKeys(ctx, a.Pool, a.Keys, RotateOptions{})
 }
 
 // Stepdown is RequestStepdown.

@@ -142,7 +142,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, ListenerPriority: priority, Keys: kr, AuditKeys: auditKeys,
 		OpenConnsAtStart: !strings.Contains(g.DatabaseURL, "pool_min_conns"),
 		APIReads:         ops.APIReads{Pool: pool, Keys: kr},
-		APIActions:       ops.APIActions{Pool: pool, Queue: apiQueue},
+		APIActions:       ops.APIActions{Pool: pool, Queue: apiQueue, Keys: kr},
 	})
 	if err != nil {
 		return err

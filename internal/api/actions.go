@@ -39,7 +39,14 @@ type Actions interface {
 	// Stepdown asks node ("" : the lease holder) to release the listener
 	// lease and waits for its answer (ops.RequestStepdown).
 	Stepdown(ctx context.Context, node string) (any, error)
+	// RotateKeys re-seals every value not under the node's active key
+	// under it (ops.RotateKeys with the node's keyring); ErrNoKeys when
+	// the node runs without encryption keys.
+	RotateKeys(ctx context.Context) (any, error)
 }
+
+// ErrNoKeys is a key rotation asked of a node without encryption keys.
+var ErrNoKeys = errors.New("this node runs without encryption keys (MEFOR_ENCRYPTION_KEYS): there is no active key to rotate to")
 
 // Approvals is dual control (access.approvals): the actions whose
 // permission RequiredFor names wait for a second person.
@@ -69,6 +76,7 @@ func (s *Server) actionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/dead/replay", s.authed(s.replayDead))
 	mux.HandleFunc("POST /api/v1/destinations/{name}/cancel", s.authed(s.cancel))
 	mux.HandleFunc("POST /api/v1/cluster/stepdown", s.authed(s.stepdown))
+	mux.HandleFunc("POST /api/v1/keys/rotate", s.authed(s.rotateKeys))
 	mux.HandleFunc("POST /api/v1/reauth", s.authed(s.reauth))
 	if s.approvals.Store != nil {
 		mux.HandleFunc("GET /api/v1/approvals", s.authed(s.listApprovals))
@@ -158,6 +166,8 @@ func (s *Server) run(ctx context.Context, perm identity.Permission, p actionPara
 		return s.actions.Cancel(ctx, p.Destination, p.Channel, p.Top, scope)
 	case identity.PermStepdown:
 		return s.actions.Stepdown(ctx, p.Node)
+	case identity.PermKeysRotate:
+		return s.actions.RotateKeys(ctx)
 	}
 	return nil, errors.New("no action " + string(perm))
 }
@@ -181,6 +191,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, what string, res
 	switch {
 	case errors.Is(err, pipeline.ErrNotFound):
 		writeError(w, http.StatusNotFound, notFound)
+	case errors.Is(err, ErrNoKeys):
+		writeError(w, http.StatusConflict, apiError{Error: ErrNoKeys.Error()})
 	case errors.Is(err, pipeline.ErrBodyPurged):
 		writeError(w, http.StatusConflict, apiError{Error: "the message's body was purged by retention: it cannot be replayed"})
 	case err != nil:
@@ -274,6 +286,25 @@ func (s *Server) stepdown(w http.ResponseWriter, r *http.Request, req request) {
 		return
 	}
 	s.act(w, r, req, identity.PermStepdown, actionParams{Node: body.Node})
+}
+
+// rotateKeys re-seals the store under the node's active key, as `mefor
+// keys rotate` does. It runs in the request: a client that goes away
+// stops it between batches, which keep what they committed, and asking
+// again picks up what is left.
+func (s *Server) rotateKeys(w http.ResponseWriter, r *http.Request, req request) {
+	if !require(w, req, identity.PermKeysRotate) {
+		return
+	}
+	var body struct{}
+	if e := decodeOptional(r, &body); e != nil {
+		writeError(w, http.StatusUnprocessableEntity, *e)
+		return
+	}
+	if !s.reauthed(w, r, req, identity.PermKeysRotate) {
+		return
+	}
+	s.act(w, r, req, identity.PermKeysRotate, actionParams{})
 }
 
 type reauthRequest struct {

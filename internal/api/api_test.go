@@ -89,7 +89,7 @@ func newStoreHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring, opts ide
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Actions = ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: time.Second}
+		cfg.Actions = ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: time.Second, Keys: keys}
 	}
 	if len(cfg.Approvals.RequiredFor) > 0 && cfg.Approvals.Store == nil {
 		cfg.Approvals.Store = approval.New(h.DB.Pool, approval.Options{Now: h.clock.Now})

@@ -31,7 +31,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/v1/login", s.login)
 	mux.HandleFunc("POST /api/v1/logout", s.authed(s.logout))
 	mux.HandleFunc("GET /api/v1/me", s.authed(s.me))
-	mux.HandleFunc("GET /api/v1/users", s.authed(s.users))
+	s.adminRoutes(mux)
 	s.readRoutes(mux)
 	s.actionRoutes(mux)
 	s.ssoRoutes(mux)

@@ -3,9 +3,10 @@
 // /api/v1/reauth), single sign-on with OpenID Connect (GET
 // /api/v1/sso/login and /api/v1/sso/callback: the code flow with PKCE,
 // sso.go), the reads (status, nodes, alerts, messages) and the actions
-// (replay, replay-dead, cancel, stepdown), each scoped to the person's
-// channels, with dual control for the actions access.approvals names
-// (approvals.go). It authenticates through package identity and
+// (replay, replay-dead, cancel, stepdown, keys rotate), each scoped to the
+// person's channels, with dual control for the actions access.approvals
+// names (approvals.go), and user and token administration (admin.go),
+// which, like stepdown and keys rotate, needs a fresh re-authentication. It authenticates through package identity and
 // serves on a listener gated by package admission, like the MLLP
 // listeners: a source outside the allow list, or over a cap, is closed
 // before a byte of it is read.
@@ -50,7 +51,7 @@ type Config struct {
 	// Defaults to none: without it they answer 404.
 	Reads Reads
 	// Actions serves the action endpoints (replay, replay-dead, cancel,
-	// stepdown) and re-authentication. Defaults to none: without it they
+	// stepdown, keys rotate) and re-authentication. Defaults to none: without it they
 	// answer 404.
 	Actions Actions
 	// Approvals is dual control for the actions. Defaults to none.

@@ -29,9 +29,9 @@
 //
 // # Re-authentication
 //
-// Some actions (ReauthFor: stepdown, key rotation, user changes) need the
-// session's person to have given their password and second factor again
-// within ReauthWindow. Reauth checks them as Login does, counting a
+// Some actions (ReauthFor: stepdown, key rotation, user and token
+// changes) need the session's person to have given their password and
+// second factor again within ReauthWindow. Reauth checks them as Login does, counting a
 // failure towards the same lockout, and stamps mefor_session.reauth_at
 // with Options.Now; ReauthFresh compares that stamp with the same clock.
 // A user without a second factor cannot re-authenticate; an API token has

@@ -14,7 +14,7 @@ import (
 )
 
 // ReauthWindow is how long a re-authentication lets its session do what
-// needs one (stepdown, key rotation, user changes): a session left open
+// needs one (stepdown, key rotation, user and token changes): a session left open
 // on an unattended screen cannot.
 const ReauthWindow = 5 * time.Minute
 
@@ -146,9 +146,11 @@ func (s *Store) ReauthFresh(ctx context.Context, sessionID int64) (bool, error) 
 }
 
 // ReauthFor are the permissions whose actions need a re-authentication
-// within ReauthWindow: planned failover, key rotation and user changes.
-// An API token has no session to re-authenticate, so it cannot do them.
-var ReauthFor = []Permission{PermStepdown, PermKeysRotate, PermUsers}
+// within ReauthWindow: planned failover, key rotation, user changes and
+// the creation or revocation of API tokens (a token is a credential
+// acting as a user, so issuing one is a user change). An API token has no
+// session to re-authenticate, so it cannot do them.
+var ReauthFor = []Permission{PermStepdown, PermKeysRotate, PermUsers, PermTokens}
 
 // NeedsReauth reports whether an action of permission p needs a fresh
 // re-authentication.

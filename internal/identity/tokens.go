@@ -135,3 +135,21 @@ func (s *Store) TokenPrincipal(ctx context.Context, token string) (*Principal, e
 	p.Role = s.roleOf(role)
 	return p, nil
 }
+
+// ParseExpiry reads a token's lifetime as `token create --expires` and
+// POST /api/v1/tokens take it: a duration (12h), days (90d), or never (0,
+// until revoked). A bad value is an InvalidError naming field expires.
+func ParseExpiry(s string) (time.Duration, error) {
+	if s == "never" {
+		return 0, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return d, nil
+	}
+	return 0, &InvalidError{Field: "expires", Reason: fmt.Sprintf("%q: give a duration such as 90d or 12h, or never", s)}
+}
