@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mefor/mefor/internal/crypt"
@@ -48,3 +50,7 @@ func UserRoles() []string {
 
 // IsNotFound reports whether err is a user or token that does not exist.
 func IsNotFound(err error) bool { return identity.IsNotFound(err) }
+
+// ParseTokenExpiry reads a token's lifetime: a duration (12h), days (90d),
+// or never (0).
+func ParseTokenExpiry(s string) (time.Duration, error) { return identity.ParseExpiry(s) }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,20 +48,13 @@ Examples:
 
 func (c *tokenCreateCmd) needsRole() string { return ops.RequiredRole(ops.OpTokens) }
 
-// parseExpiry reads --expires: a duration (12h), days (90d), or never (0).
+// parseExpiry reads --expires as the API's POST /api/v1/tokens does.
 func parseExpiry(s string) (time.Duration, error) {
-	if s == "never" {
-		return 0, nil
+	d, err := ops.ParseTokenExpiry(s)
+	if err != nil {
+		return 0, fmt.Errorf("--expires %q: give a duration such as 90d or 12h, or never", s)
 	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n > 0 {
-			return time.Duration(n) * 24 * time.Hour, nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return d, nil
-	}
-	return 0, fmt.Errorf("--expires %q: give a duration such as 90d or 12h, or never", s)
+	return d, nil
 }
 
 func (c *tokenCreateCmd) Run(ctx context.Context, g *Globals) error {
