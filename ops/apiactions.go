@@ -94,11 +94,13 @@ func (a APIActions) ReplayDead(ctx context.Context, channel, destination string,
 }
 
 // Cancel is Cancel, once per channel of scope.
-func (a APIActions) Cancel(ctx context.Context, destination, channel string, top bool, scope api.Scope) (any, error) {
+func (a APIActions) Cancel(ctx context.Context, destination, channel string, top bool, wait time.Duration, scope api.Scope) (any, error) {
 	if destination == "" {
 		return nil, ErrNoDestination
 	}
-	wait := a.CancelWait
+	if wait <= 0 {
+		wait = a.CancelWait
+	}
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
@@ -116,8 +118,10 @@ func (a APIActions) RotateKeys(ctx context.Context) (any, error) {
 }
 
 // Stepdown is RequestStepdown.
-func (a APIActions) Stepdown(ctx context.Context, node string) (any, error) {
-	timeout := a.StepdownTimeout
+func (a APIActions) Stepdown(ctx context.Context, node string, timeout time.Duration) (any, error) {
+	if timeout <= 0 {
+		timeout = a.StepdownTimeout
+	}
 	if timeout <= 0 {
 		timeout = 15 * time.Second
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/ops"
 	"github.com/riverqueue/river"
 )
@@ -55,13 +56,9 @@ Examples:
   mefor cancel --destination lab --channel adt
   mefor cancel --destination lab --wait 2m
   mefor cancel --destination lab --json` + apiActionHelp + `
-Through the API the node waits 10s for rows being sent, whatever --wait, and
-a person with a channel scope cancels only their channels' deliveries.`
+Through the API --wait is at most 45s, and a person with a channel scope
+cancels only their channels' deliveries.`
 }
-
-// apiCancelWait is how long a node's API waits for rows being sent
-// (ops.APIActions.CancelWait's default).
-const apiCancelWait = 10 * time.Second
 
 func (c *cancelCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Destination == "" {
@@ -73,10 +70,11 @@ func (c *cancelCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	var res ops.BulkResult
 	if cl != nil {
-		// The node waits apiCancelWait for rows being sent, whatever --wait.
-		c.Wait = apiCancelWait
+		if c.Wait > api.MaxActionWait {
+			return fmt.Errorf("--wait %s: through the API at most %s", c.Wait, api.MaxActionWait)
+		}
 		err = act(ctx, g, cl, "/api/v1/destinations/"+url.PathEscape(c.Destination)+"/cancel",
-			map[string]any{"top": c.Top, "channel": c.Channel}, &res, c.JSON)
+			map[string]any{"top": c.Top, "channel": c.Channel, "wait": c.Wait.String()}, &res, c.JSON)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/internal/apiclient"
 	"github.com/mefor/mefor/ops"
 )
@@ -50,8 +51,8 @@ Examples:
   mefor stepdown --wait
   mefor stepdown --node mefor-a:4711:9f2c1e --json` + apiActionHelp + `
 Through the API stepdown needs a re-authentication within the last 5 minutes:
-'mefor login', then 'mefor reauth' (an API token cannot). The node waits 15s
-for the answer whatever --timeout; --river and --wait need the database.`
+'mefor login', then 'mefor reauth' (an API token cannot). --timeout is at
+most 45s there; --river and --wait need the database.`
 }
 
 func (c *stepdownCmd) Run(ctx context.Context, g *Globals) error {
@@ -92,7 +93,10 @@ func (c *stepdownCmd) viaAPI(ctx context.Context, g *Globals, cl *apiclient.Clie
 	case c.Wait:
 		return errNotThroughAPI("--wait", "the API answers with the release; run 'mefor nodes' to see the new holder")
 	}
-	body := map[string]string{}
+	if c.Timeout > api.MaxActionWait {
+		return fmt.Errorf("--timeout %s: through the API at most %s", c.Timeout, api.MaxActionWait)
+	}
+	body := map[string]string{"timeout": c.Timeout.String()}
 	if c.Node != "" {
 		body["node"] = c.Node
 	}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/audit"
@@ -35,10 +37,14 @@ type Actions interface {
 	// Cancel cancels pending deliveries of destination, of channel (empty:
 	// all) and of the channels scope holds (ops.Cancel), once per channel
 	// when scope is set.
-	Cancel(ctx context.Context, destination, channel string, top bool, scope Scope) (any, error)
+	// wait bounds how long it waits for rows a drainer may be sending
+	// (0: the node's default).
+	Cancel(ctx context.Context, destination, channel string, top bool, wait time.Duration, scope Scope) (any, error)
 	// Stepdown asks node ("" : the lease holder) to release the listener
 	// lease and waits for its answer (ops.RequestStepdown).
-	Stepdown(ctx context.Context, node string) (any, error)
+	// timeout bounds the wait for the node's answer (0: the node's
+	// default).
+	Stepdown(ctx context.Context, node string, timeout time.Duration) (any, error)
 	// RotateKeys re-seals every value not under the node's active key
 	// under it (ops.RotateKeys with the node's keyring); ErrNoKeys when
 	// the node runs without encryption keys.
@@ -66,6 +72,31 @@ type actionParams struct {
 	Destination string `json:"destination,omitempty"`
 	Top         bool   `json:"top,omitempty"`
 	Node        string `json:"node,omitempty"`
+	// WaitMS is a cancel's wait or a stepdown's timeout, in milliseconds
+	// (0: the node's default).
+	WaitMS int64 `json:"wait_ms,omitempty"`
+}
+
+// MaxActionWait bounds the wait a cancel or a stepdown may ask for: the
+// answer must come well within the server's write timeout.
+const MaxActionWait = 45 * time.Second
+
+// actionWait reads an optional wait (a Go duration such as 30s) of a request
+// body's field, at most MaxActionWait.
+func actionWait(field, s string) (time.Duration, *apiError) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > MaxActionWait {
+		return 0, &apiError{Error: fmt.Sprintf("%s must be a duration from 0s to %s (e.g. 30s)", field, MaxActionWait), Field: field}
+	}
+	if d == 0 {
+		// 0s asks not to wait; a millisecond keeps it apart from no
+		// value, which is the node's default.
+		d = time.Millisecond
+	}
+	return d, nil
 }
 
 func (s *Server) actionRoutes(mux *http.ServeMux) {
@@ -163,9 +194,9 @@ func (s *Server) run(ctx context.Context, perm identity.Permission, p actionPara
 	case identity.PermReplayDead:
 		return s.actions.ReplayDead(ctx, p.Channel, p.Destination, scope)
 	case identity.PermCancel:
-		return s.actions.Cancel(ctx, p.Destination, p.Channel, p.Top, scope)
+		return s.actions.Cancel(ctx, p.Destination, p.Channel, p.Top, time.Duration(p.WaitMS)*time.Millisecond, scope)
 	case identity.PermStepdown:
-		return s.actions.Stepdown(ctx, p.Node)
+		return s.actions.Stepdown(ctx, p.Node, time.Duration(p.WaitMS)*time.Millisecond)
 	case identity.PermKeysRotate:
 		return s.actions.RotateKeys(ctx)
 	}
@@ -252,6 +283,9 @@ func (s *Server) replayDead(w http.ResponseWriter, r *http.Request, req request)
 type cancelRequest struct {
 	Top     bool   `json:"top"`
 	Channel string `json:"channel"`
+	// Wait is how long to wait for rows a drainer may be sending (a
+	// duration, at most MaxActionWait). Defaults to the node's (10s).
+	Wait string `json:"wait"`
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, req request) {
@@ -263,14 +297,23 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, req request) {
 		writeError(w, http.StatusUnprocessableEntity, *e)
 		return
 	}
+	wait, e := actionWait("wait", body.Wait)
+	if e != nil {
+		writeError(w, http.StatusUnprocessableEntity, *e)
+		return
+	}
 	if !s.reauthed(w, r, req, identity.PermCancel) {
 		return
 	}
-	s.act(w, r, req, identity.PermCancel, actionParams{Destination: r.PathValue("name"), Channel: body.Channel, Top: body.Top})
+	s.act(w, r, req, identity.PermCancel, actionParams{Destination: r.PathValue("name"), Channel: body.Channel, Top: body.Top,
+		WaitMS: wait.Milliseconds()})
 }
 
 type stepdownRequest struct {
 	Node string `json:"node"`
+	// Timeout bounds the wait for the node's answer (a duration, at most
+	// MaxActionWait). Defaults to the node's (15s).
+	Timeout string `json:"timeout"`
 }
 
 func (s *Server) stepdown(w http.ResponseWriter, r *http.Request, req request) {
@@ -282,10 +325,15 @@ func (s *Server) stepdown(w http.ResponseWriter, r *http.Request, req request) {
 		writeError(w, http.StatusUnprocessableEntity, *e)
 		return
 	}
+	timeout, e := actionWait("timeout", body.Timeout)
+	if e != nil {
+		writeError(w, http.StatusUnprocessableEntity, *e)
+		return
+	}
 	if !s.reauthed(w, r, req, identity.PermStepdown) {
 		return
 	}
-	s.act(w, r, req, identity.PermStepdown, actionParams{Node: body.Node})
+	s.act(w, r, req, identity.PermStepdown, actionParams{Node: body.Node, WaitMS: timeout.Milliseconds()})
 }
 
 // rotateKeys re-seals the store under the node's active key, as `mefor

@@ -257,3 +257,28 @@ func TestStepdownNeedsAFreshReauthentication(t *testing.T) {
 		t.Fatalf("stepdown by an API token: %d %v", status, e)
 	}
 }
+
+// A cancel's wait and a stepdown's timeout are bounded: the answer must come
+// within the server's write timeout, so more than MaxActionWait is a 422
+// naming the field, and nothing is cancelled.
+func TestActionWaitsAreBounded(t *testing.T) {
+	h := newHarness(t, api.Config{})
+	msg := h.toDestination("lab-a", "lab", false)
+	olga := h.user("olga", identity.RoleOperator)
+	ada := h.user("ada", identity.RoleAdmin)
+	status, e, _ := h.call("POST", "/api/v1/destinations/lab/cancel", map[string]any{"wait": "2m"}, olga)
+	if status != http.StatusUnprocessableEntity || e["field"] != "wait" {
+		t.Fatalf("a cancel waiting 2m: %d %v; want 422 naming wait", status, e)
+	}
+	if got := h.outboundStatus(msg); got != "pending" {
+		t.Fatalf("the refused cancel left the delivery %s", got)
+	}
+	status, e, _ = h.call("POST", "/api/v1/cluster/stepdown", map[string]any{"timeout": "forever"}, ada)
+	if status != http.StatusUnprocessableEntity || e["field"] != "timeout" {
+		t.Fatalf("a stepdown with timeout forever: %d %v; want 422 naming timeout", status, e)
+	}
+	status, e, _ = h.call("POST", "/api/v1/destinations/lab/cancel", map[string]any{"wait": "0s"}, olga)
+	if status != http.StatusOK || e["rows"] != float64(1) {
+		t.Fatalf("a cancel not waiting: %d %v; want 200 with the row cancelled", status, e)
+	}
+}
