@@ -53,7 +53,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // pageNames are the templates, each rendered inside layout.html.
-var pageNames = []string{"login", "dashboard", "messages", "message", "confirm", "error", "dead", "approvals"}
+var pageNames = []string{"login", "dashboard", "messages", "message", "confirm", "error", "dead", "nodes", "reauth", "approvals"}
 
 // New returns the console's handler; apiHandler is the API's own handler,
 // which every page calls (api.Config.Console hands it over). The
@@ -82,6 +82,8 @@ func New(apiHandler http.Handler, o Options) *Console {
 	c.mux.HandleFunc("POST /messages/{id}", c.page(c.message))
 	c.mux.HandleFunc("GET /dead", c.page(c.dead))
 	c.mux.HandleFunc("POST /dead", c.page(c.dead))
+	c.mux.HandleFunc("GET /nodes", c.page(c.nodes))
+	c.mux.HandleFunc("POST /nodes", c.page(c.nodes))
 	c.mux.HandleFunc("GET /approvals", c.page(c.approvals))
 	c.mux.HandleFunc("POST /approvals", c.page(c.approvals))
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -57,7 +57,7 @@ func newHarness(t *testing.T, approvalsFor ...identity.Permission) *harness {
 	}
 	cfg := api.Config{Listen: h.browser.ListenAddr(), Plaintext: true,
 		Reads:   ops.APIReads{Pool: h.DB.Pool, Keys: h.keys},
-		Actions: ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: time.Second},
+		Actions: ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: 10 * time.Second},
 		Console: func(a http.Handler) http.Handler {
 			return console.New(a, console.Options{Logger: fixtures.Logger(t), Approvals: approvalsFor})
 		}}
