@@ -53,7 +53,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // pageNames are the templates, each rendered inside layout.html.
-var pageNames = []string{"login", "dashboard", "messages", "message", "confirm", "error", "dead", "nodes", "reauth", "approvals"}
+var pageNames = []string{"login", "dashboard", "messages", "message", "confirm", "error", "dead", "nodes", "reauth", "approvals", "audit"}
 
 // New returns the console's handler; apiHandler is the API's own handler,
 // which every page calls (api.Config.Console hands it over). The
@@ -86,6 +86,7 @@ func New(apiHandler http.Handler, o Options) *Console {
 	c.mux.HandleFunc("POST /nodes", c.page(c.nodes))
 	c.mux.HandleFunc("GET /approvals", c.page(c.approvals))
 	c.mux.HandleFunc("POST /approvals", c.page(c.approvals))
+	c.mux.HandleFunc("GET /audit", c.page(c.audit))
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusNotFound, "error", nil, errorPage{Title: "Not found", Message: "There is no such page."})
 	})
