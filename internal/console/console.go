@@ -31,6 +31,10 @@ type Options struct {
 	// Logger logs the API calls that fail for reasons the person cannot
 	// act on (ids and statuses, never content). Defaults to discarding.
 	Logger *slog.Logger
+	// Approvals are the permissions whose actions wait for a second
+	// person (access.approvals.required_for, as api.Approvals has them):
+	// their buttons say "Request approval". Defaults to none.
+	Approvals []identity.Permission
 }
 
 // Console serves the pages.
@@ -49,7 +53,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // pageNames are the templates, each rendered inside layout.html.
-var pageNames = []string{"login", "dashboard", "messages", "message", "confirm", "error"}
+var pageNames = []string{"login", "dashboard", "messages", "message", "confirm", "error", "dead", "nodes", "reauth", "approvals", "audit"}
 
 // New returns the console's handler; apiHandler is the API's own handler,
 // which every page calls (api.Config.Console hands it over). The
@@ -76,6 +80,13 @@ func New(apiHandler http.Handler, o Options) *Console {
 	c.mux.HandleFunc("POST /messages", c.page(c.messages))
 	c.mux.HandleFunc("GET /messages/{id}", c.page(c.message))
 	c.mux.HandleFunc("POST /messages/{id}", c.page(c.message))
+	c.mux.HandleFunc("GET /dead", c.page(c.dead))
+	c.mux.HandleFunc("POST /dead", c.page(c.dead))
+	c.mux.HandleFunc("GET /nodes", c.page(c.nodes))
+	c.mux.HandleFunc("POST /nodes", c.page(c.nodes))
+	c.mux.HandleFunc("GET /approvals", c.page(c.approvals))
+	c.mux.HandleFunc("POST /approvals", c.page(c.approvals))
+	c.mux.HandleFunc("GET /audit", c.page(c.audit))
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusNotFound, "error", nil, errorPage{Title: "Not found", Message: "There is no such page."})
 	})
@@ -166,13 +177,32 @@ type view struct {
 	Page string
 	Data any
 	Now  time.Time
+	// Approver is true when the person holds a permission whose actions
+	// wait for a second person: the navigation shows /approvals.
+	Approver bool
+}
+
+// needsApproval reports whether perm's actions wait for a second person.
+func (c *Console) needsApproval(perm string) bool {
+	return slices.Contains(c.opt.Approvals, identity.Permission(perm))
+}
+
+// approver reports whether m holds a permission whose actions wait for a
+// second person, and so may decide others' requests.
+func (c *Console) approver(m *me) bool {
+	for _, p := range c.opt.Approvals {
+		if m.Can(string(p)) {
+			return true
+		}
+	}
+	return false
 }
 
 // render writes page with data. Pages hold operational data, so none is
 // kept by the browser or a proxy.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, m *me, data any) {
 	var buf bytes.Buffer
-	if err := c.pages[page].Execute(&buf, view{Me: m, Page: page, Data: data, Now: time.Now().UTC()}); err != nil {
+	if err := c.pages[page].Execute(&buf, view{Me: m, Page: page, Data: data, Now: time.Now().UTC(), Approver: c.approver(m)}); err != nil {
 		c.logger.ErrorContext(r.Context(), "console template failed", "page", page, "err", err)
 		http.Error(w, "the page could not be rendered; see the node's log", http.StatusInternalServerError)
 		return
@@ -198,4 +228,8 @@ var (
 	permMessagesRead = string(identity.PermMessagesRead)
 	permMessagesBody = string(identity.PermMessagesBody)
 	permReplay       = string(identity.PermReplay)
+	permDeadRead     = string(identity.PermDeadRead)
+	permReplayDead   = string(identity.PermReplayDead)
+	permStepdown     = string(identity.PermStepdown)
+	permAuditRead    = string(identity.PermAuditRead)
 )

@@ -3,6 +3,7 @@ package console
 import (
 	"fmt"
 	"html/template"
+	"net/url"
 	"time"
 )
 
@@ -36,3 +37,6 @@ func ageText(s float64) string {
 	}
 	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
 }
+
+// urlEscape escapes a query parameter's value.
+func urlEscape(s string) string { return url.QueryEscape(s) }

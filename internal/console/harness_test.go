@@ -18,10 +18,12 @@ import (
 	"github.com/pquerna/otp"
 
 	"github.com/mefor/mefor/internal/api"
+	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/console"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/identity"
 	"github.com/mefor/mefor/internal/pipeline"
+	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
 	"github.com/mefor/mefor/testcontainers"
 	"github.com/mefor/mefor/testcontainers/fixtures"
@@ -44,7 +46,9 @@ type harness struct {
 	seq    atomic.Int64
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness starts the server; approvalsFor, when given, are the
+// permissions whose actions wait for a second person (access.approvals).
+func newHarness(t *testing.T, approvalsFor ...identity.Permission) *harness {
 	h := &harness{DBTest: fixtures.NewDBTest(t), keys: fixtures.Keyring(t, "k1"), browser: testcontainers.SharedBrowser(t)}
 	h.store = identity.New(h.DB.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}})
 	q, err := ops.NewQueue(h.DB.Pool, nil)
@@ -53,8 +57,13 @@ func newHarness(t *testing.T) *harness {
 	}
 	cfg := api.Config{Listen: h.browser.ListenAddr(), Plaintext: true,
 		Reads:   ops.APIReads{Pool: h.DB.Pool, Keys: h.keys},
-		Actions: ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: time.Second},
-		Console: func(a http.Handler) http.Handler { return console.New(a, console.Options{Logger: fixtures.Logger(t)}) }}
+		Actions: ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: 10 * time.Second},
+		Console: func(a http.Handler) http.Handler {
+			return console.New(a, console.Options{Logger: fixtures.Logger(t), Approvals: approvalsFor})
+		}}
+	if len(approvalsFor) > 0 {
+		cfg.Approvals = api.Approvals{Store: approval.New(h.DB.Pool, approval.Options{}), RequiredFor: approvalsFor}
+	}
 	srv, err := api.New(cfg, h.store, fixtures.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +105,65 @@ func (h *harness) receive(channel, patient string) (int64, string) {
 		h.T.Fatal(err)
 	}
 	return id, ctl
+}
+
+// deadLetter receives a message into channel and hands it on, through
+// the real hand-offs, to a delivery to destination that failed for good
+// with lastError: a dead letter.
+func (h *harness) deadLetter(channel, destination, lastError string) int64 {
+	h.T.Helper()
+	q, err := ops.NewQueue(h.DB.Pool, nil)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	id, _ := h.receive(channel, "PAT-"+channel)
+	row := h.pending(jobs.IngressLane(channel), id)
+	h.tx(func(tx pgx.Tx) error {
+		return pipeline.RouteHandoff(h.Ctx, tx, q, row, []pipeline.RoutedOut{{Route: "r", Handler: "h"}})
+	})
+	row = h.pending(jobs.RoutedLane(channel), id)
+	lane := "outbound:" + destination
+	h.tx(func(tx pgx.Tx) error {
+		return pipeline.TransformHandoff(h.Ctx, tx, q, row, []pipeline.OutboundOut{{Destination: destination, Lane: lane, Payload: []byte("MSH|out")}})
+	})
+	row = h.pending(lane, id)
+	h.tx(func(tx pgx.Tx) error {
+		return pipeline.Failed(h.Ctx, tx, row, pipeline.Attempt{Outcome: "AR", AckCode: "AR", Error: lastError}, 0, true)
+	})
+	return id
+}
+
+// pending is msg's pending row in lane.
+func (h *harness) pending(lane string, msg int64) pipeline.Row {
+	h.T.Helper()
+	rows, err := pipeline.PendingRows(h.Ctx, h.DB.Pool, lane, 10000)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.MessageID == msg {
+			return r
+		}
+	}
+	h.T.Fatalf("message %d has no pending row in lane %s", msg, lane)
+	return pipeline.Row{}
+}
+
+func (h *harness) tx(fn func(tx pgx.Tx) error) {
+	h.T.Helper()
+	if err := pgx.BeginFunc(h.Ctx, h.DB.Pool, fn); err != nil {
+		h.T.Fatal(err)
+	}
+}
+
+// outboundStatus is the status of msg's delivery.
+func (h *harness) outboundStatus(msg int64) string {
+	h.T.Helper()
+	var s string
+	if err := h.DB.Pool.QueryRow(h.Ctx, `SELECT status FROM mefor_work WHERE message_id = $1 AND stage = 'outbound'`, msg).Scan(&s); err != nil {
+		h.T.Fatal(err)
+	}
+	return s
 }
 
 // user adds a person and returns their TOTP secret ("" for a role that

@@ -100,7 +100,14 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, m *me) {
 // and the form that does it.
 type confirmData struct {
 	Question, Effect, Action, Field, Button string
+	// Params are the form's other fields, sent back with the answer.
+	Params []param
+	// Approval, when set, says the action waits for a second person.
+	Approval string
 }
+
+// param is a hidden form field.
+type param struct{ Name, Value string }
 
 func shown(b bodies) []shownBody {
 	out := []shownBody{body("As received", b.Raw)}

@@ -113,7 +113,7 @@ func TestSecurityHeaders(t *testing.T) {
 	ctx := h.tab()
 	h.open(ctx, "/login")
 	h.login(ctx, "olga", "")
-	for _, path := range []string{"/login", "/", "/messages", "/messages/" + strconv.FormatInt(id, 10), "/no-such-page"} {
+	for _, path := range []string{"/login", "/", "/messages", "/messages/" + strconv.FormatInt(id, 10), "/dead", "/nodes", "/approvals", "/audit", "/no-such-page"} {
 		resp := h.open(ctx, path)
 		header := func(name string) string {
 			for k, v := range resp.Headers {

@@ -64,7 +64,7 @@ func (n *Node) startAPI(ctx context.Context, cfg *config.Config) error {
 	srv, err := api.New(api.Config{Listen: a.Listen, CertFile: a.TLS.CertFile, KeyFile: a.TLS.KeyFile, Plaintext: a.Plaintext,
 		Admission: policy, Reads: n.opts.APIReads, Actions: n.opts.APIActions, Approvals: approvals, SSO: sso,
 		Console: func(h http.Handler) http.Handler {
-			return console.New(h, console.Options{SSO: sso != nil, Logger: n.logger})
+			return console.New(h, console.Options{SSO: sso != nil, Logger: n.logger, Approvals: approvals.RequiredFor})
 		}},
 		store, n.logger,
 		func(r admission.Reason) { n.metrics.ConnectionRefused(apiChannel, string(r)) })
