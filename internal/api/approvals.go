@@ -11,6 +11,7 @@ import (
 	"github.com/mefor/mefor/internal/approval"
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/identity"
+	"github.com/mefor/mefor/internal/pipeline"
 )
 
 var noApproval = apiError{Error: "no such approval"}
@@ -51,10 +52,48 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, req reque
 		s.failed(w, r, "the approval list", err)
 		return
 	}
-	if list == nil {
-		list = []approval.Approval{}
+	seen := []approval.Approval{}
+	for _, a := range list {
+		ok, err := s.approvalInScope(r.Context(), a, req.principal)
+		if err != nil {
+			s.failed(w, r, "the approval list", err)
+			return
+		}
+		if ok {
+			seen = append(seen, a)
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"approvals": list})
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": seen})
+}
+
+// approvalInScope reports whether a scoped person may see request a at
+// all: a replay of a message of a channel they do not see, or an action
+// on such a channel, is out of scope, as the message or channel itself is
+// (so its existence is not revealed). A destination-wide or cluster-wide
+// request is in anyone's scope who holds its permission: approved, it runs
+// only on the channels both people see.
+func (s *Server) approvalInScope(ctx context.Context, a approval.Approval, p *identity.Principal) (bool, error) {
+	if len(p.Channels) == 0 {
+		return true, nil
+	}
+	var params actionParams
+	if err := json.Unmarshal(a.Params, &params); err != nil {
+		return false, fmt.Errorf("decode the parameters of approval %d: %w", a.ID, err)
+	}
+	switch {
+	case params.MessageID != 0:
+		channel, err := s.actions.MessageChannel(ctx, params.MessageID)
+		if errors.Is(err, pipeline.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return p.SeesChannel(channel), nil
+	case params.Channel != "":
+		return p.SeesChannel(params.Channel), nil
+	}
+	return true, nil
 }
 
 // both is the scope holding the channels a and b both hold.
@@ -93,6 +132,14 @@ func (s *Server) decideApproval(approve bool) func(http.ResponseWriter, *http.Re
 		}
 		perm := identity.Permission(a.Action)
 		if !require(w, req, perm) {
+			return
+		}
+		if ok, err := s.approvalInScope(r.Context(), a, req.principal); err != nil || !ok {
+			if err != nil {
+				s.failed(w, r, "the approval", err)
+				return
+			}
+			writeError(w, http.StatusNotFound, noApproval)
 			return
 		}
 		var params actionParams

@@ -157,6 +157,14 @@ func TestApprovedActionRunsInBothScopes(t *testing.T) {
 	if status, e, _ := h.call("POST", fmt.Sprintf("/api/v1/approvals/%d/approve", replayADT), nil, lena); status != http.StatusNotFound {
 		t.Fatalf("a lab approver approving an adt replay: %d %v", status, e)
 	}
+	// Out of her scope, the adt replay is not even listed to her, nor
+	// hers to reject: its message id would reveal an adt message.
+	if status, list, _ := h.call("GET", "/api/v1/approvals?state=pending", nil, lena); status != http.StatusOK || len(list["approvals"].([]any)) != 0 {
+		t.Fatalf("a lab approver's list of pending requests: %d %v; want none", status, list)
+	}
+	if status, e, _ := h.call("POST", fmt.Sprintf("/api/v1/approvals/%d/reject", replayADT), nil, lena); status != http.StatusNotFound {
+		t.Fatalf("a lab approver rejecting an adt replay: %d %v; want 404", status, e)
+	}
 	status, body, _ = h.call("POST", "/api/v1/dead/replay", map[string]any{"destination": "shared"}, alice)
 	id := approvalID(t, status, body)
 	if status, res, _ := h.call("POST", fmt.Sprintf("/api/v1/approvals/%d/approve", id), nil, lena); status != http.StatusOK {
