@@ -65,7 +65,7 @@ func (s *Store) Reauth(ctx context.Context, req ReauthRequest) error {
 	}
 	refused := false
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		target := map[string]any{"source": req.Source, "session_id": req.SessionID}
+		target := map[string]any{"method": "password", "source": req.Source, "session_id": req.SessionID}
 		fail := func(reason string) error {
 			refused = true
 			target["reason"] = reason
