@@ -119,7 +119,7 @@ func (s *Server) reauthed(w http.ResponseWriter, r *http.Request, req request, p
 	}
 	if !fresh {
 		writeError(w, http.StatusForbidden, apiError{Error: string(perm) + " needs a re-authentication within the last 5 minutes: " +
-			"POST /api/v1/reauth {password, totp}, then ask again", Permission: "reauth"})
+			"POST /api/v1/reauth {password, totp} (or, signed in through SSO, GET /api/v1/sso/reauth), then ask again", Permission: "reauth"})
 		return false
 	}
 	return true
