@@ -344,6 +344,8 @@ func (s *Server) reauth(w http.ResponseWriter, r *http.Request, req request) {
 	switch {
 	case errors.Is(err, identity.ErrReauthFailed):
 		writeError(w, http.StatusUnauthorized, apiError{Error: identity.ErrReauthFailed.Error()})
+	case errors.Is(err, identity.ErrUseSSOReauth):
+		writeError(w, http.StatusForbidden, apiError{Error: err.Error()})
 	case errors.Is(err, identity.ErrUnauthenticated):
 		writeError(w, http.StatusUnauthorized, apiError{Error: identity.ErrUnauthenticated.Error()})
 	case err != nil:
