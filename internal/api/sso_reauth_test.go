@@ -148,7 +148,8 @@ func TestSSOPersonReauthenticatesThroughTheProvider(t *testing.T) {
 // own person: another person's (Mallory signs in at the provider in the
 // admin's browser), one without auth_time or with an old one (the provider
 // let a standing session through), and with require_amr one without a
-// second factor are refused, audited with their reason, and leave the
+// second factor, and one with another flow's nonce are refused, audited
+// with their reason as the session's re-authentication, and leave the
 // stepdown refused; a good one then works. A person who logs in with a
 // password cannot use the endpoint at all.
 func TestSSOReauthRefusals(t *testing.T) {
@@ -184,6 +185,12 @@ func TestSSOReauthRefusals(t *testing.T) {
 	refused("no auth_time", http.StatusUnauthorized, identity.ReasonSSOAuthTime, "did not say when you signed in")
 	p.admin("sub-root", "root", time.Now(), "pwd")
 	refused("no second factor under require_amr", http.StatusForbidden, identity.ReasonSSOMFA, "requires a second factor")
+	// The login's checks hold too, and their refusals are audited as the
+	// session's re-authentication.
+	p.swapNonce.Store(true)
+	p.admin("sub-root", "root", time.Now())
+	refused("another flow's nonce", http.StatusUnauthorized, identity.ReasonSSONonce, "start again at /api/v1/sso/reauth")
+	p.swapNonce.Store(false)
 
 	p.admin("sub-root", "root", time.Now())
 	if status, loc, body := b.reauth(); status != http.StatusSeeOther || loc != "/" {
