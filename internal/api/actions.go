@@ -150,7 +150,7 @@ func (s *Server) reauthed(w http.ResponseWriter, r *http.Request, req request, p
 	}
 	if !fresh {
 		writeError(w, http.StatusForbidden, apiError{Error: string(perm) + " needs a re-authentication within the last 5 minutes: " +
-			"POST /api/v1/reauth {password, totp}, then ask again", Permission: "reauth"})
+			"POST /api/v1/reauth {password, totp} (or, signed in through SSO, GET /api/v1/sso/reauth), then ask again", Permission: "reauth"})
 		return false
 	}
 	return true
@@ -392,6 +392,8 @@ func (s *Server) reauth(w http.ResponseWriter, r *http.Request, req request) {
 	switch {
 	case errors.Is(err, identity.ErrReauthFailed):
 		writeError(w, http.StatusUnauthorized, apiError{Error: identity.ErrReauthFailed.Error()})
+	case errors.Is(err, identity.ErrUseSSOReauth):
+		writeError(w, http.StatusForbidden, apiError{Error: err.Error()})
 	case errors.Is(err, identity.ErrUnauthenticated):
 		writeError(w, http.StatusUnauthorized, apiError{Error: identity.ErrUnauthenticated.Error()})
 	case err != nil:

@@ -2,7 +2,8 @@
 // (POST /api/v1/login, /api/v1/logout, GET /api/v1/me, POST
 // /api/v1/reauth), single sign-on with OpenID Connect (GET
 // /api/v1/sso/login and /api/v1/sso/callback: the code flow with PKCE,
-// sso.go), the reads (status, nodes, alerts, messages) and the actions
+// sso.go; GET /api/v1/sso/reauth re-authenticates an SSO person's session
+// through the provider), the reads (status, nodes, alerts, messages) and the actions
 // (replay, replay-dead, cancel, stepdown, keys rotate), each scoped to the
 // person's channels, with dual control for the actions access.approvals
 // names (approvals.go), and user and token administration (admin.go),

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -101,6 +103,9 @@ type ssoClaims struct {
 	PreferredUsername string   `json:"preferred_username"`
 	Email             string   `json:"email"`
 	AMR               []string `json:"amr"`
+	// AuthTime is when the provider last authenticated the person, in
+	// seconds since the epoch; a re-authentication needs it.
+	AuthTime *float64 `json:"auth_time"`
 }
 
 // ssoGroups reads the groups claim: a list of strings, or one string.
@@ -146,12 +151,57 @@ func (s *Server) ssoLogin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, apiError{Error: "single sign-on could not start; see the node's log"})
 		return
 	}
+	s.toProvider(w, r, p, st)
+}
+
+// ssoReauth starts a re-authentication through the provider for the
+// request's session, whose person logs in through SSO: the same flow as a
+// login, asking the provider to authenticate the person again whatever
+// session it holds (prompt=login, and max_age=0, which also makes it
+// return auth_time, OIDC core 3.1.2.1). The callback renews this session.
+func (s *Server) ssoReauth(w http.ResponseWriter, r *http.Request, req request) {
+	src := source(r)
+	if req.principal.SessionID == 0 {
+		writeError(w, http.StatusUnprocessableEntity, apiError{Error: "re-authentication renews a session; an API token has none (log in)",
+			Field: "Authorization"})
+		return
+	}
+	if !s.logins.allow(src) {
+		w.Header().Set("Retry-After", "60")
+		writeError(w, http.StatusTooManyRequests, apiError{Error: "too many login attempts from this address; try again in a minute"})
+		return
+	}
+	p, err := s.sso.discover(r.Context())
+	if err != nil {
+		s.logger.ErrorContext(r.Context(), "api SSO: the identity provider cannot be reached", "issuer", s.sso.cfg.Issuer, "err", err)
+		writeError(w, http.StatusBadGateway, apiError{Error: "the identity provider cannot be reached; see the node's log"})
+		return
+	}
+	st, err := s.store.BeginSSOReauth(r.Context(), req.principal.SessionID, src)
+	switch {
+	case errors.Is(err, identity.ErrNotSSOUser):
+		writeError(w, http.StatusForbidden, apiError{Error: err.Error()})
+		return
+	case errors.Is(err, identity.ErrUnauthenticated):
+		writeError(w, http.StatusUnauthorized, apiError{Error: identity.ErrUnauthenticated.Error()})
+		return
+	case err != nil:
+		s.failed(w, r, "the SSO re-authentication", err)
+		return
+	}
+	s.toProvider(w, r, p, st, oauth2.SetAuthURLParam("prompt", "login"), oauth2.SetAuthURLParam("max_age", "0"))
+}
+
+// toProvider gives the browser the cookie that binds the flow st to it and
+// sends it to the provider.
+func (s *Server) toProvider(w http.ResponseWriter, r *http.Request, p *oidc.Provider, st *identity.SSOStart, opts ...oauth2.AuthCodeOption) {
 	// SameSite=Lax, not Strict: the provider sends the browser back with a
 	// top-level GET from its own site, which a Strict cookie would miss.
 	http.SetCookie(w, &http.Cookie{Name: SSOCookie, Value: st.Browser, Path: ssoCookiePath, HttpOnly: true,
 		Secure: s.tls != nil, SameSite: http.SameSiteLaxMode, MaxAge: int(identity.SSOLoginTTL / time.Second)})
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, s.sso.oauth(p).AuthCodeURL(st.State, oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)), http.StatusFound)
+	opts = append([]oauth2.AuthCodeOption{oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)}, opts...)
+	http.Redirect(w, r, s.sso.oauth(p).AuthCodeURL(st.State, opts...), http.StatusFound)
 }
 
 // ssoCallback finishes a login: the state must be one this API issued to
@@ -192,11 +242,19 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		refuse(err)
 		return
 	}
+	// A refusal is audited as what the flow was for: a login, or the
+	// session's re-authentication.
+	refuseFlow := func(name, reason, message string) error {
+		if pending.Reauth() {
+			return s.store.RefuseSSOReauth(ctx, pending, src, reason, message)
+		}
+		return s.store.RefuseSSO(ctx, name, src, reason, message)
+	}
 	if e := q.Get("error"); e != "" {
 		// The provider's error code is a short token (access_denied); its
 		// description may quote the person, so it is not kept.
 		s.logger.WarnContext(ctx, "api SSO: the identity provider refused the sign-in", "source", src, "error", truncate(e, 64))
-		refuse(s.store.RefuseSSO(ctx, "", src, identity.ReasonSSOIdPError, "the identity provider refused the sign-in ("+truncate(e, 64)+")"))
+		refuse(refuseFlow("", identity.ReasonSSOIdPError, "the identity provider refused the sign-in ("+truncate(e, 64)+")"))
 		return
 	}
 	p, err := s.sso.discover(ctx)
@@ -209,14 +267,14 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	tok, err := s.sso.oauth(p).Exchange(octx, q.Get("code"), oauth2.VerifierOption(pending.Verifier))
 	if err != nil {
 		s.logger.WarnContext(ctx, "api SSO: the code was not exchanged", "source", src, "err", err)
-		refuse(s.store.RefuseSSO(ctx, "", src, identity.ReasonSSOCode, "the identity provider did not accept the sign-in's code; start again at /api/v1/sso/login"))
+		refuse(refuseFlow("", identity.ReasonSSOCode, "the identity provider did not accept the sign-in's code; start again at "+pending.Restart()))
 		return
 	}
 	rawID, _ := tok.Extra("id_token").(string)
 	id, err := p.Verifier(&oidc.Config{ClientID: s.sso.cfg.ClientID}).Verify(octx, rawID)
 	if rawID == "" || err != nil {
 		s.logger.WarnContext(ctx, "api SSO: no valid ID token", "source", src, "err", err)
-		refuse(s.store.RefuseSSO(ctx, "", src, identity.ReasonSSOIDToken, "the identity provider's ID token did not verify; see the node's log"))
+		refuse(refuseFlow("", identity.ReasonSSOIDToken, "the identity provider's ID token did not verify; see the node's log"))
 		return
 	}
 	var claims ssoClaims
@@ -230,8 +288,11 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	name = strings.ToLower(strings.TrimSpace(name))
 	if subtle.ConstantTimeCompare([]byte(id.Nonce), []byte(pending.Nonce)) != 1 {
-		refuse(s.store.RefuseSSO(ctx, truncate(name, 64), src, identity.ReasonSSONonce,
-			"the ID token was not issued for this sign-in; start again at /api/v1/sso/login"))
+		refuse(refuseFlow(truncate(name, 64), identity.ReasonSSONonce, "the ID token was not issued for this sign-in; start again at "+pending.Restart()))
+		return
+	}
+	if pending.Reauth() {
+		s.finishReauth(w, r, pending, id, claims)
 		return
 	}
 	l, err := s.store.SSOLogin(ctx, identity.SSOIdentity{Issuer: id.Issuer, Subject: id.Subject, Name: name,
@@ -242,6 +303,44 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	s.startSession(w, l)
 }
+
+// finishReauth renews the session of a re-authentication whose ID token
+// verified and carries its nonce (identity.Store.SSOReauth checks it names
+// the session's user and was issued at a fresh sign-in), then sends the
+// browser to the console's start page: a fixed same-origin path, never one
+// a request names.
+func (s *Server) finishReauth(w http.ResponseWriter, r *http.Request, pending *identity.SSOPending, id *oidc.IDToken, claims ssoClaims) {
+	ctx, src := r.Context(), source(r)
+	var at time.Time
+	if claims.AuthTime != nil {
+		sec, frac := math.Modf(*claims.AuthTime)
+		at = time.Unix(int64(sec), int64(frac*1e9))
+	}
+	err := s.store.SSOReauth(ctx, pending, identity.SSOReauthIdentity{Issuer: id.Issuer, Subject: id.Subject, AuthTime: at,
+		AMR: claims.AMR, RequireAMR: s.sso.cfg.RequireAMR, Source: src})
+	if rf, ok := identity.IsSSORefused(err); ok {
+		status := http.StatusUnauthorized
+		if rf.Forbidden() {
+			status = http.StatusForbidden
+		}
+		writeError(w, status, apiError{Error: rf.Error()})
+		return
+	}
+	switch {
+	case errors.Is(err, identity.ErrUnauthenticated):
+		writeError(w, http.StatusUnauthorized, apiError{Error: "the session this re-authentication was for has ended; log in again"})
+		return
+	case err != nil:
+		s.failed(w, r, "the SSO re-authentication", err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, reauthDone, http.StatusSeeOther)
+}
+
+// reauthDone is where a browser goes after its re-authentication through
+// the provider: the console's start page, on this origin.
+const reauthDone = "/"
 
 // startSession answers a login: the session cookie, and the CSRF token in
 // the body.
@@ -267,4 +366,5 @@ func (s *Server) ssoRoutes(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("GET /api/v1/sso/login", s.ssoLogin)
 	mux.HandleFunc("GET /api/v1/sso/callback", s.ssoCallback)
+	mux.HandleFunc("GET /api/v1/sso/reauth", s.authed(s.ssoReauth))
 }

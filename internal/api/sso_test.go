@@ -29,6 +29,8 @@ type idp struct {
 	*mockoidc.MockOIDC
 	exchanges atomic.Int64
 	swapNonce atomic.Bool
+	// authorize is the query of the last authorization request.
+	authorize atomic.Pointer[url.Values]
 }
 
 func newIdP(t *testing.T) *idp {
@@ -44,6 +46,8 @@ func newIdP(t *testing.T) *idp {
 			case mockoidc.TokenEndpoint:
 				p.exchanges.Add(1)
 			case mockoidc.AuthorizationEndpoint:
+				q := r.URL.Query()
+				p.authorize.Store(&q)
 				if p.swapNonce.Load() {
 					q := r.URL.Query()
 					q.Set("nonce", "a-nonce-of-another-login")
@@ -109,11 +113,12 @@ func newLimitedSSOHarness(t *testing.T, perMinute int) (*harness, *idp) {
 }
 
 // browser is a person's browser: a cookie jar, trusting the API's CA, and
-// following redirects unless told to stop at the API's callback.
+// following redirects unless told to stop at a path (the API's callback,
+// or where a re-authentication ends).
 type browser struct {
 	h      *harness
 	client *http.Client
-	stop   bool
+	stopAt string
 }
 
 func (h *harness) browser() *browser {
@@ -124,7 +129,7 @@ func (h *harness) browser() *browser {
 	b := &browser{h: h}
 	b.client = &http.Client{Jar: jar, Transport: h.client.Transport, Timeout: 30 * time.Second,
 		CheckRedirect: func(r *http.Request, _ []*http.Request) error {
-			if b.stop && r.URL.Path == "/api/v1/sso/callback" {
+			if b.stopAt != "" && r.URL.Path == b.stopAt {
 				return http.ErrUseLastResponse
 			}
 			return nil
@@ -157,7 +162,7 @@ func (b *browser) get(rawURL string, cookies ...*http.Cookie) (int, map[string]a
 // login signs in through the real redirects: mefor, the provider, mefor's
 // callback.
 func (b *browser) login() (int, map[string]any) {
-	b.stop = false
+	b.stopAt = ""
 	return b.get(b.h.url + "/api/v1/sso/login")
 }
 
@@ -166,7 +171,7 @@ func (b *browser) login() (int, map[string]any) {
 // browser's login cookie.
 func (b *browser) startLogin() (string, *http.Cookie) {
 	b.h.T.Helper()
-	b.stop = true
+	b.stopAt = "/api/v1/sso/callback"
 	resp, err := b.client.Get(b.h.url + "/api/v1/sso/login")
 	if err != nil {
 		b.h.T.Fatal(err)

@@ -52,4 +52,11 @@
 // no order. A name held by another user is refused, so a directory cannot
 // take over a local account. Every SSO login, let in or refused, is an
 // audited login row with method sso and the reason.
+//
+// Such a person has no password to re-authenticate with, so they sign in
+// again at the provider: BeginSSOReauth records the same kind of row with
+// purpose reauth and the session it renews (migration 028), and SSOReauth
+// sets that session's reauth_at only for an ID token naming the session's
+// own user, with an auth_time within ReauthWindow: a provider that let a
+// standing session through has not re-authenticated anyone.
 package identity

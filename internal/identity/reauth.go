@@ -23,6 +23,11 @@ const ReauthWindow = 5 * time.Minute
 // locked. The reason is in the audit log.
 var ErrReauthFailed = errors.New("re-authentication failed: wrong password or code, no second factor enrolled, or the account is locked")
 
+// ErrUseSSOReauth is a password re-authentication of a session whose user
+// logs in through SSO and has no mefor password.
+var ErrUseSSOReauth = errors.New("you sign in through single sign-on and have no mefor password: " +
+	"re-authenticate at the identity provider with GET /api/v1/sso/reauth")
+
 // ReauthRequest is a session's person proving their password and second
 // factor again.
 type ReauthRequest struct {
@@ -47,17 +52,28 @@ const reasonNoMFA = "mfa-not-enrolled"
 // an unknown or ended session ErrUnauthenticated.
 func (s *Store) Reauth(ctx context.Context, req ReauthRequest) error {
 	var (
-		name, checked string
+		name   string
+		stored *string
 	)
 	err := s.db.QueryRow(ctx, `
 		SELECT u.name, u.password_hash FROM mefor_session s JOIN mefor_user u ON u.id = s.user_id
-		WHERE s.id = $1 AND s.revoked_at IS NULL AND now() < s.expires_at`, req.SessionID).Scan(&name, &checked)
+		WHERE s.id = $1 AND s.revoked_at IS NULL AND now() < s.expires_at`, req.SessionID).Scan(&name, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrUnauthenticated
 	}
 	if err != nil {
 		return fmt.Errorf("read session %d for re-authentication: %w", req.SessionID, err)
 	}
+	if stored == nil {
+		// A person of the directory has no mefor password. The session is
+		// theirs, so saying so tells nobody anything new.
+		if err := audit.AppendAlone(ctx, s.db, audit.Entry{Action: audit.ActionReauth, Actor: name, Outcome: audit.OutcomeFailed,
+			Target: map[string]any{"method": "password", "source": req.Source, "session_id": req.SessionID, "reason": reasonSSOPasswordUser}}); err != nil {
+			return fmt.Errorf("audit refused re-authentication: %w", err)
+		}
+		return ErrUseSSOReauth
+	}
+	checked := *stored
 	// Hashed outside the transaction, as for a login.
 	ok, err := s.verify(checked, req.Password)
 	if err != nil {
@@ -65,7 +81,7 @@ func (s *Store) Reauth(ctx context.Context, req ReauthRequest) error {
 	}
 	refused := false
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		target := map[string]any{"source": req.Source, "session_id": req.SessionID}
+		target := map[string]any{"method": "password", "source": req.Source, "session_id": req.SessionID}
 		fail := func(reason string) error {
 			refused = true
 			target["reason"] = reason

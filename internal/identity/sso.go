@@ -43,8 +43,10 @@ const (
 	ReasonSSOAmbiguous    = "ambiguous-groups"
 	ReasonSSONameTaken    = "name-taken" // the name belongs to another user (a password user, or another subject)
 	ReasonSSODisabled     = "disabled"
-	ReasonSSOMFA          = "mfa"      // the role requires MFA and the ID token's amr names none of require_amr
-	reasonSSOPasswordUser = "sso-user" // a password login to a user who logs in through SSO
+	ReasonSSOMFA          = "mfa"       // the role requires MFA and the ID token's amr names none of require_amr
+	ReasonSSOSubject      = "subject"   // a re-authentication's ID token names someone other than the session's user
+	ReasonSSOAuthTime     = "auth-time" // a re-authentication's ID token has no auth_time, or one older than ReauthWindow
+	reasonSSOPasswordUser = "sso-user"  // a password login to a user who logs in through SSO
 )
 
 // SSORefusedError is a refused SSO login. Reason is one of the Reason*
@@ -67,7 +69,7 @@ func IsSSORefused(err error) (*SSORefusedError, bool) {
 // provider but is not let in (an API answers 403; otherwise 401).
 func (e *SSORefusedError) Forbidden() bool {
 	switch e.Reason {
-	case ReasonSSONoGroup, ReasonSSOAmbiguous, ReasonSSONameTaken, ReasonSSODisabled, ReasonSSOName, ReasonSSOMFA:
+	case ReasonSSONoGroup, ReasonSSOAmbiguous, ReasonSSONameTaken, ReasonSSODisabled, ReasonSSOName, ReasonSSOMFA, ReasonSSOSubject:
 		return true
 	}
 	return false
@@ -81,10 +83,35 @@ type SSOStart struct {
 	ExpiresAt                       time.Time
 }
 
-// SSOPending is what the callback needs of its login: the nonce the ID
-// token must carry and the PKCE verifier.
+// What a flow through the identity provider is for, stored with its state:
+// a login opens a session, a re-authentication renews one.
+const (
+	SSOPurposeLogin  = "login"
+	SSOPurposeReauth = "reauth"
+)
+
+// SSOPending is what the callback needs of its flow: the nonce the ID
+// token must carry, the PKCE verifier, and what the flow is for. A
+// re-authentication names its session and the session's user.
 type SSOPending struct {
 	Nonce, Verifier string
+	// Purpose is SSOPurposeLogin or SSOPurposeReauth.
+	Purpose string
+	// SessionID and Name are the session a re-authentication renews and
+	// its user's name; zero and "" for a login.
+	SessionID int64
+	Name      string
+}
+
+// Reauth reports whether the flow re-authenticates a session.
+func (p *SSOPending) Reauth() bool { return p.Purpose == SSOPurposeReauth }
+
+// Restart is the endpoint where the person starts this flow again.
+func (p *SSOPending) Restart() string {
+	if p.Reauth() {
+		return "/api/v1/sso/reauth"
+	}
+	return "/api/v1/sso/login"
 }
 
 func random32() (string, error) {
@@ -98,6 +125,12 @@ func random32() (string, error) {
 // BeginSSO records a login under way from source and returns its values.
 // Expired logins are deleted on the way.
 func (s *Store) BeginSSO(ctx context.Context, source string) (*SSOStart, error) {
+	return s.beginSSO(ctx, source, SSOPurposeLogin, nil)
+}
+
+// beginSSO records a flow of purpose under way; sessionID names the session
+// a re-authentication renews (nil for a login).
+func (s *Store) beginSSO(ctx context.Context, source, purpose string, sessionID *int64) (*SSOStart, error) {
 	st := &SSOStart{}
 	for _, v := range []*string{&st.State, &st.Nonce, &st.Verifier, &st.Browser} {
 		var err error
@@ -110,12 +143,12 @@ func (s *Store) BeginSSO(ctx context.Context, source string) (*SSOStart, error) 
 			return fmt.Errorf("drop expired SSO logins: %w", err)
 		}
 		return tx.QueryRow(ctx, `
-			INSERT INTO mefor_sso_login (state_hash, browser_hash, nonce, verifier, source, expires_at)
-			VALUES ($1, $2, $3, $4, $5, now() + $6::interval) RETURNING expires_at`,
-			secretHash(st.State), secretHash(st.Browser), st.Nonce, st.Verifier, source, SSOLoginTTL).Scan(&st.ExpiresAt)
+			INSERT INTO mefor_sso_login (state_hash, browser_hash, nonce, verifier, source, expires_at, purpose, session_id)
+			VALUES ($1, $2, $3, $4, $5, now() + $6::interval, $7, $8) RETURNING expires_at`,
+			secretHash(st.State), secretHash(st.Browser), st.Nonce, st.Verifier, source, SSOLoginTTL, purpose, sessionID).Scan(&st.ExpiresAt)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("begin SSO login: %w", err)
+		return nil, fmt.Errorf("begin SSO %s: %w", purpose, err)
 	}
 	return st, nil
 }
@@ -132,20 +165,31 @@ func (s *Store) ResumeSSO(ctx context.Context, state, browser, source string) (*
 		refusedWhy   string
 		refusedWords string
 	)
-	err := s.db.QueryRow(ctx, `DELETE FROM mefor_sso_login WHERE state_hash = $1
-		RETURNING browser_hash, nonce, verifier, expires_at < now()`, secretHash(state)).
-		Scan(&browserHash, &p.Nonce, &p.Verifier, &expired)
+	var sessionID *int64
+	err := s.db.QueryRow(ctx, `
+		WITH used AS (
+			DELETE FROM mefor_sso_login WHERE state_hash = $1
+			RETURNING browser_hash, nonce, verifier, expires_at < now() AS expired, purpose, session_id)
+		SELECT used.browser_hash, used.nonce, used.verifier, used.expired, used.purpose, used.session_id, coalesce(u.name, '')
+		FROM used LEFT JOIN mefor_session s ON s.id = used.session_id LEFT JOIN mefor_user u ON u.id = s.user_id`, secretHash(state)).
+		Scan(&browserHash, &p.Nonce, &p.Verifier, &expired, &p.Purpose, &sessionID, &p.Name)
+	if sessionID != nil {
+		p.SessionID = *sessionID
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		refusedWhy, refusedWords = ReasonSSOState, "this sign-in is unknown or was already used; start again at /api/v1/sso/login"
 	case err != nil:
 		return nil, fmt.Errorf("resume SSO login: %w", err)
 	case subtle.ConstantTimeCompare(browserHash, secretHash(browser)) != 1:
-		refusedWhy, refusedWords = ReasonSSOBrowser, "this sign-in was started in another browser; start again at /api/v1/sso/login"
+		refusedWhy, refusedWords = ReasonSSOBrowser, "this sign-in was started in another browser; start again at "+p.Restart()
 	case expired:
-		refusedWhy, refusedWords = ReasonSSOExpired, fmt.Sprintf("this sign-in took longer than %s; start again at /api/v1/sso/login", SSOLoginTTL)
+		refusedWhy, refusedWords = ReasonSSOExpired, fmt.Sprintf("this sign-in took longer than %s; start again at %s", SSOLoginTTL, p.Restart())
 	}
 	if refusedWhy != "" {
+		if p.Reauth() {
+			return nil, s.RefuseSSOReauth(ctx, &p, source, refusedWhy, refusedWords)
+		}
 		return nil, s.RefuseSSO(ctx, "", source, refusedWhy, refusedWords)
 	}
 	return &p, nil
