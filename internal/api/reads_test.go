@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +309,39 @@ func TestDeadAndAuditScoped(t *testing.T) {
 	labAdmin := h.user("labadmin", identity.RoleAdmin, "lab-*")
 	if status, e, _ := h.call("GET", "/api/v1/audit", nil, labAdmin); status != http.StatusForbidden || e["permission"] != "audit.read" {
 		t.Fatalf("a scoped admin reading the audit log: %d %v", status, e)
+	}
+}
+
+// A person scoped to lab-* sees the alerts of rules on their channels
+// only: not another channel's, not a destination's (whose queue mixes
+// channels, as in the status), and not a rule the node does not know. An
+// unscoped viewer sees them all.
+func TestAlertsScoped(t *testing.T) {
+	watches := map[string]string{"lab-stuck": "lab-a", "adt-stuck": "adt", "out-stuck": ""}
+	h := newHarness(t, api.Config{AlertChannel: func(rule string) (string, bool) {
+		ch, ok := watches[rule]
+		return ch, ok
+	}})
+	for _, rule := range []string{"lab-stuck", "adt-stuck", "out-stuck", "gone"} {
+		fixtures.Exec(t, h.DB, `INSERT INTO mefor_alert (rule, state) VALUES ($1, 'firing')`, rule)
+	}
+	rules := func(who map[string]string) []string {
+		t.Helper()
+		status, body, _ := h.call("GET", "/api/v1/alerts", nil, who)
+		if status != http.StatusOK {
+			t.Fatalf("alerts: %d %v", status, body)
+		}
+		var out []string
+		for _, a := range body["alerts"].([]any) {
+			out = append(out, a.(map[string]any)["rule"].(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := rules(h.user("lena", identity.RoleViewer, "lab-*")); !slices.Equal(got, []string{"lab-stuck"}) {
+		t.Errorf("a lab-scoped viewer sees alerts %v, want only lab-stuck", got)
+	}
+	if got := rules(h.user("vic", identity.RoleViewer)); len(got) != 4 {
+		t.Errorf("an unscoped viewer sees alerts %v, want all four", got)
 	}
 }

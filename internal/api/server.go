@@ -60,6 +60,11 @@ type Config struct {
 	// SSO is the OpenID Connect provider people may log in through
 	// (GET /api/v1/sso/login). Defaults to none: passwords only.
 	SSO *OIDC
+	// AlertChannel names the channel an alert rule watches ("" for a rule
+	// on a destination or an audit forward target), and whether the rule
+	// is known, so a person with a channel scope sees only the alerts of
+	// their channels. Defaults to none: such a person sees no alert.
+	AlertChannel func(rule string) (channel string, known bool)
 	// Console builds the handler served at / (every path outside /api/)
 	// from the API's own handler: the operator console, package console,
 	// which reads and acts only through the API. Defaults to none: paths
@@ -113,6 +118,8 @@ type Server struct {
 	// approvals is dual control (access.approvals).
 	approvals Approvals
 	sso       *sso
+	// alertChannel is Config.AlertChannel.
+	alertChannel func(rule string) (string, bool)
 	logger    *slog.Logger
 	handler   http.Handler
 }
@@ -131,6 +138,7 @@ func New(cfg Config, store *identity.Store, logger *slog.Logger, refused func(ad
 		cfg.LoginsPerMinute = 10
 	}
 	s := &Server{cfg: cfg, store: store, logger: logger, reads: cfg.Reads, actions: cfg.Actions, approvals: cfg.Approvals,
+		alertChannel: cfg.AlertChannel,
 		gate:   admission.NewGate(cfg.Admission, admission.Options{Refused: refused, Logger: logger}),
 		logins: newLimiter(cfg.LoginsPerMinute, time.Minute)}
 	if cfg.SSO != nil {

@@ -63,6 +63,7 @@ func (n *Node) startAPI(ctx context.Context, cfg *config.Config) error {
 	}
 	srv, err := api.New(api.Config{Listen: a.Listen, CertFile: a.TLS.CertFile, KeyFile: a.TLS.KeyFile, Plaintext: a.Plaintext,
 		Admission: policy, Reads: n.opts.APIReads, Actions: n.opts.APIActions, Approvals: approvals, SSO: sso,
+		AlertChannel: n.alertChannel,
 		Console: func(h http.Handler) http.Handler {
 			return console.New(h, console.Options{SSO: sso != nil, Logger: n.logger, Approvals: approvals.RequiredFor})
 		}},
@@ -101,4 +102,20 @@ func (n *Node) APIAddr() string {
 		return ""
 	}
 	return n.api.ln.Addr().String()
+}
+
+// alertChannel names the channel an alert rule of the node's current
+// config watches ("" for a destination's or an audit target's), for the
+// API's scoping of the alert list.
+func (n *Node) alertChannel(rule string) (string, bool) {
+	a := n.Config().Alerts
+	if a == nil {
+		return "", false
+	}
+	for _, r := range a.Rules {
+		if r.Name == rule {
+			return r.Channel, true
+		}
+	}
+	return "", false
 }
