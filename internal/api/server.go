@@ -120,8 +120,8 @@ type Server struct {
 	sso       *sso
 	// alertChannel is Config.AlertChannel.
 	alertChannel func(rule string) (string, bool)
-	logger    *slog.Logger
-	handler   http.Handler
+	logger       *slog.Logger
+	handler      http.Handler
 }
 
 // New checks cfg, loads its certificate, and returns a server
@@ -139,8 +139,8 @@ func New(cfg Config, store *identity.Store, logger *slog.Logger, refused func(ad
 	}
 	s := &Server{cfg: cfg, store: store, logger: logger, reads: cfg.Reads, actions: cfg.Actions, approvals: cfg.Approvals,
 		alertChannel: cfg.AlertChannel,
-		gate:   admission.NewGate(cfg.Admission, admission.Options{Refused: refused, Logger: logger}),
-		logins: newLimiter(cfg.LoginsPerMinute, time.Minute)}
+		gate:         admission.NewGate(cfg.Admission, admission.Options{Refused: refused, Logger: logger}),
+		logins:       newLimiter(cfg.LoginsPerMinute, time.Minute)}
 	if cfg.SSO != nil {
 		s.sso = newSSO(*cfg.SSO)
 	}
