@@ -84,11 +84,52 @@ func StartPeer(t testing.TB, o PeerOptions) *Peer {
 	sweepStale(ctx)
 	host, _ := os.Hostname()
 	hostNet := engineIsLocal()
+	// On the host network the port is one found free a moment before the
+	// peer binds it, and another test's server can take it meanwhile: the
+	// peer then exits at once. Such a start is tried again on another port.
+	var (
+		ctr  *tc.DockerContainer
+		port string
+	)
+	for attempt := 1; ; attempt++ {
+		var err error
+		ctr, port, err = runPeer(ctx, o, host, hostNet)
+		if err == nil {
+			break
+		}
+		logs := peerLogs(ctr)
+		if ctr != nil {
+			_ = ctr.Terminate(context.Background())
+		}
+		if !hostNet || attempt == 3 || ctx.Err() != nil {
+			t.Fatalf("run %s: %v\n%s", o.Image, err, logs)
+		}
+		t.Logf("run %s on port %s: %v; trying another port\n%s", o.Image, port, err, logs)
+	}
+	t.Cleanup(func() { _ = ctr.Terminate(context.Background()) })
+	p := &Peer{Container: ctr, Addr: "127.0.0.1:" + port}
+	if !hostNet {
+		h, err := ctr.Host(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mapped, err := ctr.MappedPort(ctx, port+"/tcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Addr = h + ":" + mapped.Port()
+	}
+	return p
+}
+
+// runPeer runs one container of o on a port of its own (a free loopback
+// port on the host network, else o.Port mapped by the engine).
+func runPeer(ctx context.Context, o PeerOptions, host string, hostNet bool) (*tc.DockerContainer, string, error) {
 	port := strconv.Itoa(o.Port)
 	if hostNet {
 		p, err := freeLoopbackPort()
 		if err != nil {
-			t.Fatal(err)
+			return nil, port, err
 		}
 		port = p
 	}
@@ -122,25 +163,24 @@ func StartPeer(t testing.TB, o PeerOptions) *Peer {
 		opts = append(opts, tc.WithExposedPorts(port+"/tcp"))
 	}
 	ctr, err := tc.Run(ctx, o.Image, opts...)
-	if ctr != nil {
-		t.Cleanup(func() { _ = ctr.Terminate(context.Background()) })
+	return ctr, port, err
+}
+
+// peerLogs is what a peer that failed to start printed, for the test's
+// failure message.
+func peerLogs(ctr *tc.DockerContainer) string {
+	if ctr == nil {
+		return ""
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc, err := ctr.Logs(ctx)
 	if err != nil {
-		t.Fatalf("run %s: %v", o.Image, err)
+		return ""
 	}
-	p := &Peer{Container: ctr, Addr: "127.0.0.1:" + port}
-	if !hostNet {
-		h, err := ctr.Host(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mapped, err := ctr.MappedPort(ctx, port+"/tcp")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Addr = h + ":" + mapped.Port()
-	}
-	return p
+	defer rc.Close()
+	b, _ := io.ReadAll(io.LimitReader(rc, 8<<10))
+	return string(b)
 }
 
 // ReadFile returns a file of the running peer.
