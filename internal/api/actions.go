@@ -104,10 +104,10 @@ func (s *Server) actionRoutes(mux *http.ServeMux) {
 		return
 	}
 	mux.HandleFunc("POST /api/v1/messages/{id}/replay", s.authed(s.replay))
-	mux.HandleFunc("POST /api/v1/dead/replay", s.authed(s.replayDead))
-	mux.HandleFunc("POST /api/v1/destinations/{name}/cancel", s.authed(s.cancel))
-	mux.HandleFunc("POST /api/v1/cluster/stepdown", s.authed(s.stepdown))
-	mux.HandleFunc("POST /api/v1/keys/rotate", s.authed(s.rotateKeys))
+	mux.HandleFunc("POST /api/v1/dead/replay", s.authed(s.action(identity.PermReplayDead, replayDeadParams)))
+	mux.HandleFunc("POST /api/v1/destinations/{name}/cancel", s.authed(s.action(identity.PermCancel, cancelParams)))
+	mux.HandleFunc("POST /api/v1/cluster/stepdown", s.authed(s.action(identity.PermStepdown, stepdownParams)))
+	mux.HandleFunc("POST /api/v1/keys/rotate", s.authed(s.action(identity.PermKeysRotate, rotateKeysParams)))
 	mux.HandleFunc("POST /api/v1/reauth", s.authed(s.reauth))
 	if s.approvals.Store != nil {
 		mux.HandleFunc("GET /api/v1/approvals", s.authed(s.listApprovals))
@@ -255,29 +255,42 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, req request) {
 	s.act(w, r, req, identity.PermReplay, actionParams{MessageID: id})
 }
 
+// action serves an action endpoint whose parameters come from its body
+// and path: the permission is checked first, then the parameters (a bad
+// one is a 422 naming its field), then the re-authentication the
+// permission needs, and the action runs (or waits for approval).
+func (s *Server) action(perm identity.Permission, parse func(*http.Request) (actionParams, *apiError)) func(http.ResponseWriter, *http.Request, request) {
+	return func(w http.ResponseWriter, r *http.Request, req request) {
+		if !require(w, req, perm) {
+			return
+		}
+		params, e := parse(r)
+		if e != nil {
+			writeError(w, http.StatusUnprocessableEntity, *e)
+			return
+		}
+		if !s.reauthed(w, r, req, perm) {
+			return
+		}
+		s.act(w, r, req, perm, params)
+	}
+}
+
 type replayDeadRequest struct {
 	Channel     string `json:"channel"`
 	Destination string `json:"destination"`
 }
 
-func (s *Server) replayDead(w http.ResponseWriter, r *http.Request, req request) {
-	if !require(w, req, identity.PermReplayDead) {
-		return
-	}
+func replayDeadParams(r *http.Request) (actionParams, *apiError) {
 	var body replayDeadRequest
 	if e := decode(r, &body); e != nil {
-		writeError(w, http.StatusUnprocessableEntity, *e)
-		return
+		return actionParams{}, e
 	}
 	if body.Channel == "" && body.Destination == "" {
-		writeError(w, http.StatusUnprocessableEntity, apiError{Error: "name a destination, a channel or both: replaying every dead letter of every " +
-			"destination is not one request", Field: "destination"})
-		return
+		return actionParams{}, &apiError{Error: "name a destination, a channel or both: replaying every dead letter of every " +
+			"destination is not one request", Field: "destination"}
 	}
-	if !s.reauthed(w, r, req, identity.PermReplayDead) {
-		return
-	}
-	s.act(w, r, req, identity.PermReplayDead, actionParams{Channel: body.Channel, Destination: body.Destination})
+	return actionParams{Channel: body.Channel, Destination: body.Destination}, nil
 }
 
 type cancelRequest struct {
@@ -288,25 +301,16 @@ type cancelRequest struct {
 	Wait string `json:"wait"`
 }
 
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request, req request) {
-	if !require(w, req, identity.PermCancel) {
-		return
-	}
+func cancelParams(r *http.Request) (actionParams, *apiError) {
 	var body cancelRequest
 	if e := decodeOptional(r, &body); e != nil {
-		writeError(w, http.StatusUnprocessableEntity, *e)
-		return
+		return actionParams{}, e
 	}
 	wait, e := actionWait("wait", body.Wait)
 	if e != nil {
-		writeError(w, http.StatusUnprocessableEntity, *e)
-		return
+		return actionParams{}, e
 	}
-	if !s.reauthed(w, r, req, identity.PermCancel) {
-		return
-	}
-	s.act(w, r, req, identity.PermCancel, actionParams{Destination: r.PathValue("name"), Channel: body.Channel, Top: body.Top,
-		WaitMS: wait.Milliseconds()})
+	return actionParams{Destination: r.PathValue("name"), Channel: body.Channel, Top: body.Top, WaitMS: wait.Milliseconds()}, nil
 }
 
 type stepdownRequest struct {
@@ -316,43 +320,25 @@ type stepdownRequest struct {
 	Timeout string `json:"timeout"`
 }
 
-func (s *Server) stepdown(w http.ResponseWriter, r *http.Request, req request) {
-	if !require(w, req, identity.PermStepdown) {
-		return
-	}
+func stepdownParams(r *http.Request) (actionParams, *apiError) {
 	var body stepdownRequest
 	if e := decodeOptional(r, &body); e != nil {
-		writeError(w, http.StatusUnprocessableEntity, *e)
-		return
+		return actionParams{}, e
 	}
 	timeout, e := actionWait("timeout", body.Timeout)
 	if e != nil {
-		writeError(w, http.StatusUnprocessableEntity, *e)
-		return
+		return actionParams{}, e
 	}
-	if !s.reauthed(w, r, req, identity.PermStepdown) {
-		return
-	}
-	s.act(w, r, req, identity.PermStepdown, actionParams{Node: body.Node, WaitMS: timeout.Milliseconds()})
+	return actionParams{Node: body.Node, WaitMS: timeout.Milliseconds()}, nil
 }
 
-// rotateKeys re-seals the store under the node's active key, as `mefor
-// keys rotate` does. It runs in the request: a client that goes away
-// stops it between batches, which keep what they committed, and asking
-// again picks up what is left.
-func (s *Server) rotateKeys(w http.ResponseWriter, r *http.Request, req request) {
-	if !require(w, req, identity.PermKeysRotate) {
-		return
-	}
+// rotateKeysParams takes an empty body: rotating re-seals the store under
+// the node's active key, as `mefor keys rotate` does. It runs in the
+// request: a client that goes away stops it between batches, which keep
+// what they committed, and asking again picks up what is left.
+func rotateKeysParams(r *http.Request) (actionParams, *apiError) {
 	var body struct{}
-	if e := decodeOptional(r, &body); e != nil {
-		writeError(w, http.StatusUnprocessableEntity, *e)
-		return
-	}
-	if !s.reauthed(w, r, req, identity.PermKeysRotate) {
-		return
-	}
-	s.act(w, r, req, identity.PermKeysRotate, actionParams{})
+	return actionParams{}, decodeOptional(r, &body)
 }
 
 type reauthRequest struct {
