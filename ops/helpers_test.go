@@ -66,17 +66,7 @@ func (e *env) receive(channel string) int64 {
 // pendingRow returns the message's pending row in lane.
 func (e *env) pendingRow(lane string, msg int64) pipeline.Row {
 	e.t.Helper()
-	rows, err := pipeline.PendingRows(e.ctx, e.db.Pool, lane, 10000)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, r := range rows {
-		if r.MessageID == msg {
-			return r
-		}
-	}
-	e.t.Fatalf("message %d has no pending row in lane %s", msg, lane)
-	return pipeline.Row{}
+	return fixtures.PendingRow(e.t, e.db, lane, msg)
 }
 
 // route runs the ingress hand-off of a message: one route "r" to handler "h".

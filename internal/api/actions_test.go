@@ -14,22 +14,13 @@ import (
 	"github.com/mefor/mefor/internal/pipeline"
 	"github.com/mefor/mefor/jobs"
 	"github.com/mefor/mefor/ops"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
 
 // pending is msg's pending row in lane.
 func (h *harness) pending(lane string, msg int64) pipeline.Row {
 	h.T.Helper()
-	rows, err := pipeline.PendingRows(h.Ctx, h.DB.Pool, lane, 10000)
-	if err != nil {
-		h.T.Fatal(err)
-	}
-	for _, r := range rows {
-		if r.MessageID == msg {
-			return r
-		}
-	}
-	h.T.Fatalf("message %d has no pending row in lane %s", msg, lane)
-	return pipeline.Row{}
+	return fixtures.PendingRow(h.T, h.DB, lane, msg)
 }
 
 func (h *harness) tx(fn func(tx pgx.Tx) error) {

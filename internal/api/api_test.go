@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,26 +40,7 @@ type harness struct {
 	keys   *crypt.Keyring
 	// clock is the identity store's and the approvals' clock: tests move
 	// it instead of sleeping.
-	clock *testClock
-}
-
-// testClock is the real time moved by an offset the test sets.
-type testClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-// Advance moves the clock forward by d.
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
+	clock *fixtures.Clock
 }
 
 func newHarness(t *testing.T, cfg api.Config) *harness { return newKeyedHarness(t, cfg, nil) }
@@ -75,7 +55,7 @@ func newKeyedHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring) *harness
 // custom roles, its groups), with cheap password hashes and the harness's
 // clock. A cfg.Listen given is kept (an SSO redirect URL names it).
 func newStoreHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring, opts identity.Options) *harness {
-	h := &harness{DBTest: fixtures.NewDBTest(t), keys: keys, clock: &testClock{}}
+	h := &harness{DBTest: fixtures.NewDBTest(t), keys: keys, clock: &fixtures.Clock{}}
 	opts.Argon2 = identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}
 	if opts.Now == nil {
 		opts.Now = h.clock.Now

@@ -136,17 +136,7 @@ func (h *harness) deadLetter(channel, destination, lastError string) int64 {
 // pending is msg's pending row in lane.
 func (h *harness) pending(lane string, msg int64) pipeline.Row {
 	h.T.Helper()
-	rows, err := pipeline.PendingRows(h.Ctx, h.DB.Pool, lane, 10000)
-	if err != nil {
-		h.T.Fatal(err)
-	}
-	for _, r := range rows {
-		if r.MessageID == msg {
-			return r
-		}
-	}
-	h.T.Fatalf("message %d has no pending row in lane %s", msg, lane)
-	return pipeline.Row{}
+	return fixtures.PendingRow(h.T, h.DB, lane, msg)
 }
 
 func (h *harness) tx(fn func(tx pgx.Tx) error) {

@@ -2,37 +2,19 @@ package identity_test
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mefor/mefor/internal/identity"
+	"github.com/mefor/mefor/testcontainers/fixtures"
 )
-
-// movingClock is the real time moved by an offset.
-type movingClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *movingClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *movingClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
-}
 
 // A re-authentication is fresh for ReauthWindow by the store's clock; a
 // wrong password there counts towards the lockout as a failed login
 // does, so a stolen session cannot guess the password through it; a user
 // without a second factor cannot re-authenticate.
 func TestReauthWindowLockoutAndSecondFactor(t *testing.T) {
-	clock := &movingClock{}
+	clock := &fixtures.Clock{}
 	f := newFixture(t, identity.Options{Now: clock.Now})
 	secret, _ := f.add("alice", identity.RoleAdmin)
 	l, err := f.store.Login(f.Ctx, identity.LoginRequest{Username: "alice", Password: password, TOTP: code(t, secret)})
@@ -43,7 +25,7 @@ func TestReauthWindowLockoutAndSecondFactor(t *testing.T) {
 	if fresh, err := f.store.ReauthFresh(f.Ctx, sid); err != nil || fresh {
 		t.Fatalf("fresh before any re-authentication: %v %v", fresh, err)
 	}
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	c, _ := identity.TOTPCode(secret, clock.Now())
 	if err := f.store.Reauth(f.Ctx, identity.ReauthRequest{SessionID: sid, Password: password, TOTP: c}); err != nil {
 		t.Fatal(err)
@@ -51,7 +33,7 @@ func TestReauthWindowLockoutAndSecondFactor(t *testing.T) {
 	if fresh, err := f.store.ReauthFresh(f.Ctx, sid); err != nil || !fresh {
 		t.Fatalf("not fresh right after: %v %v", fresh, err)
 	}
-	clock.advance(identity.ReauthWindow + time.Second)
+	clock.Advance(identity.ReauthWindow + time.Second)
 	if fresh, _ := f.store.ReauthFresh(f.Ctx, sid); fresh {
 		t.Fatal("fresh past the window")
 	}
@@ -61,7 +43,7 @@ func TestReauthWindowLockoutAndSecondFactor(t *testing.T) {
 			t.Fatalf("attempt %d: %v", i+1, err)
 		}
 	}
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	c, _ = identity.TOTPCode(secret, clock.Now())
 	if _, err := f.store.Login(f.Ctx, identity.LoginRequest{Username: "alice", Password: password, TOTP: c}); !errors.Is(err, identity.ErrLoginFailed) {
 		t.Fatalf("a login after %d wrong re-authentications: %v, want the account locked", identity.LockoutFailures, err)
