@@ -16,10 +16,9 @@ var _ api.Actions = APIActions{}
 
 // APIActions is what the API's action endpoints call (api.Actions): the
 // functions the CLI's replay, replay-dead, cancel and stepdown call, over
-// the node's pool, re-queuing through Queue.
+// the node's pool.
 type APIActions struct {
-	Pool  *pgxpool.Pool
-	Queue Queue
+	Pool *pgxpool.Pool
 	// CancelWait is how long a cancel waits for rows a drainer may be
 	// sending. Defaults to 10s (the CLI's --wait is 30s; an HTTP answer
 	// should not wait as long).
@@ -39,7 +38,7 @@ func (a APIActions) MessageChannel(ctx context.Context, id int64) (string, error
 
 // Replay is Replay.
 func (a APIActions) Replay(ctx context.Context, id int64) (any, error) {
-	return Replay(ctx, a.Pool, a.Queue, id)
+	return Replay(ctx, a.Pool, id)
 }
 
 // perChannel runs fn once with channel when scope is nil, else once per
@@ -89,7 +88,7 @@ func (b *BulkResult) add(r BulkResult) {
 // ReplayDead is ReplayDead, once per channel of scope.
 func (a APIActions) ReplayDead(ctx context.Context, channel, destination string, scope api.Scope) (any, error) {
 	return a.perChannel(ctx, channel, destination, pipeline.WorkDead, scope, func(c string) (BulkResult, error) {
-		return ReplayDead(ctx, a.Pool, a.Queue, pipeline.DeadFilter{Channel: c, Destination: destination}, BulkOptions{})
+		return ReplayDead(ctx, a.Pool, pipeline.DeadFilter{Channel: c, Destination: destination}, BulkOptions{})
 	})
 }
 
@@ -105,7 +104,7 @@ func (a APIActions) Cancel(ctx context.Context, destination, channel string, top
 		wait = 10 * time.Second
 	}
 	return a.perChannel(ctx, channel, destination, pipeline.WorkPending, scope, func(c string) (BulkResult, error) {
-		return Cancel(ctx, a.Pool, a.Queue, pipeline.CancelFilter{Destination: destination, Channel: c, Top: top}, BulkOptions{Wait: wait})
+		return Cancel(ctx, a.Pool, pipeline.CancelFilter{Destination: destination, Channel: c, Top: top}, BulkOptions{Wait: wait})
 	})
 }
 

@@ -68,7 +68,7 @@ func TestStatusCountsExactAfterMix(t *testing.T) {
 	// Operator writes: replay of a processed message, replay-dead, cancel.
 	e.deliver("outbound:x#1", done[1])
 	e.replay(done[1])
-	if _, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Channel: "orm"}, ops.BulkOptions{BatchSize: 2}); err != nil {
+	if _, err := ops.ReplayDead(e.ctx, e.db.Pool, pipeline.DeadFilter{Channel: "orm"}, ops.BulkOptions{BatchSize: 2}); err != nil {
 		t.Fatal(err)
 	}
 	check("replays")
@@ -302,7 +302,7 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		loop("deliver", func(rng *rand.Rand, _ int) error { return deliver(rng) })
 	}
 	loop("replay-dead", func(_ *rand.Rand, _ int) error {
-		_, err := ops.ReplayDead(ctx, pool, e.q, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 3})
+		_, err := ops.ReplayDead(ctx, pool, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{BatchSize: 3})
 		return err
 	})
 	loop("replay", func(rng *rand.Rand, _ int) error {
@@ -310,12 +310,12 @@ func TestOperatorWritesRaceThePipeline(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM mefor_message").Scan(&max); err != nil || max == 0 {
 			return err
 		}
-		_, err := ops.Replay(ctx, pool, e.q, 1+rng.Int64N(max))
+		_, err := ops.Replay(ctx, pool, 1+rng.Int64N(max))
 		return err
 	})
 	loop("cancel", func(rng *rand.Rand, _ int) error {
 		time.Sleep(20 * time.Millisecond)
-		_, err := ops.Cancel(ctx, pool, e.q, pipeline.CancelFilter{Destination: "lab", Top: rng.IntN(4) != 0}, ops.BulkOptions{BatchSize: 2})
+		_, err := ops.Cancel(ctx, pool, pipeline.CancelFilter{Destination: "lab", Top: rng.IntN(4) != 0}, ops.BulkOptions{BatchSize: 2})
 		return err
 	})
 	loop("fold counts", func(_ *rand.Rand, _ int) error {

@@ -79,7 +79,7 @@ func TestReplayDeadIsDrainedByRunningNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Destination: "archive"}, ops.BulkOptions{})
+	res, err := ops.ReplayDead(e.ctx, e.db.Pool, pipeline.DeadFilter{Destination: "archive"}, ops.BulkOptions{})
 	if err != nil || res.Rows != 3 {
 		t.Fatalf("replay-dead = %+v, %v; want 3 rows", res, err)
 	}
@@ -116,7 +116,7 @@ func TestReplayWakesSnoozedDrainer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, id)
+	res, err := ops.Replay(e.ctx, e.db.Pool, id)
 	if err != nil || res.Rows != 1 {
 		t.Fatalf("replay = %+v, %v", res, err)
 	}
@@ -156,7 +156,7 @@ func TestOperatorReplayIntoAnIdleLaneIsDrainedByRunningNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, err := ops.Replay(e.ctx, operator, e.q, id)
+	res, err := ops.Replay(e.ctx, operator, id)
 	if err != nil || res.Rows != 1 {
 		t.Fatalf("operator's replay = %+v, %v; want 1 row", res, err)
 	}

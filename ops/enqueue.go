@@ -3,7 +3,6 @@ package ops
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,7 +10,6 @@ import (
 	"github.com/mefor/mefor/internal/audit"
 	"github.com/mefor/mefor/internal/crypt"
 	"github.com/mefor/mefor/internal/pipeline"
-	"github.com/mefor/mefor/jobs"
 )
 
 // Enqueuer stores messages as if a channel had received them: parsed and
@@ -25,10 +23,9 @@ type Enqueuer struct {
 }
 
 // NewEnqueuer returns an Enqueuer storing into pool. kr seals what is
-// stored; nil stores it in clear. q and logger are not used: the database
-// function activates the lane (an operator may not write River's jobs);
-// they stay for the callers.
-func NewEnqueuer(pool *pgxpool.Pool, q jobs.Inserter, kr *crypt.Keyring, logger *slog.Logger) *Enqueuer {
+// stored; nil stores it in clear. The database function activates the
+// lane: an operator may not write River's jobs.
+func NewEnqueuer(pool *pgxpool.Pool, kr *crypt.Keyring) *Enqueuer {
 	return &Enqueuer{pool: pool, keys: kr}
 }
 

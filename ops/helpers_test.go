@@ -152,7 +152,7 @@ func (e *env) queryInt(sql string, args ...any) int64 {
 // replay replays msg as `mefor replay` does, failing the test on an error.
 func (e *env) replay(msg int64) pipeline.ReplayResult {
 	e.t.Helper()
-	res, err := ops.Replay(e.ctx, e.db.Pool, e.q, msg)
+	res, err := ops.Replay(e.ctx, e.db.Pool, msg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func (e *env) replay(msg int64) pipeline.ReplayResult {
 // an error.
 func (e *env) cancel(f pipeline.CancelFilter, opt ops.BulkOptions) ops.BulkResult {
 	e.t.Helper()
-	res, err := ops.Cancel(e.ctx, e.db.Pool, e.q, f, opt)
+	res, err := ops.Cancel(e.ctx, e.db.Pool, f, opt)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -27,25 +27,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/mefor/mefor/internal/dbpool"
-	"github.com/mefor/mefor/jobs"
 )
 
-// Queue is a River client as the writes took it to insert lane drainers
-// and make snoozed ones available. The operator writes now do both in the
-// database functions of migration 024 (an operator may not write
-// river_job), so they do not use it; it stays in their signatures for
-// their callers. Both a node's client and an insert-only one (NewQueue)
-// satisfy it.
-type Queue interface {
-	jobs.Inserter
-	JobRetryTx(ctx context.Context, tx pgx.Tx, id int64) (*rivertype.JobRow, error)
-}
-
 // NewQueue returns an insert-only River client (no queues, no workers) for
-// a process that re-queues work but does not run it, such as the CLI.
+// a process that queues jobs but does not run them, such as the CLI's
+// maintenance runs. (The operator writes need none: their database
+// functions activate lanes themselves.)
 func NewQueue(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
 	cfg := &river.Config{}
 	if logger != nil {

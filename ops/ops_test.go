@@ -159,14 +159,14 @@ func TestReplayNothingUnknownAndPurged(t *testing.T) {
 		t.Fatalf("consumed ingress row is %s after replay, want done", got)
 	}
 
-	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, 999999); !errors.Is(err, pipeline.ErrNotFound) {
+	if _, err := ops.Replay(e.ctx, e.db.Pool, 999999); !errors.Is(err, pipeline.ErrNotFound) {
 		t.Fatalf("replay of unknown id: %v, want ErrNotFound", err)
 	}
 
 	p := e.toOutbound("adt", lab)
 	e.fail(lab, p, true, 0)
 	e.exec("UPDATE mefor_message SET raw = NULL, body_purged_at = now() WHERE id = $1", p)
-	if _, err := ops.Replay(e.ctx, e.db.Pool, e.q, p); !errors.Is(err, pipeline.ErrBodyPurged) {
+	if _, err := ops.Replay(e.ctx, e.db.Pool, p); !errors.Is(err, pipeline.ErrBodyPurged) {
 		t.Fatalf("replay of purged message: %v, want ErrBodyPurged", err)
 	}
 	if got := e.row(p, "outbound").status; got != pipeline.WorkDead {
@@ -296,7 +296,7 @@ func TestReplayDeadInBatches(t *testing.T) {
 		archDead = append(archDead, m)
 	}
 
-	declined, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{
+	declined, err := ops.ReplayDead(e.ctx, e.db.Pool, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{
 		Confirm: func(n int) (bool, error) {
 			if n != 5 {
 				t.Errorf("confirm asked for %d rows, want 5", n)
@@ -312,7 +312,7 @@ func TestReplayDeadInBatches(t *testing.T) {
 	}
 
 	var progress [][2]int
-	res, err := ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{
+	res, err := ops.ReplayDead(e.ctx, e.db.Pool, pipeline.DeadFilter{Destination: "lab"}, ops.BulkOptions{
 		BatchSize: 2,
 		Progress:  func(done, total int) { progress = append(progress, [2]int{done, total}) },
 	})
@@ -350,7 +350,7 @@ func TestReplayDeadInBatches(t *testing.T) {
 	}
 
 	// Channel filter.
-	res, err = ops.ReplayDead(e.ctx, e.db.Pool, e.q, pipeline.DeadFilter{Channel: "orm"}, ops.BulkOptions{})
+	res, err = ops.ReplayDead(e.ctx, e.db.Pool, pipeline.DeadFilter{Channel: "orm"}, ops.BulkOptions{})
 	if err != nil || res.Matched != 0 {
 		t.Fatalf("replay-dead --channel orm = %+v, %v; want nothing left", res, err)
 	}

@@ -42,9 +42,8 @@ const DefaultBatchSize = 500
 // Rows == 0 in the result means there was nothing to replay, which is not an
 // error. A pending row that was waiting out a backoff is due at once, and its
 // lane's snoozed drainer is woken in the same transaction. The database
-// function does it all, drainers included, so q is not used; it stays for
-// the callers.
-func Replay(ctx context.Context, pool *pgxpool.Pool, q Queue, messageID int64) (pipeline.ReplayResult, error) {
+// function does it all, drainers included.
+func Replay(ctx context.Context, pool *pgxpool.Pool, messageID int64) (pipeline.ReplayResult, error) {
 	var res pipeline.ReplayResult
 	target := map[string]any{"message_id": messageID}
 	err := auditedInDB(ctx, pool, audit.ActionReplay, target, func(tx pgx.Tx, a pipeline.Audit) error {
@@ -116,7 +115,7 @@ var ErrNoDestination = errors.New("cancel needs a destination")
 // each message goes from error back to routed with a replayed event per row.
 // Rows dead-lettered while it runs are not chased. An error stops it: the
 // batches committed before stay committed and the result counts them.
-func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.DeadFilter, opt BulkOptions) (BulkResult, error) {
+func ReplayDead(ctx context.Context, pool *pgxpool.Pool, f pipeline.DeadFilter, opt BulkOptions) (BulkResult, error) {
 	var res BulkResult
 	upTo, err := pipeline.MaxWorkID(ctx, pool)
 	if err != nil {
@@ -150,7 +149,7 @@ func ReplayDead(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.Dea
 // partner answered. Cancel waits up to opt.Wait for those rows and reports
 // how each ended; a lane whose drainer stops running meanwhile has its
 // marked rows cancelled here.
-func Cancel(ctx context.Context, pool *pgxpool.Pool, q Queue, f pipeline.CancelFilter, opt BulkOptions) (BulkResult, error) {
+func Cancel(ctx context.Context, pool *pgxpool.Pool, f pipeline.CancelFilter, opt BulkOptions) (BulkResult, error) {
 	var res BulkResult
 	if f.Destination == "" {
 		return res, ErrNoDestination

@@ -63,7 +63,7 @@ func startAPINodeWith(t *testing.T, f *opsFixture, keys *crypt.Keyring, approve 
 	dir := t.TempDir()
 	cert, key := ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, dir, "api")
 	srv, err := api.New(api.Config{Listen: "127.0.0.1:0", CertFile: cert, KeyFile: key,
-		Reads: ops.APIReads{Pool: f.db.Pool, Keys: keys}, Actions: ops.APIActions{Pool: f.db.Pool, Queue: f.q},
+		Reads: ops.APIReads{Pool: f.db.Pool, Keys: keys}, Actions: ops.APIActions{Pool: f.db.Pool},
 		Approvals: api.Approvals{Store: approval.New(f.db.Pool, approval.Options{}), RequiredFor: approve}},
 		n.store, fixtures.Logger(t), nil)
 	if err != nil {

@@ -42,7 +42,7 @@ func TestApprovalsCLIThroughTheAPI(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := ca.Issue(t, "localhost", certtest.Options{}).WriteFiles(t, dir, "api")
 	srv, err := api.New(api.Config{Listen: "127.0.0.1:0", CertFile: cert, KeyFile: key,
-		Reads: ops.APIReads{Pool: f.db.Pool}, Actions: ops.APIActions{Pool: f.db.Pool, Queue: f.q},
+		Reads: ops.APIReads{Pool: f.db.Pool}, Actions: ops.APIActions{Pool: f.db.Pool},
 		Approvals: api.Approvals{Store: approval.New(f.db.Pool, approval.Options{}), RequiredFor: []identity.Permission{identity.PermReplayDead}}},
 		store, fixtures.Logger(t), nil)
 	if err != nil {

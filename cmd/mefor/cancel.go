@@ -9,11 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mefor/mefor/internal/api"
 	"github.com/mefor/mefor/ops"
-	"github.com/riverqueue/river"
 )
 
 type cancelCmd struct {
@@ -81,8 +79,8 @@ func (c *cancelCmd) Run(ctx context.Context, g *Globals) error {
 	} else {
 		bar := newBar(g, c.JSON, "cancelling")
 		f := ops.CancelFilter{Destination: c.Destination, Channel: c.Channel, Top: c.Top}
-		res, err = queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.BulkResult, error) {
-			return ops.Cancel(ctx, pool, q, f, ops.BulkOptions{Progress: bar.progress, Wait: c.Wait})
+		res, err = query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (ops.BulkResult, error) {
+			return ops.Cancel(ctx, pool, f, ops.BulkOptions{Progress: bar.progress, Wait: c.Wait})
 		})
 		bar.finish()
 	}

@@ -65,12 +65,7 @@ func (c *enqueueCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	// Insert-only: no queues or workers, it only activates lanes.
-	client, err := ops.NewQueue(pool, g.logger)
-	if err != nil {
-		return err
-	}
-	enq := ops.NewEnqueuer(pool, client, kr, g.logger)
+	enq := ops.NewEnqueuer(pool, kr)
 
 	var out []enqueued
 	bad := 0

@@ -11,9 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -62,8 +60,8 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 			err = ops.ErrBodyPurged
 		}
 	} else {
-		res, err = queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.ReplayResult, error) {
-			return ops.Replay(ctx, pool, q, c.ID)
+		res, err = query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (ops.ReplayResult, error) {
+			return ops.Replay(ctx, pool, c.ID)
 		})
 	}
 	switch {
@@ -130,8 +128,8 @@ func (c *replayDeadCmd) Run(ctx context.Context, g *Globals) error {
 		Confirm:  confirmer(g, c.Yes, "re-queue %d dead deliveries"),
 		Progress: bar.progress,
 	}
-	res, err := queued(ctx, g, func(ctx context.Context, pool *pgxpool.Pool, q *river.Client[pgx.Tx]) (ops.BulkResult, error) {
-		return ops.ReplayDead(ctx, pool, q, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
+	res, err := query(ctx, g, func(ctx context.Context, pool *pgxpool.Pool) (ops.BulkResult, error) {
+		return ops.ReplayDead(ctx, pool, ops.DeadFilter{Channel: c.Channel, Destination: c.Destination}, opt)
 	})
 	bar.finish()
 	if err != nil {

@@ -131,18 +131,12 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if auditKeys == nil {
 		logger.Warn("MEFOR_AUDIT_KEY is not set: audit anchors are taken unsigned, so a database superuser could rewrite the audit log unseen (see docs/security.md)")
 	}
-	// The API's actions re-queue through an insert-only client of their
-	// own, as the CLI's do: the node's client is made inside engine.New.
-	apiQueue, err := ops.NewQueue(pool, logger)
-	if err != nil {
-		return err
-	}
 	node, err := engine.New(engine.Options{
 		Config: cfg, Pool: pool, Logger: logger, NodeID: nodeID,
 		StopTimeout: c.StopTimeout, ReclaimInterval: c.ReclaimInterval, ListenerPriority: priority, Keys: kr, AuditKeys: auditKeys,
 		OpenConnsAtStart: !strings.Contains(g.DatabaseURL, "pool_min_conns"),
 		APIReads:         ops.APIReads{Pool: pool, Keys: kr},
-		APIActions:       ops.APIActions{Pool: pool, Queue: apiQueue, Keys: kr},
+		APIActions:       ops.APIActions{Pool: pool, Keys: kr},
 	})
 	if err != nil {
 		return err

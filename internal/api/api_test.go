@@ -65,11 +65,7 @@ func newStoreHarness(t *testing.T, cfg api.Config, keys *crypt.Keyring, opts ide
 		cfg.Reads = ops.APIReads{Pool: h.DB.Pool, Keys: keys}
 	}
 	if cfg.Actions == nil {
-		q, err := ops.NewQueue(h.DB.Pool, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Actions = ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: time.Second, Keys: keys}
+		cfg.Actions = ops.APIActions{Pool: h.DB.Pool, CancelWait: time.Second, StepdownTimeout: time.Second, Keys: keys}
 	}
 	if len(cfg.Approvals.RequiredFor) > 0 && cfg.Approvals.Store == nil {
 		cfg.Approvals.Store = approval.New(h.DB.Pool, approval.Options{Now: h.clock.Now})

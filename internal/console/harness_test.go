@@ -51,13 +51,9 @@ type harness struct {
 func newHarness(t *testing.T, approvalsFor ...identity.Permission) *harness {
 	h := &harness{DBTest: fixtures.NewDBTest(t), keys: fixtures.Keyring(t, "k1"), browser: testcontainers.SharedBrowser(t)}
 	h.store = identity.New(h.DB.Pool, identity.Options{Argon2: identity.Argon2Params{Time: 1, MemoryKiB: 1024, Threads: 1}})
-	q, err := ops.NewQueue(h.DB.Pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := api.Config{Listen: h.browser.ListenAddr(), Plaintext: true,
 		Reads:   ops.APIReads{Pool: h.DB.Pool, Keys: h.keys},
-		Actions: ops.APIActions{Pool: h.DB.Pool, Queue: q, CancelWait: time.Second, StepdownTimeout: 10 * time.Second},
+		Actions: ops.APIActions{Pool: h.DB.Pool, CancelWait: time.Second, StepdownTimeout: 10 * time.Second},
 		Console: func(a http.Handler) http.Handler {
 			return console.New(a, console.Options{Logger: fixtures.Logger(t), Approvals: approvalsFor})
 		}}
